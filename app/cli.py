@@ -1,0 +1,289 @@
+"""The ``grpo-dashboard`` command.
+
+    grpo-dashboard [serve]   the dashboard; with the embedded broker it also starts one worker as a child process
+    grpo-dashboard worker    a Celery worker alone (one per GPU machine in production)
+    grpo-dashboard train SPEC.json       run one spec in the foreground, with a progress bar
+    grpo-dashboard builtin-model DIR     write the built-in tiny model as a Hugging Face model directory
+
+Settings come from the environment (app/settings.py); ``--data-dir`` sets GRPO_DATA_DIR before they
+are read, so the embedded worker inherits it. Nothing here imports torch at import time: the
+commands that need the engine import it when they run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from app.settings import get_settings
+
+WORKER_STOP_SECONDS = 30  # how long `serve` waits for its worker to stop before killing it
+PROGRESS_METRICS = ("reward_mean", "kl", "loss", "eval/accuracy")  # shown next to `train`'s progress bar
+
+
+# ---------------------------------------------------------------------------------------------
+# serve
+
+
+def _stop_on_sigterm(signum, frame):
+    """SIGTERM ends `serve` the way Ctrl-C does, so the worker child is stopped on the way out."""
+    raise KeyboardInterrupt
+
+
+def _start_worker(log_path: Path) -> subprocess.Popen:
+    """Start the embedded worker in its own session (Ctrl-C reaches only the server, which stops it)."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker", "--embedded"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+
+def _stop_worker(worker: subprocess.Popen) -> None:
+    """Warm-shut the worker down (a running job stops at its next step), kill it if it takes too long."""
+    if worker.poll() is not None:
+        return
+    worker.terminate()
+    try:
+        worker.wait(WORKER_STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app import db, ui
+
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade_database()
+    worker = None
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        if settings.embedded_worker:
+            log_path = settings.data_dir / "worker.log"
+            worker = _start_worker(log_path)
+            print(f"grpo-dashboard: embedded worker (pid {worker.pid}) logs to {log_path}", flush=True)
+        else:
+            print(f"grpo-dashboard: no embedded worker; runs go to queue {settings.queue!r} "
+                  f"on {settings.broker_url} (start workers with `grpo-dashboard worker`)", flush=True)
+        print(f"grpo-dashboard: data in {settings.data_dir}", flush=True)
+        print(f"grpo-dashboard: open http://{args.host}:{args.port}", flush=True)
+        ui.serve(args.host, args.port)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the server at once (the worker follows)
+        if worker is not None:
+            print("grpo-dashboard: stopping the worker", flush=True)
+            _stop_worker(worker)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# worker
+
+
+def _exit_with_parent() -> None:
+    """Embedded worker: once the dashboard that started us is gone (even SIGKILLed), shut down."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)  # Celery's warm shutdown; the running job stops at its next step
+    time.sleep(WORKER_STOP_SECONDS)
+    os._exit(1)
+
+
+def _interrupt_running_job(**kwargs) -> None:
+    from workers.recorder import interrupt
+
+    interrupt.set()
+
+
+def _fail_orphaned_runs() -> None:
+    """Embedded worker: runs still 'running' were left by an earlier embedded worker that was killed."""
+    from app import store
+    from app.db import session_scope
+
+    with session_scope() as s:
+        for run in store.list_runs(s):
+            if run["status"] == "running":
+                store.append_log(s, run["run_id"], "The worker running this run was stopped (the dashboard exited).")
+                store.finish_run(s, run["run_id"], "failed", "Interrupted: the dashboard stopped while this run was training")
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from celery.signals import worker_shutting_down
+
+    from app import db
+    from workers.celery_app import celery_app
+
+    settings = get_settings()
+    queue = args.queue or settings.queue
+    db.upgrade_database()
+    if args.embedded:
+        _fail_orphaned_runs()
+        worker_shutting_down.connect(_interrupt_running_job, weak=False)
+        threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    celery_app.worker_main([
+        "worker",
+        "--pool=solo",  # the job runs in the worker's main process: one training job at a time, no fork of torch
+        "--concurrency=1",
+        "-Q", queue,
+        f"--loglevel={args.loglevel}",
+        f"--hostname=grpo-{os.getpid()}@%h",  # unique per process, so several workers on one machine coexist
+        "--without-gossip", "--without-mingle",  # workers do not talk to each other
+    ])
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# train
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from app import db, store
+    from app.db import session_scope
+    from grpo_engine.config import SpecError, validate_spec
+    from workers.recorder import DBRecorder
+    from workers.runner import execute_run
+
+    try:
+        raw = json.loads(Path(args.spec).read_text())
+        spec = validate_spec(raw)
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"grpo-dashboard train: cannot read {args.spec}: {exc}", file=sys.stderr)
+        return 2
+    except SpecError as exc:
+        print(f"grpo-dashboard train: bad run spec: {exc}", file=sys.stderr)
+        return 2
+
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade_database()
+    name = spec.name or f"{Path(spec.model).name} {time.strftime('%Y-%m-%d %H:%M')}"
+    with session_scope() as s:
+        run_id = store.create_run(s, spec.to_dict(), name)
+    print(f"run {run_id} ({name}) in {settings.database_url}", flush=True)
+
+    ctrl_c = threading.Event()
+
+    class ProgressRecorder(DBRecorder):
+        """The DB recorder, plus a progress bar, the engine's log lines in the terminal, and Ctrl-C to cancel."""
+
+        bar: tqdm | None = None
+
+        def start(self, total_steps: int) -> None:
+            super().start(total_steps)
+            self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True)
+
+        def log(self, message: str) -> None:
+            super().log(message)
+            tqdm.write(message)
+
+        def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
+            super().step(step, iteration, metrics)
+            if self.bar is not None:
+                shown = {k: f"{v:.3g}" for k, v in metrics.items() if k in PROGRESS_METRICS}
+                self.bar.set_postfix(shown, refresh=False)
+                self.bar.update(step - self.bar.n)
+
+        def should_stop(self) -> bool:
+            if ctrl_c.is_set():
+                self.stop_reason = "cancel"
+            return super().should_stop()
+
+    recorder = ProgressRecorder(run_id)
+
+    def cancel_on_ctrl_c(signum, frame):
+        """First Ctrl-C cancels the run at its next step; a second one stops at once."""
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        tqdm.write("cancelling at the next step (Ctrl-C again to stop now)")
+        ctrl_c.set()
+
+    signal.signal(signal.SIGINT, cancel_on_ctrl_c)
+    try:
+        status = execute_run(run_id, recorder)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if recorder.bar is not None:
+            recorder.bar.close()
+
+    with session_scope() as s:
+        run = store.get_run(s, run_id)
+        metrics = store.get_metrics(s, run_id)
+    print(f"run {run_id}: {status}" + (f" ({run['error']})" if run and run["error"] else ""))
+    if metrics:
+        print("final metrics: " + json.dumps(metrics[-1], indent=None, sort_keys=True))
+    return 0 if status == "completed" else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# builtin-model
+
+
+def cmd_builtin_model(args: argparse.Namespace) -> int:
+    from grpo_engine.model import write_builtin_model
+
+    out = write_builtin_model(Path(args.dir), get_settings().cache_dir)
+    print(f"wrote the built-in model to {out}:")
+    for path in sorted(Path(out).iterdir()):
+        print(f"  {path.name}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+COMMANDS = ("serve", "worker", "train", "builtin-model")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grpo-dashboard", description="Launch, watch and look inside GRPO runs.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", help="where the embedded store, broker, caches and logs live (sets GRPO_DATA_DIR)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser("serve", parents=[common], help="the dashboard (the default command)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=7860, help="port to listen on (default 7860)")
+    serve.set_defaults(func=cmd_serve)
+
+    worker = commands.add_parser("worker", parents=[common], help="a Celery worker that runs training jobs, one at a time")
+    worker.add_argument("--queue", help="queue to consume (default: GRPO_QUEUE, else 'grpo')")
+    worker.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
+    worker.add_argument("--embedded", action="store_true",
+                        help="started by `serve`: exit with the parent process, stop a running job on shutdown")
+    worker.set_defaults(func=cmd_worker)
+
+    train = commands.add_parser("train", parents=[common], help="run one run spec (JSON file) in the foreground")
+    train.add_argument("spec", help="path to a JSON run spec")
+    train.set_defaults(func=cmd_train)
+
+    builtin = commands.add_parser("builtin-model", parents=[common],
+                                  help="write the built-in tiny model as a Hugging Face model directory")
+    builtin.add_argument("dir", help="output directory")
+    builtin.set_defaults(func=cmd_builtin_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a in COMMANDS or a in ("-h", "--help") for a in argv):
+        argv.insert(0, "serve")  # plain `grpo-dashboard [--port P ...]` serves
+    args = build_parser().parse_args(argv)
+    if args.data_dir:
+        os.environ["GRPO_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The store's tables as SQLAlchemy 2 models.
+
+The schema itself is created and changed only by the Alembic migrations in
+``migrations/versions``; these models must stay in step with them (a test compares the two).
+
+runs 1-n metrics     one row per finished step: {step, iteration, values: {metric: float}}
+runs 1-n groups      the G outputs sampled for one question at one step, with reward mean/std
+groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards
+runs 1-n run_logs    human-readable lines from the worker / engine
+Deleting a run deletes everything under it (ON DELETE CASCADE).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UtcDateTime(TypeDecorator):
+    """A timezone-aware UTC datetime on every backend.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as UTC
+    and read back with ``tzinfo=UTC`` attached.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: store timezone-aware UTC datetimes")
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    """One training run: its spec, where it stands, and when things happened."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # one of store.RUN_STATUSES
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the validated run spec
+    # Copied from config so the run list needs no JSON access.
+    model: Mapped[str] = mapped_column(Text)
+    dataset: Mapped[str] = mapped_column(Text)
+    supervision: Mapped[str] = mapped_column(String(16))
+    step: Mapped[int] = mapped_column(default=0)  # last finished step (1-based; 0 = none yet)
+    total_steps: Mapped[int]
+    error: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+class Metric(Base):
+    """The metrics of one finished step of a run."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_metrics_run_id_step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int]
+    iteration: Mapped[int]
+    values: Mapped[dict[str, float | None]] = mapped_column(JSON)  # {"reward_mean": .., "kl": .., ...}
+
+
+class Group(Base):
+    """The G outputs sampled for one question at one step."""
+
+    __tablename__ = "groups"
+    __table_args__ = (Index("ix_groups_run_id_step", "run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int]
+    position: Mapped[int]  # order of the group within its step (0-based)
+    prompt: Mapped[str] = mapped_column(Text)
+    reference: Mapped[str] = mapped_column(Text)
+    reward_mean: Mapped[float] = mapped_column(Float)
+    reward_std: Mapped[float] = mapped_column(Float)  # population std of the G rewards
+
+    samples: Mapped[list[Sample]] = relationship(
+        order_by="Sample.position", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class Sample(Base):
+    """One output of a group: its text, tokens, per-token advantages and rewards."""
+
+    __tablename__ = "samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    group_id: Mapped[int] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int]  # i in 0..G-1
+    completion: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[list[str]] = mapped_column(JSON)  # decoded text of each completion token
+    advantages: Mapped[list[float]] = mapped_column(JSON)  # A_hat[i, t], one per token
+    reward: Mapped[float] = mapped_column(Float)
+    step_rewards: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))  # process supervision
+    step_end_indices: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))  # 0-based token indices
+    reward_components: Mapped[dict[str, float]] = mapped_column(JSON)
+
+
+class RunLog(Base):
+    """One human-readable line about a run."""
+
+    __tablename__ = "run_logs"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    message: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,278 @@
+"""Data access for runs, metrics, groups, samples and logs: small functions taking a Session.
+
+Every function returns plain JSON-able values (dicts, lists, str, numbers); datetimes are
+ISO-8601 strings in UTC. The caller owns the transaction (``app.db.session_scope``).
+
+Status changes are single conditional UPDATEs, so the web process (cancel) and a worker
+(start / finish) can race on the same run without one silently undoing the other.
+
+Run life cycle:
+  queued --mark_running--> running --finish_run--> completed | failed | cancelled
+  queued --request_cancel--> cancelled (at once; a worker that picks the job up skips it)
+  running --request_cancel--> running with cancel_requested; the worker stops at the next step
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from app.models import Group, Metric, Run, RunLog, Sample
+
+RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+FINISHED_STATUSES = ("completed", "failed", "cancelled")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def _finite_or_none(value: Any) -> float | None:
+    """A metric as a JSON number: NaN / inf (a diverged run) become null."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# ---- runs -----------------------------------------------------------------------------------
+
+
+def create_run(s: Session, spec: dict[str, Any], name: str) -> int:
+    """Insert a queued run for a validated spec (``RunSpec.to_dict()``); return its id."""
+    run = Run(
+        name=name,
+        status="queued",
+        config=spec,
+        model=spec["model"],
+        dataset=spec["dataset"],
+        supervision=spec["supervision"],
+        step=0,
+        total_steps=spec["iterations"] * spec["steps_per_iteration"],
+        cancel_requested=False,
+    )
+    s.add(run)
+    s.flush()
+    return run.id
+
+
+def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
+    run = s.get(Run, run_id)
+    if run is None:
+        return None
+    return {
+        "run_id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "config": run.config,
+        "step": run.step,
+        "total_steps": run.total_steps,
+        "error": run.error,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "cancel_requested": run.cancel_requested,
+    }
+
+
+def list_runs(s: Session) -> list[dict[str, Any]]:
+    """Every run, newest first (without the spec)."""
+    rows = s.execute(
+        select(
+            Run.id, Run.name, Run.status, Run.model, Run.dataset, Run.supervision,
+            Run.step, Run.total_steps, Run.created_at,
+        ).order_by(Run.id.desc())
+    )
+    return [
+        {
+            "run_id": row.id,
+            "name": row.name,
+            "status": row.status,
+            "model": row.model,
+            "dataset": row.dataset,
+            "supervision": row.supervision,
+            "step": row.step,
+            "total_steps": row.total_steps,
+            "created_at": _iso(row.created_at),
+        }
+        for row in rows
+    ]
+
+
+def mark_running(s: Session, run_id: int, total_steps: int) -> None:
+    """queued (or running again, for a redelivered job) -> running; the first started_at is kept.
+
+    A run cancelled meanwhile stays cancelled (and ``is_cancel_requested`` says so).
+    """
+    s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.status.in_(("queued", "running")))
+        .values(status="running", total_steps=total_steps, started_at=func.coalesce(Run.started_at, _now()))
+    )
+
+
+def finish_run(s: Session, run_id: int, status: str, error: str | None = None) -> None:
+    """Record the end of a run: completed, failed (with the error text) or cancelled."""
+    if status not in FINISHED_STATUSES:
+        raise ValueError(f"finish_run: status must be one of {FINISHED_STATUSES}, got {status!r}")
+    s.execute(update(Run).where(Run.id == run_id).values(status=status, error=error, finished_at=_now()))
+
+
+def request_cancel(s: Session, run_id: int) -> dict[str, Any]:
+    """Cancel a run: a queued run is cancelled at once, a running one is asked to stop.
+
+    Finished runs are left as they are. Returns ``{run_id, status}``; raises LookupError
+    for an unknown run.
+    """
+    s.execute(
+        update(Run).where(Run.id == run_id, Run.status == "queued").values(status="cancelled", finished_at=_now())
+    )
+    s.execute(update(Run).where(Run.id == run_id, Run.status == "running").values(cancel_requested=True))
+    status = s.scalar(select(Run.status).where(Run.id == run_id))
+    if status is None:
+        raise LookupError(f"run {run_id} does not exist")
+    return {"run_id": run_id, "status": status}
+
+
+def is_cancel_requested(s: Session, run_id: int) -> bool:
+    """True when the worker should stop: cancel requested, the run already cancelled, or deleted."""
+    row = s.execute(select(Run.cancel_requested, Run.status).where(Run.id == run_id)).first()
+    return row is None or row.cancel_requested or row.status == "cancelled"
+
+
+# ---- metrics --------------------------------------------------------------------------------
+
+
+def record_step(s: Session, run_id: int, step: int, iteration: int, metrics: dict[str, float]) -> None:
+    """Store the metrics of one step (replacing that step's row if a redelivered job repeats it)."""
+    values = {key: _finite_or_none(value) for key, value in metrics.items()}
+    dialect = s.get_bind().dialect.name
+    upsert = {"sqlite": sqlite_insert, "postgresql": postgresql_insert}[dialect]
+    statement = upsert(Metric).values(run_id=run_id, step=step, iteration=iteration, values=values)
+    statement = statement.on_conflict_do_update(
+        index_elements=[Metric.run_id, Metric.step],
+        set_={"iteration": statement.excluded.iteration, "values": statement.excluded["values"]},
+    )
+    s.execute(statement)
+    s.execute(update(Run).where(Run.id == run_id).values(step=step))
+
+
+def get_metrics(s: Session, run_id: int) -> list[dict[str, Any]]:
+    """One dict per recorded step, by step: ``{"step", "iteration", **metrics}``."""
+    rows = s.scalars(select(Metric).where(Metric.run_id == run_id).order_by(Metric.step))
+    return [{"step": m.step, "iteration": m.iteration, **m.values} for m in rows]
+
+
+# ---- groups and samples ---------------------------------------------------------------------
+
+
+def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any]]) -> None:
+    """Store every group sampled at ``step`` (``GroupRecord.to_dict()`` each), replacing earlier ones.
+
+    Each group keeps the mean and population std of its G rewards, the numbers its
+    advantages were normalised with (outcome supervision).
+    """
+    s.execute(delete(Group).where(Group.run_id == run_id, Group.step == step))
+    for position, group in enumerate(groups):
+        rewards = [float(sample["reward"]) for sample in group["samples"]]
+        s.add(
+            Group(
+                run_id=run_id,
+                step=step,
+                position=position,
+                prompt=group["prompt"],
+                reference=group["reference"],
+                reward_mean=statistics.fmean(rewards),
+                reward_std=statistics.pstdev(rewards),
+                samples=[_sample(i, sample) for i, sample in enumerate(group["samples"])],
+            )
+        )
+    s.flush()
+
+
+def _sample(position: int, sample: dict[str, Any]) -> Sample:
+    step_rewards = sample.get("step_rewards")
+    step_end_indices = sample.get("step_end_indices")
+    return Sample(
+        position=position,
+        completion=sample["completion"],
+        tokens=[str(token) for token in sample["tokens"]],
+        advantages=[float(a) for a in sample["advantages"]],
+        reward=float(sample["reward"]),
+        step_rewards=None if step_rewards is None else [float(r) for r in step_rewards],
+        step_end_indices=None if step_end_indices is None else [int(i) for i in step_end_indices],
+        reward_components={key: float(v) for key, v in (sample.get("reward_components") or {}).items()},
+    )
+
+
+def group_steps(s: Session, run_id: int) -> list[int]:
+    """The steps that have recorded groups, ascending."""
+    return list(s.scalars(select(Group.step).where(Group.run_id == run_id).distinct().order_by(Group.step)))
+
+
+def list_groups(s: Session, run_id: int, step: int | None = None) -> list[dict[str, Any]]:
+    """The groups of one step (default: the latest step with groups), in sampling order."""
+    if step is None:
+        step = s.scalar(select(func.max(Group.step)).where(Group.run_id == run_id))
+        if step is None:
+            return []
+    rows = s.execute(
+        select(Group.id, Group.step, Group.prompt, Group.reward_mean, Group.reward_std)
+        .where(Group.run_id == run_id, Group.step == step)
+        .order_by(Group.position)
+    )
+    return [
+        {"group_id": r.id, "step": r.step, "prompt": r.prompt, "reward_mean": r.reward_mean, "reward_std": r.reward_std}
+        for r in rows
+    ]
+
+
+def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
+    """A group with all its samples (tokens, per-token advantages, rewards)."""
+    group = s.get(Group, group_id)
+    if group is None:
+        return None
+    return {
+        "group_id": group.id,
+        "run_id": group.run_id,
+        "step": group.step,
+        "prompt": group.prompt,
+        "reference": group.reference,
+        "reward_mean": group.reward_mean,
+        "reward_std": group.reward_std,
+        "samples": [
+            {
+                "sample_id": sample.id,
+                "completion": sample.completion,
+                "tokens": sample.tokens,
+                "reward": sample.reward,
+                "step_rewards": sample.step_rewards,
+                "step_end_indices": sample.step_end_indices,
+                "advantages": sample.advantages,
+                "reward_components": sample.reward_components,
+            }
+            for sample in group.samples
+        ],
+    }
+
+
+# ---- logs -----------------------------------------------------------------------------------
+
+
+def append_log(s: Session, run_id: int, message: str) -> None:
+    s.add(RunLog(run_id=run_id, message=message))
+    s.flush()
+
+
+def get_logs(s: Session, run_id: int, limit: int = 200) -> list[str]:
+    """The last ``limit`` log lines of a run, oldest first."""
+    rows = s.scalars(select(RunLog.message).where(RunLog.run_id == run_id).order_by(RunLog.id.desc()).limit(limit))
+    return list(rows)[::-1]

@@ -1,0 +1,186 @@
+"""The run spec: what a GRPO run is launched with.
+
+Pure Python (no torch): the web process imports this to validate a spec at launch
+and to build the launch form, the worker and the engine read the same object.
+
+Every key is defined once in ``FIELDS`` with its type, default, allowed range and a
+one-line help that the launch form shows. ``validate_spec`` fills defaults, refuses
+unknown keys and bad values with a :class:`SpecError` that names the key.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields as dc_fields
+from typing import Any
+
+BUILTIN_MODEL = "builtin-arith"
+BUILTIN_DATASET = "builtin-arith"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One run-spec key: its type, default, bounds and a one-line help."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    min: float | None = None  # inclusive lower bound
+    max: float | None = None  # inclusive upper bound
+    choices: tuple | None = None
+    min_exclusive: bool = False  # if True, the value must be > min
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("name", str, "", "A label for the run; empty picks one from the model and the time."),
+    Field("model", str, BUILTIN_MODEL,
+          f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), a Hugging Face model id, or a local directory."),
+    Field("dataset", str, BUILTIN_DATASET,
+          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), a Hugging Face dataset id, or a local JSONL/CSV/Parquet file."),
+    Field("supervision", str, "outcome",
+          "'outcome': one reward per output (paper 4.1.2); 'process': one reward per reasoning step (4.1.3).",
+          choices=("outcome", "process")),
+    Field("reward", str, "rule",
+          "'rule': the verifier (outcome) or step checker (process); 'model': a learned ORM / PRM.",
+          choices=("rule", "model")),
+    Field("group_size", int, 8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024),
+    Field("batch_size", int, 8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096),
+    Field("clip_eps", float, 0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True),
+    Field("kl_coef", float, 0.04, "beta: weight of the k3 KL penalty against the reference policy (in the loss, not the reward).", min=0.0, max=10.0),
+    Field("learning_rate", float, 2e-3, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
+          min=0.0, max=1.0, min_exclusive=True),
+    Field("iterations", int, 1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000),
+    Field("steps_per_iteration", int, 40, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000),
+    Field("policy_updates_per_batch", int, 1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64),
+    Field("max_new_tokens", int, 32, "Longest completion sampled, in tokens; longer ones are cut and count as truncated.", min=1, max=32768),
+    Field("temperature", float, 1.0, "Sampling temperature for the G outputs (evaluation is greedy).", min=0.0, max=10.0, min_exclusive=True),
+    Field("top_p", float, 1.0, "Nucleus sampling: keep the smallest token set with this much probability.", min=0.0, max=1.0, min_exclusive=True),
+    Field("rm_replay_ratio", float, 0.1, "Share of earlier reward-model data replayed when the RM is refreshed after an iteration.", min=0.0, max=1.0),
+    Field("rm_learning_rate", float, 1e-4, "Learning rate of the learned reward model (reward: model).", min=0.0, max=1.0, min_exclusive=True),
+    Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank.", min=0, max=1024),
+    Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
+    Field("eval_every", int, 5, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
+          min=0, max=1_000_000),
+)
+
+FIELD_BY_NAME = {f.name: f for f in FIELDS}
+
+
+class SpecError(ValueError):
+    """A run spec was refused. ``key`` names the offending key (None for the spec as a whole)."""
+
+    def __init__(self, key: str | None, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A validated run spec; one attribute per key of ``FIELDS``."""
+
+    name: str
+    model: str
+    dataset: str
+    supervision: str
+    reward: str
+    group_size: int
+    batch_size: int
+    clip_eps: float
+    kl_coef: float
+    learning_rate: float
+    iterations: int
+    steps_per_iteration: int
+    policy_updates_per_batch: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    rm_replay_ratio: float
+    rm_learning_rate: float
+    lora_rank: int
+    seed: int
+    eval_every: int
+
+    @property
+    def total_steps(self) -> int:
+        return self.iterations * self.steps_per_iteration
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dc_fields(self)}
+
+
+def defaults() -> dict[str, Any]:
+    """The spec a run gets when nothing is given."""
+    return {f.name: f.default for f in FIELDS}
+
+
+def _coerce(field: Field, value: Any) -> Any:
+    """Convert a JSON value to the field's type, or raise SpecError naming the key."""
+    want = field.type
+    if want is str:
+        if not isinstance(value, str):
+            raise SpecError(field.name, f"must be a string, got {type(value).__name__} {value!r}")
+        return value.strip()
+    if isinstance(value, bool):  # bool is an int subclass: refuse it for numbers
+        raise SpecError(field.name, f"must be a number, got a boolean {value!r}")
+    if want is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise SpecError(field.name, f"must be an integer, got {value!r}") from None
+        if not isinstance(value, int):
+            raise SpecError(field.name, f"must be an integer, got {type(value).__name__} {value!r}")
+        return value
+    if want is float:
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise SpecError(field.name, f"must be a number, got {value!r}") from None
+        if not isinstance(value, (int, float)):
+            raise SpecError(field.name, f"must be a number, got {type(value).__name__} {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise SpecError(field.name, f"must be a finite number, got {value!r}")
+        return value
+    raise TypeError(f"unsupported field type {want}")  # pragma: no cover
+
+
+def _check_range(field: Field, value: Any) -> None:
+    if field.choices is not None and value not in field.choices:
+        raise SpecError(field.name, f"must be one of {', '.join(map(repr, field.choices))}, got {value!r}")
+    if field.min is not None:
+        if field.min_exclusive and not value > field.min:
+            raise SpecError(field.name, f"must be greater than {field.min:g}, got {value!r}")
+        if not field.min_exclusive and value < field.min:
+            raise SpecError(field.name, f"must be at least {field.min:g}, got {value!r}")
+    if field.max is not None and value > field.max:
+        raise SpecError(field.name, f"must be at most {field.max:g}, got {value!r}")
+
+
+def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
+    """Fill defaults and check every key; raise SpecError naming the first bad key.
+
+    Missing keys take their documented default; ``None`` counts as missing.
+    """
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise SpecError(None, f"the run spec must be a JSON object, got {type(spec).__name__}")
+    unknown = sorted(set(spec) - set(FIELD_BY_NAME))
+    if unknown:
+        raise SpecError(unknown[0], f"unknown key; valid keys are: {', '.join(FIELD_BY_NAME)}")
+    values: dict[str, Any] = {}
+    for field in FIELDS:
+        raw = spec.get(field.name)
+        value = field.default if raw is None else _coerce(field, raw)
+        _check_range(field, value)
+        values[field.name] = value
+    for key in ("model", "dataset"):
+        if not values[key]:
+            raise SpecError(key, "must not be empty")
+    if values["reward"] == "model":
+        raise SpecError("reward", "'model' (a learned ORM/PRM) is not available in this version; use 'rule'")
+    return RunSpec(**values)

@@ -1,0 +1,100 @@
+"""How the engine reports what it does, without knowing where it goes.
+
+The worker implements :class:`Recorder` against the database; tests and benchmarks
+use the base class (which records nothing) or :class:`MemoryRecorder`.
+Pure Python: no torch here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Any
+
+
+@dataclass
+class SampleRecord:
+    """One of the G outputs of a group, as stored and shown."""
+
+    completion: str  # decoded completion text (without padding / EOS)
+    tokens: list[str]  # decoded text of each completion token, same length as advantages
+    reward: float  # total reward r_i (outcome) or the sum of step rewards (process)
+    advantages: list[float]  # A_hat[i, t], one per token of the completion
+    step_rewards: list[float] | None = None  # process supervision: one reward per step
+    step_end_indices: list[int] | None = None  # 0-based token index where each step ends
+    reward_components: dict[str, float] = field(default_factory=dict)  # e.g. {"correct": 1.0}
+
+
+@dataclass
+class GroupRecord:
+    """The G outputs sampled for one question at one step."""
+
+    prompt: str
+    reference: str  # the reference answer
+    samples: list[SampleRecord]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Recorder:
+    """Receives the engine's events. Every method is optional; the defaults do nothing."""
+
+    def start(self, total_steps: int) -> None:
+        """Called once the model and data are loaded, before step 1."""
+
+    def log(self, message: str) -> None:
+        """A human-readable line about what the engine is doing."""
+
+    def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
+        """Metrics of one finished step (1-based). ``eval/accuracy`` appears on evaluation steps."""
+
+    def groups(self, step: int, groups: list[GroupRecord]) -> None:
+        """Every group sampled at ``step``, with rewards and per-token advantages."""
+
+    def should_stop(self) -> bool:
+        """Polled at each step boundary; True ends the run early (cancellation)."""
+        return False
+
+
+class MemoryRecorder(Recorder):
+    """Keeps everything in lists (tests, benchmarks, the engine used as a library)."""
+
+    def __init__(self) -> None:
+        self.total_steps = 0
+        self.messages: list[str] = []
+        self.metrics: list[dict[str, float]] = []
+        self.group_log: dict[int, list[GroupRecord]] = {}
+
+    def start(self, total_steps: int) -> None:
+        self.total_steps = total_steps
+
+    def log(self, message: str) -> None:
+        self.messages.append(message)
+
+    def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
+        self.metrics.append({"step": step, "iteration": iteration, **metrics})
+
+    def groups(self, step: int, groups: list[GroupRecord]) -> None:
+        self.group_log[step] = groups
+
+
+# Every metric the engine records, documented once. The same names are used in the store, the API
+# (``/get_metrics``) and the dashboard's charts.
+METRICS: dict[str, str] = {
+    "reward_mean": "mean reward of the step's B x G sampled outputs",
+    "reward_std": "standard deviation (population) of those rewards",
+    "correct_frac": "share of sampled outputs whose final answer the verifier accepts",
+    "zero_std_frac": "share of groups whose rewards are all equal (their advantages are 0: they teach nothing)",
+    "loss": "policy loss -J_GRPO (Eq. 3), averaged over the mu updates",
+    "kl": "mean over tokens of the k3 estimator of KL(pi_theta || pi_ref) (Eq. 4)",
+    "clip_frac": "share of tokens where the clipped ratio term was the active one (only > 0 when mu > 1)",
+    "entropy": "mean per-token entropy of the policy on the sampled outputs, in nats",
+    "completion_len": "mean completion length in tokens (EOS included)",
+    "truncated_frac": "share of completions cut at max_new_tokens without an EOS",
+    "learning_rate": "policy learning rate used at this step",
+    "grad_norm": "policy gradient norm before clipping (last of the mu updates)",
+    "time/step": "seconds for the whole step",
+    "time/sampling": "seconds spent generating the G outputs per question",
+    "time/scoring": "seconds spent on rewards, advantages and reference log-probs",
+    "time/update": "seconds spent on the mu policy updates",
+    "eval/accuracy": "held-out greedy accuracy (exact final answer); at step 0, before training, and every eval_every steps",
+}

@@ -1,0 +1,51 @@
+"""Shared fixtures: fresh, migrated databases on SQLite and PostgreSQL.
+
+``sqlite_url``    a new SQLite file under tmp_path, upgraded to the latest migration
+``postgres_url``  a new uniquely named PostgreSQL database, upgraded, dropped afterwards.
+                  Server: GRPO_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/).
+                  An unreachable server is an error, never a skip.
+``db_url``        each test once per backend (ids "sqlite" and "postgres")
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+
+from app.db import make_engine, upgrade_database
+
+POSTGRES_SERVER_URL = os.environ.get("GRPO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'grpo.sqlite'}"
+    upgrade_database(url)
+    yield url
+    make_engine(url).dispose()
+
+
+@pytest.fixture
+def postgres_url():
+    server = make_url(POSTGRES_SERVER_URL)
+    name = f"grpo_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(server.set(database=server.database or "postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = server.set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade_database(url)
+        yield url
+    finally:
+        make_engine(url).dispose()
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request):
+    return request.getfixturevalue(f"{request.param}_url")

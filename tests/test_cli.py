@@ -1,0 +1,202 @@
+"""The `grpo-dashboard` command, run as a real subprocess.
+
+train: a tiny spec runs in the foreground with a progress bar; a bad spec exits 2 naming the key.
+builtin-model: writes a directory that transformers loads.
+serve: answers HTTP, starts one embedded worker that runs jobs, and takes it down with it on
+SIGTERM (the job in progress is marked interrupted) and on SIGKILL (the worker notices its parent is gone).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from app import store
+from app.db import make_engine, session_scope, upgrade_database
+from grpo_engine.config import validate_spec
+from tests.test_worker import TINY_SPEC, grpo_cache_dir  # noqa: F401  (grpo_cache_dir is a fixture)
+from workers.celery_app import RUN_TASK
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = str(Path(sys.executable).with_name("grpo-dashboard"))
+
+
+def _env(cache_dir: Path) -> dict[str, str]:
+    """This environment without any GRPO_* setting, except the shared model cache."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
+    return {**env, "GRPO_CACHE_DIR": str(cache_dir), "GRADIO_ANALYTICS_ENABLED": "False"}
+
+
+def _run(args: list[str], cache_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([COMMAND, *args], cwd=ROOT, env=_env(cache_dir), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ---- train ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_train_runs_a_spec_in_the_foreground(tmp_path, grpo_cache_dir):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**TINY_SPEC, "name": "cli run"}))
+    result = _run(["train", str(spec), "--data-dir", str(tmp_path / "data")], grpo_cache_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2/2" in result.stderr  # the progress bar reached the last step
+    assert "run 1: completed" in result.stdout
+    final = json.loads(result.stdout.split("final metrics: ", 1)[1])
+    assert final["step"] == 2 and "reward_mean" in final
+
+    url = f"sqlite:///{tmp_path / 'data' / 'grpo.sqlite'}"
+    with session_scope(url) as s:
+        run = store.get_run(s, 1)
+        assert (run["name"], run["status"], run["step"]) == ("cli run", "completed", 2)
+    make_engine(url).dispose()
+
+
+@pytest.mark.parametrize("spec, key", [({"group_size": 1}, "group_size"), ({"lerning_rate": 0.1}, "lerning_rate")])
+def test_train_refuses_a_bad_spec(tmp_path, spec, key):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    result = _run(["train", str(path), "--data-dir", str(tmp_path / "data")], tmp_path / "cache", timeout=60)
+    assert result.returncode == 2
+    assert key in result.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything was created
+
+
+# ---- builtin-model -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_builtin_model_writes_a_loadable_model(tmp_path, grpo_cache_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "model"
+    result = _run(["builtin-model", str(out)], grpo_cache_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    ids = tokenizer("2+3*4=", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits  # (1, T, V)
+    assert logits.shape[:2] == ids.shape and logits.shape[2] >= len(tokenizer)
+
+
+# ---- serve ---------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float) -> float:
+    """Seconds until ``pid`` exits; fails after ``timeout``."""
+    start = time.monotonic()
+    while _alive(pid):
+        assert time.monotonic() - start < timeout, f"process {pid} still alive after {timeout}s"
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int, str]:
+    """`grpo-dashboard serve` on a free port; returns (server, worker pid, url) once both are ready."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/"
+    log = open(data_dir.parent / "serve.log", "w")
+    server = subprocess.Popen([COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)], cwd=ROOT,
+                              env=_env(cache_dir), stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    output = lambda: (data_dir.parent / "serve.log").read_text()  # noqa: E731
+    worker_log = data_dir / "worker.log"
+    deadline = time.monotonic() + 90
+    while True:
+        assert server.poll() is None, f"serve exited:\n{output()}"
+        assert time.monotonic() < deadline, f"serve not ready:\n{output()}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200 and worker_log.exists() and "ready." in worker_log.read_text():
+                    break
+        except OSError:
+            pass
+        time.sleep(0.3)
+    (worker,) = _children(server.pid)
+    assert f"open {url.rstrip('/')}" in output() and str(worker_log) in output()
+    return server, worker, url
+
+
+@pytest.mark.slow
+def test_serve_runs_a_worker_and_stops_it_on_sigterm(tmp_path, grpo_cache_dir):
+    data_dir = tmp_path / "data"
+    db_url = f"sqlite:///{data_dir / 'grpo.sqlite'}"
+    upgrade_database(db_url)
+    with session_scope(db_url) as s:  # left 'running' by an earlier worker that was killed
+        orphan = store.create_run(s, validate_spec(TINY_SPEC).to_dict(), "orphan")
+        store.mark_running(s, orphan, 2)
+
+    server, worker, _ = _start_serve(data_dir, grpo_cache_dir)
+    try:
+        with session_scope(db_url) as s:
+            assert store.get_run(s, orphan)["status"] == "failed"
+            run_id = store.create_run(s, validate_spec({**TINY_SPEC, "steps_per_iteration": 500}).to_dict(), "long")
+        sender = Celery("grpo-test", broker=f"sqla+sqlite:///{data_dir / 'broker.sqlite'}")
+        sender.send_task(RUN_TASK, args=[run_id], queue="grpo")
+        sender.close()
+        deadline = time.monotonic() + 120
+        while True:
+            with session_scope(db_url) as s:
+                if store.get_run(s, run_id)["step"] >= 1:
+                    break
+            assert time.monotonic() < deadline, (data_dir / "worker.log").read_text()
+            time.sleep(0.3)
+
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+        assert not _alive(worker)
+        with session_scope(db_url) as s:
+            run = store.get_run(s, run_id)
+        assert run["status"] == "failed" and run["error"].startswith("Interrupted"), run
+        assert run["step"] < 500
+    finally:
+        if server.poll() is None:
+            server.kill()
+        make_engine(db_url).dispose()
+
+
+@pytest.mark.slow
+def test_serve_killed_takes_its_worker_down(tmp_path, grpo_cache_dir):
+    server, worker, url = _start_serve(tmp_path / "data", grpo_cache_dir)
+    server.kill()
+    server.wait()
+    _wait_gone(worker, timeout=15)

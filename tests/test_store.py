@@ -1,0 +1,397 @@
+"""The store (app/store.py) against real databases: a SQLite file and a PostgreSQL database.
+
+Every test runs on both backends through the ``db_url`` fixture (tests/conftest.py).
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import delete, func, inspect, select
+
+from app import store
+from app.db import alembic_config, make_engine, session_scope, upgrade_database
+from app.models import Base, Group, Run, Sample
+from grpo_engine.config import validate_spec
+from grpo_engine.recorder import GroupRecord, SampleRecord
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = {"runs", "metrics", "groups", "samples", "run_logs"}
+
+
+def new_run(url: str, **spec) -> int:
+    spec = validate_spec({"iterations": 2, "steps_per_iteration": 3, **spec}).to_dict()
+    with session_scope(url) as s:
+        return store.create_run(s, spec, spec["name"] or "run")
+
+
+def parse_time(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value)
+    assert parsed.utcoffset() == timedelta(0), value
+    return parsed
+
+
+def recent(value: str) -> bool:
+    return abs(datetime.now(timezone.utc) - parse_time(value)) < timedelta(minutes=1)
+
+
+def group(prompt: str, rewards: list[float], process: bool = False) -> dict:
+    """A GroupRecord dict with one sample per reward; awkward floats and tokens to round-trip."""
+    samples = []
+    for i, reward in enumerate(rewards):
+        tokens = ["  ", "é", "\n", "", "<|endoftext|>", f"t{i}"]
+        advantages = [0.1 + 0.2, 1 / 3, -2.5e-300, 1e300, -0.0, float(i) - math.pi]
+        samples.append(SampleRecord(
+            completion="".join(tokens),
+            tokens=tokens,
+            reward=reward,
+            advantages=advantages,
+            step_rewards=[reward / 2, reward / 2] if process else None,
+            step_end_indices=[2, 5] if process else None,
+            reward_components={"correct": reward, "format": 1.0},
+        ))
+    return GroupRecord(prompt=prompt, reference="42", samples=samples).to_dict()
+
+
+# ---- runs -----------------------------------------------------------------------------------
+
+
+def test_create_get_and_list_runs(db_url):
+    first = new_run(db_url, name="first", supervision="process")
+    second = new_run(db_url)
+    with session_scope(db_url) as s:
+        run = store.get_run(s, first)
+        runs = store.list_runs(s)
+        assert store.get_run(s, 10_000) is None
+
+    assert run["run_id"] == first and run["name"] == "first" and run["status"] == "queued"
+    assert run["config"] == validate_spec({"name": "first", "supervision": "process", "iterations": 2,
+                                           "steps_per_iteration": 3}).to_dict()
+    assert (run["step"], run["total_steps"], run["error"], run["cancel_requested"]) == (0, 6, None, False)
+    assert recent(run["created_at"]) and run["started_at"] is None and run["finished_at"] is None
+
+    assert [r["run_id"] for r in runs] == [second, first]  # newest first
+    assert runs[1] == {
+        "run_id": first, "name": "first", "status": "queued", "model": "builtin-arith", "dataset": "builtin-arith",
+        "supervision": "process", "step": 0, "total_steps": 6, "created_at": run["created_at"],
+    }
+
+
+def test_status_transitions_set_timestamps(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.mark_running(s, run_id, total_steps=5)
+    with session_scope(db_url) as s:
+        run = store.get_run(s, run_id)
+    assert run["status"] == "running" and run["total_steps"] == 5 and recent(run["started_at"])
+    assert run["finished_at"] is None
+
+    time.sleep(0.01)
+    with session_scope(db_url) as s:  # a redelivered job starts the run again: first started_at is kept
+        store.mark_running(s, run_id, total_steps=5)
+        assert store.get_run(s, run_id)["started_at"] == run["started_at"]
+        store.finish_run(s, run_id, "completed")
+    with session_scope(db_url) as s:
+        done = store.get_run(s, run_id)
+    assert done["status"] == "completed" and done["error"] is None
+    assert parse_time(done["finished_at"]) >= parse_time(done["started_at"]) >= parse_time(done["created_at"])
+
+    failed = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.mark_running(s, failed, total_steps=6)
+        store.finish_run(s, failed, "failed", error="Traceback ...\nRuntimeError: out of memory")
+        with pytest.raises(ValueError, match="status"):
+            store.finish_run(s, failed, "running")
+    with session_scope(db_url) as s:
+        run = store.get_run(s, failed)
+    assert run["status"] == "failed" and run["error"].endswith("out of memory") and recent(run["finished_at"])
+    assert set(store.RUN_STATUSES) == {"queued", "running", "completed", "failed", "cancelled"}
+
+
+def test_session_scope_rolls_back_on_error(db_url):
+    run_id = new_run(db_url)
+    with pytest.raises(RuntimeError):
+        with session_scope(db_url) as s:
+            store.mark_running(s, run_id, total_steps=6)
+            raise RuntimeError("boom")
+    with session_scope(db_url) as s:
+        assert store.get_run(s, run_id)["status"] == "queued"
+
+
+def test_cancel_queued_run_at_once(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        assert store.request_cancel(s, run_id) == {"run_id": run_id, "status": "cancelled"}
+    with session_scope(db_url) as s:
+        run = store.get_run(s, run_id)
+        assert run["status"] == "cancelled" and recent(run["finished_at"])
+        assert store.is_cancel_requested(s, run_id)
+        # A worker that picks the job up late does not bring the run back.
+        store.mark_running(s, run_id, total_steps=6)
+        assert store.get_run(s, run_id)["status"] == "cancelled"
+        assert store.is_cancel_requested(s, run_id)
+
+
+def test_cancel_running_run_asks_the_worker(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.mark_running(s, run_id, total_steps=6)
+        assert not store.is_cancel_requested(s, run_id)
+    with session_scope(db_url) as s:
+        assert store.request_cancel(s, run_id) == {"run_id": run_id, "status": "running"}
+    with session_scope(db_url) as s:
+        run = store.get_run(s, run_id)
+        assert run["status"] == "running" and run["cancel_requested"] and run["finished_at"] is None
+        assert store.is_cancel_requested(s, run_id)
+        store.finish_run(s, run_id, "cancelled")
+    with session_scope(db_url) as s:
+        assert store.get_run(s, run_id)["status"] == "cancelled"
+
+
+def test_cancel_finished_or_unknown_run(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.mark_running(s, run_id, total_steps=6)
+        store.finish_run(s, run_id, "completed")
+    with session_scope(db_url) as s:
+        finished_at = store.get_run(s, run_id)["finished_at"]
+        assert store.request_cancel(s, run_id) == {"run_id": run_id, "status": "completed"}
+        run = store.get_run(s, run_id)
+        assert run["finished_at"] == finished_at and not run["cancel_requested"]
+        with pytest.raises(LookupError):
+            store.request_cancel(s, 10_000)
+        assert store.is_cancel_requested(s, 10_000)  # a deleted run: the worker stops
+
+
+# ---- metrics --------------------------------------------------------------------------------
+
+
+def test_record_step_upserts_and_orders_by_step(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.record_step(s, run_id, 2, 1, {"reward_mean": 0.5, "kl": 0.01})
+        store.record_step(s, run_id, 1, 1, {"reward_mean": 0.25, "kl": 0.0})
+    with session_scope(db_url) as s:  # a redelivered job repeats step 2 with other numbers
+        store.record_step(s, run_id, 2, 1, {"reward_mean": 0.75, "kl": float("nan"), "loss": float("inf")})
+        store.record_step(s, run_id, 3, 2, {"reward_mean": 1.0, "eval/accuracy": 0.5})
+    with session_scope(db_url) as s:
+        metrics = store.get_metrics(s, run_id)
+        assert store.get_run(s, run_id)["step"] == 3
+        assert store.get_metrics(s, 10_000) == []
+    assert metrics == [
+        {"step": 1, "iteration": 1, "reward_mean": 0.25, "kl": 0.0},
+        {"step": 2, "iteration": 1, "reward_mean": 0.75, "kl": None, "loss": None},
+        {"step": 3, "iteration": 2, "reward_mean": 1.0, "eval/accuracy": 0.5},
+    ]
+    assert list(metrics[0]) == ["step", "iteration", "reward_mean", "kl"]
+
+
+# ---- groups and samples ---------------------------------------------------------------------
+
+
+def test_record_groups_stats_and_listing(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.record_groups(s, run_id, 1, [group("q1", [0.0, 1.0, 0.0]), group("q2", [1.0, 1.0, 1.0])])
+        store.record_groups(s, run_id, 3, [group("q3", [2.0, 0.0]), group("q4", [0.0, 0.0]), group("q5", [1.0, 0.0])])
+    with session_scope(db_url) as s:
+        latest = store.list_groups(s, run_id)
+        first = store.list_groups(s, run_id, step=1)
+        assert store.group_steps(s, run_id) == [1, 3]
+        assert store.list_groups(s, run_id, step=2) == []
+        assert store.list_groups(s, 10_000) == [] and store.group_steps(s, 10_000) == []
+
+    assert [g["prompt"] for g in latest] == ["q3", "q4", "q5"] and {g["step"] for g in latest} == {3}
+    assert [(g["reward_mean"], g["reward_std"]) for g in latest] == [(1.0, 1.0), (0.0, 0.0), (0.5, 0.5)]
+    assert [g["prompt"] for g in first] == ["q1", "q2"]
+    assert first[0]["reward_mean"] == pytest.approx(1 / 3) and first[0]["reward_std"] == pytest.approx(0.4714, abs=1e-4)
+    assert first[0]["reward_std"] == pytest.approx(math.sqrt(2 / 9), rel=1e-12)  # population std
+    assert (first[1]["reward_mean"], first[1]["reward_std"]) == (1.0, 0.0)
+    assert set(first[0]) == {"group_id", "step", "prompt", "reward_mean", "reward_std"}
+
+
+def test_record_groups_is_idempotent_per_step(db_url):
+    run_id = new_run(db_url)
+    other = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.record_groups(s, run_id, 1, [group("old", [0.0, 1.0]), group("old2", [0.0, 1.0])])
+        store.record_groups(s, run_id, 2, [group("keep", [1.0, 1.0])])
+        store.record_groups(s, other, 1, [group("other", [1.0, 0.0])])
+    with session_scope(db_url) as s:  # the job is redelivered and step 1 is recorded again
+        store.record_groups(s, run_id, 1, [group("new", [1.0, 1.0])])
+    with session_scope(db_url) as s:
+        assert [g["prompt"] for g in store.list_groups(s, run_id, 1)] == ["new"]
+        assert [g["prompt"] for g in store.list_groups(s, run_id, 2)] == ["keep"]
+        assert [g["prompt"] for g in store.list_groups(s, other, 1)] == ["other"]
+        # The replaced groups' samples are gone too (ON DELETE CASCADE).
+        assert s.scalar(select(func.count()).select_from(Group)) == 3
+        assert s.scalar(select(func.count()).select_from(Sample)) == 6
+
+
+def test_get_group_round_trips_samples_exactly(db_url):
+    run_id = new_run(db_url)
+    outcome, process = group("What is 6*7?", [1.0, 0.0, 0.5]), group("Steps?", [1.0, 0.0], process=True)
+    with session_scope(db_url) as s:
+        store.record_groups(s, run_id, 4, [outcome, process])
+    with session_scope(db_url) as s:
+        ids = [g["group_id"] for g in store.list_groups(s, run_id, 4)]
+        got = [store.get_group(s, group_id) for group_id in ids]
+        assert store.get_group(s, 10_000) is None
+
+    for sent, received, group_id in zip([outcome, process], got, ids):
+        assert (received["group_id"], received["run_id"], received["step"]) == (group_id, run_id, 4)
+        assert (received["prompt"], received["reference"]) == (sent["prompt"], "42")
+        assert len(received["samples"]) == len(sent["samples"])
+        for a, b in zip(sent["samples"], received["samples"]):
+            assert isinstance(b["sample_id"], int)
+            for key in ("completion", "tokens", "reward", "advantages", "step_rewards", "step_end_indices",
+                        "reward_components"):
+                assert b[key] == a[key], key
+            assert [x.hex() for x in b["advantages"]] == [x.hex() for x in a["advantages"]]  # bit for bit
+            assert all(type(x) is float for x in b["advantages"])
+    assert got[0]["samples"][0]["step_rewards"] is None and got[0]["samples"][0]["step_end_indices"] is None
+    assert got[1]["samples"][0]["step_end_indices"] == [2, 5]
+    assert got[1]["samples"][1]["step_rewards"] == [0.0, 0.0]
+
+
+# ---- logs -----------------------------------------------------------------------------------
+
+
+def test_logs_oldest_first_with_limit(db_url):
+    run_id = new_run(db_url)
+    other = new_run(db_url)
+    with session_scope(db_url) as s:
+        for i in range(5):
+            store.append_log(s, run_id, f"line {i}")
+        store.append_log(s, other, "elsewhere")
+    with session_scope(db_url) as s:
+        assert store.get_logs(s, run_id) == [f"line {i}" for i in range(5)]
+        assert store.get_logs(s, run_id, limit=2) == ["line 3", "line 4"]
+        assert store.get_logs(s, other) == ["elsewhere"]
+        assert store.get_logs(s, 10_000) == []
+
+
+def test_deleting_a_run_deletes_everything_under_it(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.record_step(s, run_id, 1, 1, {"reward_mean": 1.0})
+        store.record_groups(s, run_id, 1, [group("q", [1.0, 0.0])])
+        store.append_log(s, run_id, "hello")
+    with session_scope(db_url) as s:
+        s.execute(delete(Run).where(Run.id == run_id))
+    with session_scope(db_url) as s:
+        for table in Base.metadata.sorted_tables:
+            assert s.scalar(select(func.count()).select_from(table)) == 0, table.name
+
+
+# ---- schema and engines ---------------------------------------------------------------------
+
+
+def test_schema_comes_only_from_the_migrations(db_url):
+    engine = make_engine(db_url)
+
+    def tables() -> set[str]:
+        engine.dispose()  # drop cached connections (and their cached schema) between DDL runs
+        return set(inspect(engine).get_table_names())
+
+    assert tables() == TABLES | {"alembic_version"}
+    with engine.connect() as connection:  # the migrated schema is exactly what the models describe
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+
+    command.downgrade(alembic_config(db_url), "base")
+    assert tables() == {"alembic_version"}
+    upgrade_database(db_url)
+    assert tables() == TABLES | {"alembic_version"}
+    new_run(db_url)  # usable again
+
+
+def test_fresh_database_has_no_tables_until_upgraded(tmp_path):
+    url = f"sqlite:///{tmp_path / 'nested' / 'dir' / 'grpo.sqlite'}"
+    engine = make_engine(url)
+    assert inspect(engine).get_table_names() == []
+    upgrade_database(url)
+    engine.dispose()
+    assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
+    engine.dispose()
+
+
+def test_alembic_command_line_reads_the_settings(tmp_path):
+    path = tmp_path / "data" / "cli.sqlite"
+    env = {**os.environ, "GRPO_DATABASE_URL": f"sqlite:///{path}"}
+    alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
+    subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
+    assert "0001 (head)" in current.stdout
+    engine = make_engine(env["GRPO_DATABASE_URL"])
+    assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
+    engine.dispose()
+
+
+def test_sqlite_connections_use_wal_and_wait_for_locks(sqlite_url):
+    with make_engine(sqlite_url).connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_a_writer_waits_for_another_writer(db_url):
+    """The worker writes while the web process cancels: the second writer waits, it does not fail."""
+    run_id = new_run(db_url)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def cancel() -> None:
+        try:
+            with session_scope(db_url) as s:
+                store.request_cancel(s, run_id)
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+        done.set()
+
+    with session_scope(db_url) as s:
+        store.mark_running(s, run_id, total_steps=6)  # holds the write lock (SQLite) / the row lock (PostgreSQL)
+        thread = threading.Thread(target=cancel)
+        thread.start()
+        time.sleep(0.5)
+        assert not done.is_set()
+        store.append_log(s, run_id, "step 1")
+    thread.join(timeout=30)
+    assert done.is_set() and errors == []
+    with session_scope(db_url) as s:
+        run = store.get_run(s, run_id)
+        assert (run["status"], run["cancel_requested"]) == ("running", True)
+
+
+def test_read_then_write_after_another_commit(db_url):
+    """A session that read before another process committed can still write afterwards."""
+    run_id = new_run(db_url)
+    with session_scope(db_url) as worker:
+        assert store.get_run(worker, run_id)["status"] == "queued"
+        with session_scope(db_url) as web:
+            store.request_cancel(web, run_id)
+        store.append_log(worker, run_id, "skipped: cancelled")
+        store.mark_running(worker, run_id, total_steps=6)
+    with session_scope(db_url) as s:
+        assert store.get_run(s, run_id)["status"] == "cancelled"
+        assert store.get_logs(s, run_id) == ["skipped: cancelled"]
+
+
+def test_concurrent_upgrades_do_not_collide(db_url):
+    """The web process and workers may all upgrade at start-up, each in its own process."""
+    command.downgrade(alembic_config(db_url), "base")
+    code = f"from app.db import upgrade_database; upgrade_database({db_url!r})"
+    processes = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+    new_run(db_url)
