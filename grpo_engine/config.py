@@ -47,10 +47,10 @@ FIELDS: tuple[Field, ...] = (
     Field("batch_size", int, 8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096),
     Field("clip_eps", float, 0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True),
     Field("kl_coef", float, 0.04, "beta: weight of the k3 KL penalty against the reference policy (in the loss, not the reward).", min=0.0, max=10.0),
-    Field("learning_rate", float, 2e-3, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
+    Field("learning_rate", float, 2e-4, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
           min=0.0, max=1.0, min_exclusive=True),
     Field("iterations", int, 1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000),
-    Field("steps_per_iteration", int, 40, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000),
+    Field("steps_per_iteration", int, 100, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000),
     Field("policy_updates_per_batch", int, 1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64),
     Field("max_new_tokens", int, 32, "Longest completion sampled, in tokens; longer ones are cut and count as truncated.", min=1, max=32768),
     Field("temperature", float, 1.0, "Sampling temperature for the G outputs (evaluation is greedy).", min=0.0, max=10.0, min_exclusive=True),
@@ -59,7 +59,7 @@ FIELDS: tuple[Field, ...] = (
     Field("rm_learning_rate", float, 1e-4, "Learning rate of the learned reward model (reward: model).", min=0.0, max=1.0, min_exclusive=True),
     Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank.", min=0, max=1024),
     Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
-    Field("eval_every", int, 5, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
+    Field("eval_every", int, 10, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
           min=0, max=1_000_000),
 )
 

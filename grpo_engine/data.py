@@ -19,10 +19,10 @@ STEP_DELIMITER = "\n"
 ANSWER_PREFIX = "#### "
 
 # Question shapes. In the "precedence" shapes the second operator binds tighter than the first,
-# so working left to right gives a wrong answer.
+# so working left to right gives a wrong answer (unless the last number is 1).
 PRECEDENCE_SHAPES = ("{a}+{b}*{c}", "{a}-{b}*{c}")
 PLAIN_SHAPES = ("{a}*{b}+{c}", "{a}*{b}-{c}", "{a}+{b}-{c}", "{a}-{b}+{c}", "{a}+{b}+{c}")
-PRECEDENCE_SHARE = 0.75  # share of built-in questions whose answer depends on precedence
+PRECEDENCE_SHARE = 0.75  # share of built-in questions of a precedence shape
 HELDOUT_SIZE = 200
 DIGITS = range(1, 7)  # operands; small enough for the tiny model to learn every fact in its warm start
 BUILTIN_SEED = 1234

@@ -22,7 +22,8 @@ def outcome_advantages(rewards: torch.Tensor, eps: float = ADV_EPS) -> torch.Ten
     mean = rewards.mean(dim=1, keepdim=True)  # (B, 1)
     std = rewards.std(dim=1, keepdim=True, unbiased=False)  # (B, 1)
     adv = (rewards - mean) / (std + eps)
-    return torch.where(std > 0, adv, torch.zeros_like(adv))
+    same = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)  # (B, 1); exact test, float std may not be 0
+    return torch.where(same, torch.zeros_like(adv), adv)
 
 
 def process_advantages(
@@ -40,9 +41,9 @@ def process_advantages(
     adv = torch.zeros(len(step_rewards), length)  # (G, T)
     if flat.numel() == 0:
         return adv
-    mean, std = flat.mean(), flat.std(unbiased=False)
-    if std <= 0:
+    if bool((flat == flat[0]).all()):  # all step rewards equal: nothing to learn from this group
         return adv
+    mean, std = flat.mean(), flat.std(unbiased=False)
     for i, (rewards, ends) in enumerate(zip(step_rewards, step_ends)):
         for r, end in zip(rewards, ends):
             # this step's normalised reward counts for every token up to and including its end

@@ -16,7 +16,7 @@ class SampleRecord:
 
     completion: str  # decoded completion text (without padding / EOS)
     tokens: list[str]  # decoded text of each completion token, same length as advantages
-    reward: float  # total reward r_i (outcome) or the sum of step rewards (process)
+    reward: float  # reward r_i (outcome) or the mean of the step rewards (process)
     advantages: list[float]  # A_hat[i, t], one per token of the completion
     step_rewards: list[float] | None = None  # process supervision: one reward per step
     step_end_indices: list[int] | None = None  # 0-based token index where each step ends

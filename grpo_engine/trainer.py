@@ -208,7 +208,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 for b in range(spec.batch_size):
                     rs, es = [], []
                     for i in range(b * G, (b + 1) * G):
-                        steps, ends = step_boundaries(token_texts[i])
+                        steps, ends = step_boundaries(token_texts[i][: lengths[i] - int(ended[i])])  # EOS is no step
                         verdicts = [float(check_step(s, batch[b]["question"], steps[:j])) for j, s in enumerate(steps)]
                         step_rewards[i], step_ends[i] = verdicts, ends
                         rs.append(verdicts)
@@ -243,7 +243,12 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             t3 = time.time()
 
             # 5. report
-            zero_std = (rewards.view(-1, G).std(dim=1, unbiased=False) == 0).float().mean().item()
+            if spec.supervision == "outcome":
+                flat_group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(spec.batch_size)]
+            else:  # process advantages normalise over all step rewards of the group
+                flat_group_rewards = [[r for i in range(b * G, (b + 1) * G) for r in step_rewards[i]]
+                                      for b in range(spec.batch_size)]
+            zero_std = sum(len(set(g)) <= 1 for g in flat_group_rewards) / spec.batch_size
             metrics = {
                 "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std(unbiased=False).item(),

@@ -5,11 +5,14 @@
                   Server: GRPO_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/).
                   An unreachable server is an error, never a skip.
 ``db_url``        each test once per backend (ids "sqlite" and "postgres")
+``grpo_cache_dir`` one model cache for the whole session, with the built-in model built in it
+                  (GRPO_TEST_CACHE_DIR if set, so CI and developers can keep it between sessions)
 """
 from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine
@@ -49,3 +52,13 @@ def postgres_url():
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request):
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(scope="session")
+def grpo_cache_dir(tmp_path_factory) -> Path:
+    """One model cache for the whole session, with the built-in model already built in it."""
+    from grpo_engine.model import builtin_model_dir
+
+    cache = Path(os.environ.get("GRPO_TEST_CACHE_DIR") or tmp_path_factory.getbasetemp() / "grpo-cache")
+    builtin_model_dir(cache, log=lambda message: None)  # builds it on first use (a file lock guards it)
+    return cache

@@ -23,7 +23,7 @@ from celery import Celery
 from app import store
 from app.db import make_engine, session_scope, upgrade_database
 from grpo_engine.config import validate_spec
-from tests.test_worker import TINY_SPEC, grpo_cache_dir  # noqa: F401  (grpo_cache_dir is a fixture)
+from tests.test_worker import TINY_SPEC
 from workers.celery_app import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]

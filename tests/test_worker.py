@@ -6,8 +6,8 @@ Redis at GRPO_TEST_REDIS_URL, default redis://127.0.0.1:6379/5, each test on its
 a run with app.store, send the task by name as the dashboard does, and poll the store.
 A Redis server that does not answer fails the Redis tests; they are never skipped.
 
-The built-in model is built once per test session in one cache directory (``grpo_cache_dir``:
-GRPO_CACHE_DIR if set, so CI can keep it between runs).
+The built-in model is built once per test session in one cache directory (the ``grpo_cache_dir``
+fixture of conftest.py).
 """
 from __future__ import annotations
 
@@ -35,20 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("GRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
 RUN_TIMEOUT = 180  # seconds for a short run, from sending the task to a finished status
 TINY_SPEC = {"steps_per_iteration": 2, "batch_size": 2, "group_size": 2, "eval_every": 1, "max_new_tokens": 16}
-
-
-@pytest.fixture(scope="session")
-def grpo_cache_dir(tmp_path_factory) -> Path:
-    """One model cache for the whole session, with the built-in model already built in it.
-
-    Under the session's base temp dir at a fixed name, so test_cli.py's fixture of the same name
-    finds the same directory.
-    """
-    from grpo_engine.model import builtin_model_dir
-
-    cache = Path(os.environ.get("GRPO_CACHE_DIR") or tmp_path_factory.getbasetemp() / "grpo-cache")
-    builtin_model_dir(cache, log=lambda message: None)  # builds it on first use (a file lock guards it)
-    return cache
 
 
 def _create_run(url: str, spec: dict) -> int:

@@ -1,0 +1,108 @@
+"""The dashboard in a real browser: Chromium (/usr/bin/chromium) driven through Playwright.
+
+Starts `grpo-dashboard serve` as the end-to-end test does (embedded store, broker and worker),
+fills the launch form, launches, watches the run complete in the Run tab, then opens the Groups
+tab, picks a step and a group whose rewards differ (found through the API), and finds its
+completions drawn as advantage-coloured token spans. Screenshots go to
+test-artifacts/ (launch-form.png, run-view.png, group-view.png).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+from playwright.sync_api import expect, sync_playwright
+
+from tests.test_e2e import ROOT, RUN_TIMEOUT, clean_env, start_server
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+FORM = {"name": "browser run", "steps_per_iteration": "3", "batch_size": "2", "group_size": "4"}
+
+
+@pytest.fixture
+def dashboard(tmp_path, grpo_cache_dir):
+    """The URL of a running `grpo-dashboard serve` with its embedded worker."""
+    server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def page():
+    """A fresh Chromium page, 1400 x 1000."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_launch_watch_and_browse_groups(dashboard, page):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.set_default_timeout(30_000)
+    expect.set_options(timeout=30_000)
+    page.goto(dashboard)
+
+    # 1. the launch form: a few fields, then Launch
+    page.click("#tab-launch-button")
+    for field, value in FORM.items():
+        box = page.locator(f"#spec-{field} input, #spec-{field} textarea").first
+        box.fill(value)
+        box.press("Tab")
+    page.screenshot(path=str(ARTIFACTS / "launch-form.png"), full_page=True)
+    page.click("#launch-button")
+    result = page.locator("#launch-result .ok")
+    expect(result).to_contain_text("Launched run")
+    run_id = re.search(r"Launched run (\d+)", result.inner_text()).group(1)
+
+    # 2. the Run tab opens on the new run and follows it to the end
+    progress = page.locator("#run-progress .run-progress")
+    expect(progress).to_contain_text(f"#{run_id}")
+    expect(progress).to_contain_text("browser run")
+    expect(page.locator('#run-progress .run-progress[data-status="completed"]')).to_be_visible(
+        timeout=RUN_TIMEOUT * 1000)
+    expect(progress).to_contain_text("step 3 / 3")
+    expect(page.locator("#run-charts .js-plotly-plot")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "run-view.png"), full_page=True)
+
+    # 3. the Groups tab: the latest step's groups, the first one shown as token spans
+    page.click("#tab-groups-button")
+    first_cells = page.locator('#groups-table [role="gridcell"][data-col="0"]')  # one per row of the table
+    expect(first_cells).to_have_count(2)  # batch_size groups at the step
+    expect(page.locator("#group-step input")).to_have_value("step 3")
+    view = page.locator("#group-view .group")
+    expect(view).to_have_attribute("data-group-id", first_cells.first.inner_text().strip())
+    expect(page.locator("#group-view .sample")).to_have_count(4)  # group_size samples
+    tokens = page.locator("#group-view span.token")
+    expect(tokens.first).to_be_visible()
+    for i in range(min(tokens.count(), 20)):
+        assert tokens.nth(i).get_attribute("data-adv") is not None
+        assert "background:rgb(" in (tokens.nth(i).get_attribute("style") or "")
+
+    # 4. pick a step and a row whose rewards differ (if the run sampled one): its tokens are coloured
+    client = Client(dashboard, verbose=False)
+    varied = [(step, row, g["group_id"]) for step in (1, 2, 3)
+              for row, g in enumerate(client.predict(int(run_id), step, api_name="/list_groups"))
+              if g["reward_std"] > 0]
+    step, row, group_id = varied[0] if varied else (1, 1, None)
+    page.click("#group-step input")
+    page.get_by_role("option", name=f"step {step}", exact=True).click()
+    expect(page.locator("#group-step input")).to_have_value(f"step {step}")
+    page.click(f'#groups-table [data-testid="cell-{row}-1"]')
+    if group_id is not None:
+        expect(view).to_have_attribute("data-group-id", str(group_id))
+        coloured = page.locator('#group-view span.token:not([style*="rgb(255,255,255)"])')
+        expect(coloured.first).to_be_visible()
+        assert float(coloured.first.get_attribute("data-adv")) != 0
+    expect(page.locator("#group-view span.token").first).to_be_visible()
+    page.locator("#group-view").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "group-view.png"), full_page=True)

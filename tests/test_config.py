@@ -1,0 +1,129 @@
+"""The run spec: defaults, coercion, and errors that name the offending key."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from grpo_engine.config import FIELDS, RunSpec, SpecError, defaults, validate_spec
+
+
+def test_defaults():
+    spec = validate_spec({})
+    assert isinstance(spec, RunSpec)
+    assert spec.to_dict() == defaults()
+    assert validate_spec(None) == spec
+    assert spec.model == "builtin-arith" and spec.dataset == "builtin-arith"
+    assert spec.supervision == "outcome" and spec.reward == "rule"
+    assert spec.total_steps == spec.iterations * spec.steps_per_iteration
+    for field in FIELDS:
+        assert isinstance(getattr(spec, field.name), field.type), field.name
+
+
+def test_none_counts_as_missing_and_values_round_trip():
+    spec = validate_spec({"group_size": None, "batch_size": 3, "iterations": 2, "steps_per_iteration": 5})
+    assert spec.group_size == defaults()["group_size"]
+    assert spec.total_steps == 10
+    assert validate_spec(spec.to_dict()) == spec
+
+
+def _bad_type_value(field):
+    """A value of the wrong type for the field."""
+    return 5 if field.type is str else "not a number"
+
+
+def _out_of_range_values(field):
+    """Values just outside the field's range or choices."""
+    if field.choices is not None:
+        return ["bogus"]
+    values = []
+    if field.min is not None:
+        values.append(field.min if field.min_exclusive else field.min - 1)
+    if field.max is not None:
+        values.append(field.max + 1)
+    return [field.type(v) for v in values]
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
+def test_wrong_type_names_the_key(field):
+    with pytest.raises(SpecError) as info:
+        validate_spec({field.name: _bad_type_value(field)})
+    assert info.value.key == field.name
+    assert field.name in str(info.value)
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if f.choices or f.min is not None or f.max is not None],
+                         ids=lambda f: f.name)
+def test_out_of_range_names_the_key(field):
+    for value in _out_of_range_values(field):
+        with pytest.raises(SpecError) as info:
+            validate_spec({field.name: value})
+        assert info.value.key == field.name, value
+        assert field.name in str(info.value)
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if f.type in (int, float)], ids=lambda f: f.name)
+def test_bool_is_refused_for_numbers(field):
+    for value in (True, False):
+        with pytest.raises(SpecError) as info:
+            validate_spec({field.name: value})
+        assert info.value.key == field.name
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(SpecError) as info:
+        validate_spec({"group_size": 4, "learning_rat": 0.1})
+    assert info.value.key == "learning_rat"
+    assert "learning_rat" in str(info.value)
+
+
+def test_spec_must_be_an_object():
+    with pytest.raises(SpecError) as info:
+        validate_spec([("group_size", 4)])
+    assert info.value.key is None
+
+
+def test_strings_are_coerced_for_numbers():
+    spec = validate_spec({"group_size": " 4 ", "clip_eps": "0.1", "kl_coef": "0", "learning_rate": "1e-5"})
+    assert spec.group_size == 4 and isinstance(spec.group_size, int)
+    assert spec.clip_eps == 0.1 and spec.kl_coef == 0.0 and spec.learning_rate == 1e-5
+    assert isinstance(spec.kl_coef, float)
+
+
+def test_numbers_are_coerced_between_int_and_float():
+    spec = validate_spec({"group_size": 4.0, "kl_coef": 1})
+    assert spec.group_size == 4 and isinstance(spec.group_size, int)
+    assert spec.kl_coef == 1.0 and isinstance(spec.kl_coef, float)
+    for bad in (4.5, "4.5"):
+        with pytest.raises(SpecError) as info:
+            validate_spec({"group_size": bad})
+        assert info.value.key == "group_size"
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, "nan", "-inf"])
+def test_non_finite_numbers_are_refused(value):
+    with pytest.raises(SpecError) as info:
+        validate_spec({"kl_coef": value})
+    assert info.value.key == "kl_coef"
+
+
+def test_strings_are_stripped_and_model_dataset_must_not_be_empty():
+    assert validate_spec({"name": "  run a  "}).name == "run a"
+    assert validate_spec({"name": "   "}).name == ""
+    for key in ("model", "dataset"):
+        with pytest.raises(SpecError) as info:
+            validate_spec({key: "  "})
+        assert info.value.key == key
+
+
+def test_reward_model_is_refused_naming_reward():
+    with pytest.raises(SpecError) as info:
+        validate_spec({"reward": "model"})
+    assert info.value.key == "reward"
+    assert "reward" in str(info.value)
+    assert validate_spec({"reward": "rule"}).reward == "rule"
+
+
+def test_bounds_are_inclusive_where_documented():
+    spec = validate_spec({"group_size": 2, "kl_coef": 0.0, "clip_eps": 1.0, "eval_every": 0, "lora_rank": 0})
+    assert (spec.group_size, spec.kl_coef, spec.clip_eps, spec.eval_every) == (2, 0.0, 1.0, 0)

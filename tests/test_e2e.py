@@ -1,0 +1,192 @@
+"""End to end: the real `grpo-dashboard` processes, driven only through gradio_client.
+
+Embedded default: `grpo-dashboard serve` with its SQLite store, SQLite broker and embedded worker.
+Production shape: the same server on PostgreSQL and Redis with no embedded worker, plus a separate
+`grpo-dashboard worker` process. In both, a short run on the built-in model and dataset is launched
+with /launch_run and must complete; its metrics, groups and per-token advantages are then read
+back through the API and checked against the GRPO definitions (outcome supervision, Eq. of section 4.1.2).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from gradio_client import Client
+
+from grpo_engine.recorder import METRICS
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = str(Path(sys.executable).with_name("grpo-dashboard"))
+REDIS_URL = os.environ.get("GRPO_TEST_E2E_REDIS_URL", "redis://127.0.0.1:6379/6")
+RUN_TIMEOUT = 240  # seconds from /launch_run to a finished status
+SPEC = {"name": "e2e", "steps_per_iteration": 4, "batch_size": 2, "group_size": 4, "eval_every": 2}
+ADV_EPS = 1e-4  # eps' of the advantage normalisation (GRPO_SPEC.md)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def clean_env(cache_dir: Path, **settings: str) -> dict[str, str]:
+    """This environment without any GRPO_* variable, plus the shared model cache and ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
+    return {**env, "GRPO_CACHE_DIR": str(cache_dir), "GRADIO_ANALYTICS_ENABLED": "False", **settings}
+
+
+class Process:
+    """A `grpo-dashboard ...` subprocess with its output in a log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path):
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen([COMMAND, *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM (serve stops its embedded worker on the way out), SIGKILL after 60 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_server(data_dir: Path, env: dict[str, str]) -> tuple[Process, str]:
+    """`grpo-dashboard serve --port P --data-dir D`; returns it and its URL once it answers HTTP."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    server = Process(["serve", "--port", str(port), "--data-dir", str(data_dir)], env, data_dir / "serve.log")
+    deadline = time.monotonic() + 90
+    while True:
+        if server.proc.poll() is not None:
+            raise AssertionError(f"serve exited:\n{server.log()}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise AssertionError(f"serve did not answer within 90 s:\n{server.log()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return server, url
+        except OSError:
+            time.sleep(0.3)
+
+
+def wait_finished(client: Client, run_id: int, logs, timeout: float = RUN_TIMEOUT) -> dict:
+    """Poll /get_run until the run is completed, failed or cancelled."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.predict(run_id, api_name="/get_run")
+        if run["status"] in ("completed", "failed", "cancelled"):
+            return run
+        assert time.monotonic() < deadline, f"run {run_id} still {run['status']} after {timeout}s:\n{logs()}"
+        time.sleep(1)
+
+
+def check_short_run(url: str, logs) -> None:
+    """Launch SPEC through the API, wait for it, and check everything the API reports about it."""
+    client = Client(url, verbose=False)
+
+    # 1. launch and wait
+    launched = client.predict(SPEC, api_name="/launch_run")
+    assert launched["status"] == "queued"
+    run_id = launched["run_id"]
+    run = wait_finished(client, run_id, logs)
+    assert run["status"] == "completed", f"{run['error']}\n{logs()}"
+    assert (run["step"], run["total_steps"], run["error"]) == (4, 4, None)
+    assert run["config"]["group_size"] == 4 and run["started_at"] and run["finished_at"]
+    assert any(r["run_id"] == run_id and r["status"] == "completed"
+               for r in client.predict(api_name="/list_runs"))
+
+    # 2. metrics: step 0 (evaluation before training), then every step with every documented metric
+    metrics = client.predict(run_id, api_name="/get_metrics")
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4]
+    step_keys = set(METRICS) - {"eval/accuracy"}
+    for m in metrics[1:]:
+        assert step_keys <= set(m), sorted(step_keys - set(m))
+        assert m["iteration"] == 1
+    assert [m["step"] for m in metrics if "eval/accuracy" in m] == [0, 2, 4]
+    assert all(0.0 <= m["eval/accuracy"] <= 1.0 for m in metrics if "eval/accuracy" in m)
+
+    # 3. groups: B groups per step, G samples each, advantages = group-normalised rewards on every token
+    groups = client.predict(run_id, 2, api_name="/list_groups")
+    assert len(groups) == SPEC["batch_size"] and all(g["step"] == 2 for g in groups)
+    assert [g["step"] for g in client.predict(run_id, None, api_name="/list_groups")] == [4, 4]
+    for listed in groups:
+        group = client.predict(listed["group_id"], api_name="/get_group")
+        assert (group["group_id"], group["run_id"], group["step"]) == (listed["group_id"], run_id, 2)
+        assert group["prompt"] == listed["prompt"] and group["reference"]
+        samples = group["samples"]
+        assert len(samples) == SPEC["group_size"]
+        rewards = [s["reward"] for s in samples]
+        mean = sum(rewards) / len(rewards)
+        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5  # population std
+        assert listed["reward_mean"] == pytest.approx(mean, abs=1e-6)
+        assert listed["reward_std"] == pytest.approx(std, abs=1e-6)
+        for sample, r in zip(samples, rewards):
+            assert len(sample["advantages"]) == len(sample["tokens"]) > 0
+            expected = 0.0 if std == 0 else (r - mean) / (std + ADV_EPS)
+            assert sample["advantages"] == pytest.approx([expected] * len(sample["tokens"]), abs=1e-3)
+            assert sample["step_end_indices"] is None  # outcome supervision
+            assert "".join(sample["tokens"]).startswith(sample["completion"])
+
+
+@pytest.mark.slow
+def test_embedded_server_runs_a_short_run(tmp_path, grpo_cache_dir):
+    server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
+    worker_log = tmp_path / "data" / "worker.log"
+    try:
+        check_short_run(url, lambda: f"{server.log()}\n--- worker ---\n{worker_log.read_text(errors='replace')}")
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_queue():
+    """A fresh queue name on the test Redis; its keys are deleted afterwards. Redis down: the test fails."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
+    client.ping()
+    queue = f"grpo-e2e-{uuid.uuid4().hex[:12]}"
+    try:
+        yield queue
+    finally:
+        for key in client.scan_iter(f"*{queue}*"):
+            client.delete(key)
+        client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_postgres_redis_server_with_a_separate_worker(tmp_path, grpo_cache_dir, postgres_url, redis_queue):
+    env = clean_env(grpo_cache_dir, GRPO_DATABASE_URL=postgres_url, GRPO_BROKER_URL=REDIS_URL,
+                    GRPO_QUEUE=redis_queue, GRPO_EMBEDDED_WORKER="0")
+    (tmp_path / "worker").mkdir()
+    worker = Process(["worker", "--data-dir", str(tmp_path / "worker")], env, tmp_path / "worker.log")
+    server = None
+    try:
+        server, url = start_server(tmp_path / "data", env)
+        assert "no embedded worker" in server.log()
+        check_short_run(url, lambda: f"{server.log()}\n--- worker ---\n{worker.log()}")
+        assert "ready." in worker.log()
+        assert not (tmp_path / "data" / "worker.log").exists()  # the server started no worker of its own
+    finally:
+        if server is not None:
+            server.stop()
+        worker.stop()

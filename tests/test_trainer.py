@@ -1,0 +1,149 @@
+"""Short real runs of grpo_engine.trainer.train on the built-in model, recorded in memory.
+
+The built-in model is built once per session in the ``grpo_cache_dir`` fixture (tests/conftest.py).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from grpo_engine.config import validate_spec
+from grpo_engine.objective import ADV_EPS, process_advantages
+from grpo_engine.recorder import METRICS, MemoryRecorder
+from grpo_engine.rewards import check_step, outcome_reward, split_steps
+from grpo_engine.trainer import train
+
+BASE = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
+
+
+def run(cache_dir, recorder=None, **overrides):
+    recorder = recorder or MemoryRecorder()
+    result = train(validate_spec({**BASE, **overrides}), recorder, cache_dir, device="cpu")
+    return result, recorder
+
+
+@pytest.fixture(scope="module")
+def outcome_run(grpo_cache_dir):
+    return run(grpo_cache_dir)
+
+
+@pytest.fixture(scope="module")
+def process_run(grpo_cache_dir):
+    return run(grpo_cache_dir, supervision="process", steps_per_iteration=2, batch_size=3, eval_every=0)
+
+
+def by_step(recorder: MemoryRecorder) -> dict[int, dict]:
+    return {m["step"]: m for m in recorder.metrics}
+
+
+# --- outcome supervision ---------------------------------------------------------------------
+
+def test_outcome_run_completes_and_records_every_metric(outcome_run):
+    result, rec = outcome_run
+    assert result["status"] == "completed" and result["step"] == 3
+    assert rec.total_steps == 3
+    steps = by_step(rec)
+    assert sorted(steps) == [0, 1, 2, 3]
+    assert set(steps[0]) == {"step", "iteration", "eval/accuracy"}  # before training
+    assert 0.0 <= steps[0]["eval/accuracy"] <= 1.0
+    for s in (2, 3):  # eval_every=2, and the last step
+        assert set(METRICS) <= set(steps[s]), set(METRICS) - set(steps[s])
+    assert set(METRICS) - {"eval/accuracy"} <= set(steps[1]) and "eval/accuracy" not in steps[1]
+    for s in (1, 2, 3):
+        assert steps[s]["iteration"] == 1
+        assert all(math.isfinite(v) for v in steps[s].values())
+        assert steps[s]["clip_frac"] == 0.0  # mu = 1: the ratio is exactly 1
+    assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)  # reference == policy at step 1
+
+
+def test_outcome_groups_carry_group_normalised_advantages(outcome_run):
+    _, rec = outcome_run
+    assert sorted(rec.group_log) == [1, 2, 3]
+    for step, groups in rec.group_log.items():
+        assert len(groups) == 2
+        for group in groups:
+            assert len(group.samples) == 4
+            assert group.reference == str(eval(group.prompt))
+            rewards = torch.tensor([s.reward for s in group.samples])
+            std = rewards.std(unbiased=False).item()
+            mean = rewards.mean().item()
+            for s in group.samples:
+                assert s.reward == outcome_reward(s.completion, group.reference)[0]
+                assert s.reward_components["correct"] == s.reward
+                assert s.step_rewards is None and s.step_end_indices is None
+                assert len(s.advantages) == len(s.tokens) > 0
+                assert all(isinstance(a, float) for a in s.advantages)
+                expected = (s.reward - mean) / (std + ADV_EPS) if std > 0 else 0.0
+                assert s.advantages == pytest.approx([expected] * len(s.tokens), abs=1e-5)
+
+
+# --- process supervision ---------------------------------------------------------------------
+
+def test_process_run_records_steps_and_their_advantages(process_run):
+    result, rec = process_run
+    assert result["status"] == "completed"
+    assert by_step(rec)[1]["kl"] == pytest.approx(0.0, abs=1e-6)
+    for groups in rec.group_log.values():
+        for group in groups:
+            samples = group.samples
+            for s in samples:
+                assert len(s.advantages) == len(s.tokens)
+                assert len(s.step_rewards) == len(s.step_end_indices)
+                ends = s.step_end_indices
+                assert ends == sorted(set(ends)), ends  # ascending
+                assert all(0 <= e < len(s.tokens) for e in ends)
+                assert set(s.step_rewards) <= {0.0, 1.0}
+            width = max(len(s.tokens) for s in samples)
+            expected = process_advantages([s.step_rewards for s in samples],
+                                          [s.step_end_indices for s in samples], width)
+            for i, s in enumerate(samples):
+                assert s.advantages == pytest.approx(expected[i, : len(s.tokens)].tolist(), abs=1e-5)
+
+
+def test_process_step_rewards_judge_the_completion_steps(process_run):
+    # each recorded step reward is the step checker's verdict on that step of the decoded completion
+    # (the final "#### N" line of a right solution is a right step)
+    _, rec = process_run
+    for groups in rec.group_log.values():
+        for group in groups:
+            for s in group.samples:
+                steps = split_steps(s.completion)
+                verdicts = [float(check_step(x, group.prompt, steps[:j])) for j, x in enumerate(steps)]
+                assert s.step_rewards == verdicts, (s.completion, s.tokens[-3:])
+
+
+# --- cancellation and mu > 1 -----------------------------------------------------------------
+
+class StopAfter(MemoryRecorder):
+    """Asks to stop once ``n`` training steps have been recorded."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+
+    def should_stop(self) -> bool:
+        return sum(m["step"] > 0 for m in self.metrics) >= self.n
+
+
+def test_should_stop_cancels_at_a_step_boundary(grpo_cache_dir):
+    result, rec = run(grpo_cache_dir, StopAfter(1), eval_every=0)
+    assert result["status"] == "cancelled" and result["step"] == 1
+    assert [m["step"] for m in rec.metrics] == [1]
+    assert sorted(rec.group_log) == [1]
+
+
+def test_should_stop_before_the_first_step(grpo_cache_dir):
+    result, rec = run(grpo_cache_dir, StopAfter(0), eval_every=0)
+    assert result["status"] == "cancelled" and result["step"] == 0
+    assert rec.total_steps == 3 and rec.metrics == [] and rec.group_log == {}
+
+
+def test_several_policy_updates_per_batch_report_clipping(grpo_cache_dir):
+    result, rec = run(grpo_cache_dir, policy_updates_per_batch=2, steps_per_iteration=1, eval_every=0)
+    assert result["status"] == "completed"
+    metrics = by_step(rec)[1]
+    assert 0.0 <= metrics["clip_frac"] <= 1.0
+    if any(a != 0 for g in rec.group_log[1] for s in g.samples for a in s.advantages):
+        assert metrics["clip_frac"] > 0.0  # the second update sees ratios away from 1
