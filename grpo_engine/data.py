@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 from .config import BUILTIN_DATASET
@@ -77,7 +78,12 @@ def _builtin_questions() -> list[tuple[int, str, int, str, int]]:
 
 
 def builtin_examples() -> tuple[list[dict], list[dict]]:
-    """The built-in dataset as (train, heldout); the held-out split is fixed."""
+    """The built-in dataset as (train, heldout); the held-out split is fixed.
+
+    Held-out questions are new questions, but every arithmetic step of their solutions also occurs
+    in some training question's solution: evaluation measures whether the policy learned to respect
+    precedence, not whether it can guess a product it never saw.
+    """
     examples = []
     for a, op1, b, op2, c in _builtin_questions():
         steps, answer = solve(a, op1, b, op2, c)
@@ -85,8 +91,18 @@ def builtin_examples() -> tuple[list[dict], list[dict]]:
             "question": f"{a}{op1}{b}{op2}{c}",
             "answer": str(answer),
             "solution": format_solution(steps, answer),
+            "steps": steps,
         })
-    return examples[HELDOUT_SIZE:], examples[:HELDOUT_SIZE]
+    uses = Counter(step for ex in examples for step in ex["steps"])
+    train, heldout = [], []
+    for ex in examples:  # already in a fixed shuffled order
+        if len(heldout) < HELDOUT_SIZE and all(uses[step] > 1 for step in ex["steps"]):
+            heldout.append(ex)
+            uses.subtract(ex["steps"])  # the remaining training questions must still cover its steps
+        else:
+            train.append(ex)
+    strip = lambda rows: [{k: v for k, v in ex.items() if k != "steps"} for ex in rows]  # noqa: E731
+    return strip(train), strip(heldout)
 
 
 def arithmetic_facts() -> list[str]:
