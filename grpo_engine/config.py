@@ -34,9 +34,9 @@ class Field:
 FIELDS: tuple[Field, ...] = (
     Field("name", str, "", "A label for the run; empty picks one from the model and the time."),
     Field("model", str, BUILTIN_MODEL,
-          f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), a Hugging Face model id, or a local directory."),
+          f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), or a Hugging Face model id or local directory with a causal LM."),
     Field("dataset", str, BUILTIN_DATASET,
-          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), a Hugging Face dataset id, or a local JSONL/CSV/Parquet file."),
+          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), or a local .jsonl file with 'question' and 'answer' fields."),
     Field("supervision", str, "outcome",
           "'outcome': one reward per output (paper 4.1.2); 'process': one reward per reasoning step (4.1.3).",
           choices=("outcome", "process")),

@@ -282,4 +282,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
             metrics["time/step"] = time.time() - t0
             recorder.step(step, iteration, metrics)
+            if "eval/accuracy" in metrics:
+                recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, "
+                             f"kl {metrics['kl']:.4f}, eval/accuracy {metrics['eval/accuracy']:.3f}")
+    recorder.log(f"finished {step} steps")
     return {"status": "completed", "step": step, "metrics": metrics}

@@ -78,6 +78,7 @@ def test_db_recorder_writes_every_event(sqlite_url):
 def test_execute_run_without_work(sqlite_url, monkeypatch):
     """Missing, finished and cancelled-while-queued runs end at once, without the engine."""
     monkeypatch.setenv("GRPO_DATABASE_URL", sqlite_url)
+    monkeypatch.delitem(sys.modules, "grpo_engine.trainer", raising=False)  # other tests may have imported it
     assert execute_run(12345) == "missing"
 
     done = _create_run(sqlite_url, TINY_SPEC)

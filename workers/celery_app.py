@@ -24,11 +24,13 @@ def make_celery() -> Celery:
         task_ignore_result=True,  # results live in the store, not in a result backend
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        # Redis and SQS hand an unacknowledged job to another worker after this long; a GRPO run can
-        # hold its GPU for many hours, so it must be longer than the longest run.
-        broker_transport_options={"visibility_timeout": 7 * 24 * 3600},
         include=["workers.tasks"],
     )
+    if not settings.broker_url.startswith("sqla"):
+        # Redis hands an unacknowledged job to another worker after this long; a GRPO run can hold its
+        # GPU for many hours, so it must be longer than the longest run. (The SQLite broker passes
+        # transport options to create_engine, which refuses this one.)
+        app.conf.broker_transport_options = {"visibility_timeout": 7 * 24 * 3600}
     return app
 
 
