@@ -10,7 +10,7 @@ launch button calls), polls it until it ends, and prints held-out accuracy again
     .venv/bin/python bench/accuracy_rise.py --spec '{"supervision": "process"}'   # other settings
 
 Prints one line per evaluation and a summary: the first and best eval/accuracy, the rise in points,
-seconds from launch to the first evaluation at +20 points, and to completion.
+seconds from launch to the first evaluation at +20 points, to the first at --target (0.90), and to completion.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def main() -> int:
     parser.add_argument("--cache-dir", help="GRPO_CACHE_DIR for the started dashboard (default: inside the data dir)")
     parser.add_argument("--spec", default="{}", help="JSON run spec (default: all defaults)")
     parser.add_argument("--timeout", type=float, default=900, help="give up after this many seconds")
+    parser.add_argument("--target", type=float, default=0.90, help="also report when eval/accuracy first reaches this")
     args = parser.parse_args()
 
     from gradio_client import Client
@@ -72,7 +73,7 @@ def main() -> int:
         t0 = time.time()
         run_id = client.predict(spec, api_name="/launch_run")["run_id"]
         print(f"run {run_id} launched with {spec or 'the defaults'}")
-        seen, first, reached, status = set(), None, None, "queued"
+        seen, first, reached, reached_target, status = set(), None, None, None, "queued"
         print(f"{'seconds':>8} {'step':>5} {'eval/accuracy':>14}")
         while time.time() - t0 < args.timeout:
             run = client.predict(run_id, api_name="/get_run")
@@ -85,6 +86,8 @@ def main() -> int:
                     first = acc if first is None else first
                     if reached is None and acc >= first + 0.20:
                         reached = elapsed
+                    if reached_target is None and acc >= args.target:
+                        reached_target = (elapsed, m["step"])
                     print(f"{elapsed:8.1f} {m['step']:5d} {acc:14.3f}", flush=True)
             if status in ("completed", "failed", "cancelled"):
                 break
@@ -97,6 +100,8 @@ def main() -> int:
                   f"rise {100 * (max(accs) - accs[0]):.1f} points")
         print(f"seconds from launch to +20 points: {reached:.1f}" if reached is not None
               else "eval/accuracy never rose by 20 points")
+        print(f"seconds from launch to eval/accuracy >= {args.target:.2f}: {reached_target[0]:.1f} (step {reached_target[1]})"
+              if reached_target is not None else f"eval/accuracy never reached {args.target:.2f}")
         print(f"seconds from launch to the end of the run: {total:.1f}")
         return 0 if status == "completed" and reached is not None else 1
     finally:
