@@ -43,6 +43,9 @@ FIELDS: tuple[Field, ...] = (
     Field("reward", str, "rule",
           "'rule': the verifier (outcome) or step checker (process); 'model': a learned ORM / PRM.",
           choices=("rule", "model")),
+    Field("reward_model", str, "",
+          "reward: model only. Where the reward model's transformer starts: empty = the policy model's weights "
+          "(with a fresh scoring head), or a Hugging Face model id or local directory with a causal LM."),
     Field("group_size", int, 8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024),
     Field("batch_size", int, 8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096),
     Field("clip_eps", float, 0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True),
@@ -50,13 +53,15 @@ FIELDS: tuple[Field, ...] = (
     Field("learning_rate", float, 2e-4, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
           min=0.0, max=1.0, min_exclusive=True),
     Field("iterations", int, 1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000),
-    Field("steps_per_iteration", int, 100, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000),
+    Field("steps_per_iteration", int, 200, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000),
     Field("policy_updates_per_batch", int, 1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64),
     Field("max_new_tokens", int, 32, "Longest completion sampled, in tokens; longer ones are cut and count as truncated.", min=1, max=32768),
     Field("temperature", float, 1.0, "Sampling temperature for the G outputs (evaluation is greedy).", min=0.0, max=10.0, min_exclusive=True),
     Field("top_p", float, 1.0, "Nucleus sampling: keep the smallest token set with this much probability.", min=0.0, max=1.0, min_exclusive=True),
     Field("rm_replay_ratio", float, 0.1, "Share of earlier reward-model data replayed when the RM is refreshed after an iteration.", min=0.0, max=1.0),
-    Field("rm_learning_rate", float, 1e-4, "Learning rate of the learned reward model (reward: model).", min=0.0, max=1.0, min_exclusive=True),
+    Field("rm_learning_rate", float, 1e-3,
+          "Learning rate (AdamW) of the learned reward model (reward: model). The default suits the built-in tiny model; use ~1e-5 for large models.",
+          min=0.0, max=1.0, min_exclusive=True),
     Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank.", min=0, max=1024),
     Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
     Field("eval_every", int, 10, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
@@ -83,6 +88,7 @@ class RunSpec:
     dataset: str
     supervision: str
     reward: str
+    reward_model: str
     group_size: int
     batch_size: int
     clip_eps: float
@@ -181,6 +187,9 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     for key in ("model", "dataset"):
         if not values[key]:
             raise SpecError(key, "must not be empty")
-    if values["reward"] == "model":
-        raise SpecError("reward", "'model' (a learned ORM/PRM) is not available in this version; use 'rule'")
+    if values["reward_model"] and values["reward"] != "model":
+        raise SpecError("reward_model", "is only used with reward 'model'; leave it empty with reward 'rule'")
+    if any(c.isspace() for c in values["reward_model"]):
+        raise SpecError("reward_model",
+                        f"must be a Hugging Face model id or a local directory, got {values['reward_model']!r}")
     return RunSpec(**values)

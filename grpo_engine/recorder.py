@@ -98,3 +98,15 @@ METRICS: dict[str, str] = {
     "time/update": "seconds spent on the mu policy updates",
     "eval/accuracy": "held-out greedy accuracy (exact final answer); at step 0, before training, and every eval_every steps",
 }
+
+# With ``reward: model``, the learned reward model's training, recorded at step 0 (its initial training on
+# the initial policy's labelled outputs; no accuracy_before) and on the last step of every iteration (the
+# refresh of Algorithm 1). Accuracy is over outputs (ORM) or steps (PRM): (score > 0.5) == label, on
+# fresh samples of the current policy on held-out questions, measured before and after the refresh.
+RM_METRICS: dict[str, str] = {
+    "rm/loss": "reward model: mean binary cross-entropy of its last training epoch",
+    "rm/accuracy_before": "reward model: held-out accuracy on fresh policy samples just before the refresh",
+    "rm/accuracy_after": "reward model: held-out accuracy on the same samples after the (re)training",
+    "rm/train_examples": "reward model: labelled outputs it was (re)trained on, replayed ones included",
+    "rm/replayed": "reward model: how many of those were replayed from its earlier data (rm_replay_ratio x fresh)",
+}

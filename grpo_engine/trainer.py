@@ -4,10 +4,14 @@
         pi_ref <- policy                                   (reference reset)
         for step = 1..M:
             1. sample B questions, G outputs each from pi_old (= the policy, no grad)
-            2. score every output (verifier or step checker)
+            2. score every output (verifier / step checker, or the learned ORM / PRM)
             3. advantages: outcome (4.1.2) or process (4.1.3) supervision
             4. mu policy updates maximising J_GRPO (Eq. 3) with the k3 KL penalty (Eq. 4)
             5. report metrics and groups to the recorder; evaluate every eval_every steps
+        reward: model -> refresh the reward model on fresh labelled policy samples + a replay
+
+With ``reward: model`` the reward model is first trained, before step 1, on outputs of the initial
+policy labelled by the verifier (ORM) or the step checker (PRM).
 
 Shapes: B questions, G outputs each, N = B*G sequences, P prompt tokens, T completion tokens.
 """
@@ -24,12 +28,15 @@ import torch.nn.functional as F
 
 from .config import RunSpec
 from .data import STEP_DELIMITER, format_prompt, load_dataset
-from .model import load_policy
+from .model import load_policy, resolve_model_path
 from .objective import grpo_loss, outcome_advantages, process_advantages
 from .recorder import GroupRecord, Recorder, SampleRecord
-from .rewards import check_step, outcome_reward, split_steps
+from .reward_model import RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit, load_reward_model, replay_mix
+from .rewards import check_step, outcome_reward
 
 EVAL_BATCH = 256
+RM_SAMPLES = 2048  # policy outputs sampled and labelled for each (re)training of the reward model
+RM_HELDOUT_SAMPLES = 512  # policy outputs on held-out questions that measure the reward model's accuracy
 
 
 def pick_device(device: str | None = None) -> torch.device:
@@ -75,7 +82,8 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask) -> tuple[t
     logits = logits[:, prompt_ids.shape[1] - 1 : -1].float()  # (N, T, V): the logits that predict o_t
     logp_all = F.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)  # (N, T)
+    p = logp_all.detach()  # entropy is reported, not trained on: no graph for it
+    entropy = -(p.exp() * p).sum(-1)  # (N, T)
     return logp, entropy
 
 
@@ -116,6 +124,75 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
     return correct / max(1, len(examples))
 
 
+def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool) -> dict[str, list]:
+    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
+
+    Returns lists of N: ``texts``, ``tokens`` (each token's text, EOS included), ``outcome``
+    ((reward, components) from the verifier) and, when ``process``, ``steps``, ``step_ends`` (0-based
+    token index of each step's end; EOS is no step) and ``verdicts`` (the step checker's, 1.0 / 0.0).
+    """
+    lengths = mask.sum(dim=1).long().tolist()
+    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
+    for i, ex in enumerate(examples):
+        tokens = tokenizer.batch_decode([[t] for t in completions[i, : lengths[i]].tolist()])
+        out["tokens"].append(tokens)
+        out["outcome"].append(outcome_reward(texts[i], ex["answer"]))
+        if process:
+            steps, ends = step_boundaries(tokens[: lengths[i] - int(ended[i])])
+            out["steps"].append(steps)
+            out["step_ends"].append(ends)
+            out["verdicts"].append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
+    return out
+
+
+def rm_examples(judged: dict[str, list], examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:
+    """The reward model's view of judged outputs: ORM the whole output labelled by the verifier,
+    PRM its steps labelled by the step checker (``labelled=False``: no labels, for scoring only)."""
+    if kind == "orm":
+        return [RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
+                for ex, text, (_, comps) in zip(examples, judged["texts"], judged["outcome"])]
+    return [RMExample(ex["question"], steps, verdicts if labelled else [])
+            for ex, steps, verdicts in zip(examples, judged["steps"], judged["verdicts"])]
+
+
+@torch.no_grad()
+def sample_labelled(policy, tokenizer, questions: list[dict], spec: RunSpec, kind: str, device) -> list[RMExample]:
+    """One output per question from the current policy (sampled as in training), labelled without humans:
+    by the verifier (ORM) or the step checker (PRM). Generates B x G outputs at a time."""
+    policy.eval()
+    out = []
+    for i in range(0, len(questions), spec.batch_size * spec.group_size):
+        chunk = questions[i : i + spec.batch_size * spec.group_size]
+        prompts = _encode_prompts(tokenizer, [e["question"] for e in chunk], device)
+        completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=spec.max_new_tokens,
+                               temperature=spec.temperature, top_p=spec.top_p)
+        mask, ended = completion_mask(completions, tokenizer.eos_token_id)
+        out += rm_examples(judge(tokenizer, completions, mask, ended, chunk, kind == "prm"), chunk, kind)
+    return out
+
+
+def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokenizer, train_set: list[dict],
+                       heldout: list[dict], spec: RunSpec, rng: random.Random, device) -> dict[str, float]:
+    """Train the RM on fresh labelled samples of the current policy mixed with a replay of ``history``.
+
+    The first call (empty history) is the RM's initial training on the initial policy's outputs; later
+    calls are Algorithm 1's refresh, and also measure the RM's accuracy on held-out fresh policy
+    samples before it. Questions are drawn at random (with replacement). Appends the fresh samples to
+    ``history``; returns the rm/* metrics.
+    """
+    held = sample_labelled(policy, tokenizer, rng.choices(heldout, k=RM_HELDOUT_SAMPLES), spec, rm.kind, device)
+    metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}
+    fresh = sample_labelled(policy, tokenizer, rng.choices(train_set, k=RM_SAMPLES), spec, rm.kind, device)
+    mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
+    metrics["rm/loss"] = rm_fit(rm, mixed, spec.rm_learning_rate, rng)
+    metrics["rm/accuracy_after"] = rm_accuracy(rm, held)
+    metrics["rm/train_examples"] = float(len(mixed))
+    metrics["rm/replayed"] = float(n_replayed)
+    history.extend(fresh)
+    return metrics
+
+
 def _wrap_lora(policy, rank: int):
     from peft import LoraConfig, get_peft_model
 
@@ -147,6 +224,14 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     eos = tokenizer.eos_token_id
+    rm, rm_history, rm_name = None, [], ""
+    if spec.reward == "model":  # a learned ORM (outcome) or PRM (process); its backbone starts from a causal LM
+        rm_kind = "orm" if spec.supervision == "outcome" else "prm"
+        rm_name = f"{rm_kind.upper()} from {(spec.reward_model or spec.model)!r}"
+        recorder.log(f"loading the reward model: {rm_name}")
+        rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, Path(cache_dir), log=recorder.log),
+                               rm_kind, dev)
+        rm_rng = random.Random(spec.seed + 1)
     n_params = sum(p.numel() for p in params)
     recorder.log(f"ready in {time.time() - t_load:.1f}s: {n_params:,} trainable parameters, "
                  f"{len(train_set)} training / {len(heldout)} held-out questions")
@@ -158,10 +243,16 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         with policy.disable_adapter():
             return token_logprobs(policy, prompt_ids, prompt_attn, completions, mask)[0]
 
+    start_metrics = {}
+    if rm is not None:
+        start_metrics = train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec, rm_rng, dev)
+        recorder.log(f"{rm_name} trained on {len(rm_history)} labelled outputs of the initial policy: "
+                     f"loss {start_metrics['rm/loss']:.3f}, held-out accuracy {start_metrics['rm/accuracy_after']:.3f}")
     if spec.eval_every:
-        acc = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
-        recorder.step(0, 0, {"eval/accuracy": acc})
-        recorder.log(f"step 0: eval/accuracy {acc:.3f}")
+        start_metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
+        recorder.log(f"step 0: eval/accuracy {start_metrics['eval/accuracy']:.3f}")
+    if start_metrics:
+        recorder.step(0, 0, start_metrics)
 
     step, metrics = 0, {}
     for iteration in range(1, spec.iterations + 1):
@@ -186,36 +277,36 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             prompt_attn = prompts["attention_mask"].repeat_interleave(spec.group_size, dim=0)  # (N, P)
             t1 = time.time()
 
-            # 2. score every output
+            # 2. score every output: the rules judge it (and give the true verdict "correct");
+            #    with reward: model the ORM's score is r_i, or the PRM's scores are the step rewards
             N, T = completions.shape
             G = spec.group_size
             lengths = mask.sum(dim=1).long().tolist()
-            token_texts = [tokenizer.batch_decode([[t] for t in completions[i, : lengths[i]].tolist()])
-                           for i in range(N)]
-            texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
-            outcome = [outcome_reward(texts[i], batch[i // G]["answer"]) for i in range(N)]
-            correct = torch.tensor([c["correct"] for _, c in outcome])
+            rows = [batch[i // G] for i in range(N)]
+            judged = judge(tokenizer, completions, mask, ended, rows, spec.supervision == "process")
+            texts, token_texts, outcome = judged["texts"], judged["tokens"], judged["outcome"]
+            components = [dict(c) for _, c in outcome]
+            correct = torch.tensor([c["correct"] for c in components])
+            scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
 
             # 3. advantages, (N, T)
             step_rewards: list[list[float] | None] = [None] * N
             step_ends: list[list[int] | None] = [None] * N
             if spec.supervision == "outcome":
-                rewards = torch.tensor([r for r, _ in outcome]).view(-1, G)  # (B, G)
+                flat = [s[0] for s in scores] if scores is not None else [r for r, _ in outcome]
+                rewards = torch.tensor(flat).view(-1, G)  # (B, G)
                 advantages = outcome_advantages(rewards).view(-1, 1) * mask  # every token of o_i gets A_i
                 rewards = rewards.view(-1)
             else:
-                adv_rows = []
-                for b in range(spec.batch_size):
-                    rs, es = [], []
-                    for i in range(b * G, (b + 1) * G):
-                        steps, ends = step_boundaries(token_texts[i][: lengths[i] - int(ended[i])])  # EOS is no step
-                        verdicts = [float(check_step(s, batch[b]["question"], steps[:j])) for j, s in enumerate(steps)]
-                        step_rewards[i], step_ends[i] = verdicts, ends
-                        rs.append(verdicts)
-                        es.append(ends)
-                    adv_rows.append(process_advantages(rs, es, T))  # (G, T)
+                step_rewards = scores if scores is not None else judged["verdicts"]
+                step_ends = judged["step_ends"]
+                adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T)
+                            for b in range(spec.batch_size)]  # each (G, T)
                 advantages = torch.cat(adv_rows).to(dev) * mask
                 rewards = torch.tensor([sum(r) / len(r) if r else 0.0 for r in step_rewards])
+            if scores is not None:
+                for c, r in zip(components, rewards.tolist()):
+                    c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
             advantages = advantages.to(dev)
             with torch.no_grad():
                 ref_logp = ref_logprobs(prompt_ids, prompt_attn, completions, mask) if spec.kl_coef > 0 else None
@@ -275,12 +366,19 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                         completion=texts[i], tokens=token_texts[i], reward=float(rewards[i]),
                         advantages=[round(a, 6) for a in adv_cpu[i, : lengths[i]].tolist()],
                         step_rewards=step_rewards[i], step_end_indices=step_ends[i],
-                        reward_components=outcome[i][1]))
+                        reward_components=components[i]))
                 groups.append(GroupRecord(prompt=batch[b]["question"], reference=batch[b]["answer"], samples=samples))
             recorder.groups(step, groups)
             if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
                 metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
             metrics["time/step"] = time.time() - t0
+            if rm is not None and step == iteration * spec.steps_per_iteration:  # RM refresh (Algorithm 1)
+                metrics.update(train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec,
+                                                  rm_rng, dev))
+                recorder.log(f"iteration {iteration}: {rm_name} refreshed on {metrics['rm/train_examples']:.0f} "
+                             f"examples ({metrics['rm/replayed']:.0f} replayed) in {time.time() - t0 - metrics['time/step']:.1f}s: "
+                             f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_before']:.3f} -> "
+                             f"{metrics['rm/accuracy_after']:.3f}")
             recorder.step(step, iteration, metrics)
             if "eval/accuracy" in metrics:
                 recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, "

@@ -116,12 +116,15 @@ def test_strings_are_stripped_and_model_dataset_must_not_be_empty():
         assert info.value.key == key
 
 
-def test_reward_model_is_refused_naming_reward():
+def test_reward_model_key_needs_reward_model():
+    assert validate_spec({"reward": "model"}).reward == "model"
+    assert validate_spec({"reward": "model", "reward_model": "some/rm"}).reward_model == "some/rm"
     with pytest.raises(SpecError) as info:
-        validate_spec({"reward": "model"})
+        validate_spec({"reward": "rule", "reward_model": "some/rm"})
+    assert info.value.key == "reward_model"
+    with pytest.raises(SpecError) as info:
+        validate_spec({"reward": "learned"})
     assert info.value.key == "reward"
-    assert "reward" in str(info.value)
-    assert validate_spec({"reward": "rule"}).reward == "rule"
 
 
 def test_bounds_are_inclusive_where_documented():
