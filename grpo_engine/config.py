@@ -62,7 +62,7 @@ FIELDS: tuple[Field, ...] = (
     Field("rm_learning_rate", float, 1e-3,
           "Learning rate (AdamW) of the learned reward model (reward: model). The default suits the built-in tiny model; use ~1e-5 for large models.",
           min=0.0, max=1.0, min_exclusive=True),
-    Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank.", min=0, max=1024),
+    Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank (the reference is the base with the adapter off; each new iteration folds the adapter into the base).", min=0, max=1024),
     Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
     Field("eval_every", int, 10, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
           min=0, max=1_000_000),

@@ -256,8 +256,12 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
 
     step, metrics = 0, {}
     for iteration in range(1, spec.iterations + 1):
-        if iteration > 1 and reference is not None:  # reference reset (Algorithm 1); LoRA's reference stays the base
+        if iteration > 1 and reference is not None:  # reference reset (Algorithm 1)
             reference.load_state_dict(policy.state_dict())
+        elif iteration > 1:  # LoRA: fold the adapter into the base (the new reference), train a fresh adapter
+            policy = _wrap_lora(policy.merge_and_unload(), spec.lora_rank)
+            params = [p for p in policy.parameters() if p.requires_grad]
+            optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
         for _ in range(spec.steps_per_iteration):
             if recorder.should_stop():
                 recorder.log(f"cancelled before step {step + 1}")

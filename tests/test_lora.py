@@ -17,7 +17,7 @@ from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.model import builtin_model_dir, load_policy
 from grpo_engine.recorder import METRICS, MemoryRecorder
 
-SPEC = dict(lora_rank=4, iterations=2, steps_per_iteration=2, batch_size=2, group_size=4, eval_every=0,
+SPEC = dict(lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, group_size=4, eval_every=0,
             max_new_tokens=24)
 
 
@@ -43,7 +43,7 @@ def test_lora_run_completes_and_records_every_metric(lora_run):
     assert result["status"] == "completed" and result["step"] == 4
     steps = {m["step"]: m for m in rec.metrics}
     assert sorted(steps) == [1, 2, 3, 4]
-    assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 2, 2]
+    assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 1, 1]
     for s in (1, 2, 3, 4):
         assert set(METRICS) - {"eval/accuracy"} <= set(steps[s]), set(METRICS) - set(steps[s])  # eval_every=0
         assert all(math.isfinite(v) for v in steps[s].values())
@@ -101,3 +101,16 @@ def test_lora_rank_goes_through_validation():
         with pytest.raises(SpecError) as err:
             validate_spec({"lora_rank": bad})
         assert err.value.key == "lora_rank"
+
+
+def test_each_iteration_folds_the_adapter_into_a_new_reference(grpo_cache_dir):
+    """Algorithm 1's reference reset with LoRA: the adapter is merged into the base (the new reference)
+    and a fresh adapter starts, so the policy equals the reference again at the first step of iteration 2."""
+    spec = validate_spec({**SPEC, "iterations": 2, "steps_per_iteration": 2})
+    rec = MemoryRecorder()
+    result = trainer.train(spec, rec, grpo_cache_dir, device="cpu")
+    assert result["status"] == "completed"
+    steps = {m["step"]: m for m in rec.metrics}
+    assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 2, 2]
+    assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert steps[3]["kl"] == pytest.approx(0.0, abs=1e-6)
