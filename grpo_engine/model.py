@@ -143,22 +143,30 @@ def resolve_model_path(model: str, cache_dir: Path, log=print) -> str:
     return model
 
 
+def load_causal_lm(path: str, what: str = "model"):
+    """(causal LM, tokenizer) from a local directory or a Hugging Face id, safetensors weights only.
+
+    A missing local path or an unloadable id raises FileNotFoundError naming ``what`` and the path;
+    a tokenizer without a pad token uses EOS.
+    """
+    local = Path(path).expanduser()
+    if not local.exists() and (path.startswith((".", "/", "~")) or os.sep in path and path.count("/") > 1):
+        raise FileNotFoundError(f"{what} path {path!r} does not exist")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        lm = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
+    except OSError as exc:
+        raise FileNotFoundError(f"could not load {what} {path!r}: {str(exc).splitlines()[0]}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return lm, tokenizer
+
+
 def load_policy(model: str, cache_dir: Path, device: torch.device, log=print):
     """(model, tokenizer) for a preset, a local directory or a Hugging Face id.
 
-    The tokenizer pads on the left (batched generation); a tokenizer without a pad token uses EOS.
-    Weights load from safetensors only.
+    The tokenizer pads on the left (batched generation).
     """
-    path = resolve_model_path(model, cache_dir, log=log)
-    local = Path(path).expanduser()
-    if not local.exists() and (path.startswith((".", "/", "~")) or os.sep in path and path.count("/") > 1):
-        raise FileNotFoundError(f"model path {path!r} does not exist")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        policy = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
-    except OSError as exc:
-        raise FileNotFoundError(f"could not load model {path!r}: {str(exc).splitlines()[0]}") from None
+    policy, tokenizer = load_causal_lm(resolve_model_path(model, cache_dir, log=log))
     tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     return policy.to(device), tokenizer

@@ -25,13 +25,12 @@ import copy
 import math
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .data import STEP_DELIMITER, format_prompt
+from .model import load_causal_lm
 
 FIT_EPOCHS = 2  # passes over the data at each (re)training
 FIT_BATCH = 32  # examples per RM update
@@ -133,15 +132,7 @@ class RewardModel(torch.nn.Module):
 def load_reward_model(path: str, kind: str, device: torch.device) -> RewardModel:
     """A reward model that starts from the causal LM at ``path`` (a local directory or a Hugging Face id;
     safetensors only): its backbone and frozen prior are that LM's weights, its head is fresh."""
-    if path.startswith((".", "/", "~")) and not Path(path).expanduser().exists():
-        raise FileNotFoundError(f"reward model path {path!r} does not exist")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
-    except OSError as exc:
-        raise FileNotFoundError(f"could not load reward model {path!r}: {str(exc).splitlines()[0]}") from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    lm, tokenizer = load_causal_lm(path, what="reward model")
     return RewardModel(lm, tokenizer, kind).to(device)
 
 
