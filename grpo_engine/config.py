@@ -63,6 +63,10 @@ FIELDS: tuple[Field, ...] = (
           "Learning rate (AdamW) of the learned reward model (reward: model). The default suits the built-in tiny model; use ~1e-5 for large models.",
           min=0.0, max=1.0, min_exclusive=True),
     Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank (the reference is the base with the adapter off; each new iteration folds the adapter into the base).", min=0, max=1024),
+    Field("precision", str, "auto",
+          "Mixed precision through Accelerate: 'auto' = bf16 on a GPU that supports it, fp32 otherwise; "
+          "'bf16' = bf16 autocast on any device (weights and optimizer stay fp32); 'fp32' = no autocast.",
+          choices=("auto", "fp32", "bf16")),
     Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
     Field("eval_every", int, 10, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
           min=0, max=1_000_000),
@@ -103,6 +107,7 @@ class RunSpec:
     rm_replay_ratio: float
     rm_learning_rate: float
     lora_rank: int
+    precision: str
     seed: int
     eval_every: int
 

@@ -21,6 +21,7 @@ the frozen LM. Shapes: N examples, L tokens (right-padded), H hidden size.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import random
@@ -49,8 +50,11 @@ class RMExample:
 class RewardModel(torch.nn.Module):
     """A causal LM's backbone (trained) + linear head + the frozen LM's likelihood prior.
 
-    ``kind`` is "orm" (read at EOS) or "prm" (read at each step's end).
+    ``kind`` is "orm" (read at EOS) or "prm" (read at each step's end). ``autocast`` is a factory of the
+    context its forward passes run in (the trainer sets Accelerate's, for mixed precision).
     """
+
+    autocast = staticmethod(contextlib.nullcontext)
 
     def __init__(self, lm, tokenizer, kind: str):
         super().__init__()
@@ -104,9 +108,10 @@ class RewardModel(torch.nn.Module):
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([x + [pad] * (width - len(x)) for x, _, _ in encoded], device=self.device)  # (N, L)
         attn = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _, _ in encoded], device=self.device)
-        hidden = self.backbone(input_ids=ids, attention_mask=attn).last_hidden_state  # (N, L, H)
-        per_position = self.head(hidden).squeeze(-1).float()  # (N, L)
-        with torch.no_grad():
+        with self.autocast():
+            hidden = self.backbone(input_ids=ids, attention_mask=attn).last_hidden_state  # (N, L, H)
+            per_position = self.head(hidden).squeeze(-1).float()  # (N, L)
+        with torch.no_grad(), self.autocast():
             prior_logits = self.prior(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # (N, L-1, V)
             token_logp = F.log_softmax(prior_logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (N, L-1)
             token_logp = F.pad(token_logp, (1, 0))  # (N, L): log p(token t | tokens < t); 0 at t = 0

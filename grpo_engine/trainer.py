@@ -39,10 +39,44 @@ RM_SAMPLES = 2048  # policy outputs sampled and labelled for each (re)training o
 RM_HELDOUT_SAMPLES = 512  # policy outputs on held-out questions that measure the reward model's accuracy
 
 
-def pick_device(device: str | None = None) -> torch.device:
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def resolve_precision(precision: str, device_type: str, bf16_supported: bool) -> str:
+    """Accelerate's ``mixed_precision`` for a run-spec ``precision`` on a device: "bf16" or "no".
+
+    auto -> bf16 on a CUDA device that supports it, else no autocast; fp32 -> no; bf16 -> bf16, which
+    a CUDA device without bf16 support refuses (ValueError naming the key). bf16 autocast on CPU is
+    supported by torch, though rarely faster there.
+    """
+    if precision == "fp32":
+        return "no"
+    if precision == "auto":
+        return "bf16" if device_type == "cuda" and bf16_supported else "no"
+    if precision == "bf16":
+        if device_type == "cuda" and not bf16_supported:
+            raise ValueError("precision: this GPU does not support bf16; use 'fp32' or 'auto'")
+        return "bf16"
+    raise ValueError(f"precision: unknown value {precision!r}")
+
+
+def make_accelerator(device: str | None, precision: str):
+    """The run's Accelerator: it places the models and runs their forward passes under autocast.
+
+    ``device``: None picks what Accelerate sees (a GPU when there is one), "cpu" forces the CPU.
+    One worker process runs many jobs one after another, each with its own precision, so the
+    process-wide Accelerate state left by an earlier job is cleared first (unless this process is
+    part of a distributed launch).
+    """
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
+    if device not in (None, "cpu") and not str(device).startswith("cuda"):
+        raise ValueError(f"device must be None, 'cpu' or 'cuda', got {device!r}")
+    if not (PartialState._shared_state and PartialState().use_distributed):
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+    device_type = "cpu" if cpu else "cuda"
+    bf16_ok = (not cpu) and torch.cuda.is_bf16_supported()
+    return Accelerator(cpu=cpu, mixed_precision=resolve_precision(precision, device_type, bf16_ok))
 
 
 def _encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.Tensor]:
@@ -207,10 +241,12 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     status is "completed", or "cancelled" when ``recorder.should_stop()`` said so at a step boundary.
     """
     t_load = time.time()
-    dev = pick_device(device)
+    accelerator = make_accelerator(device, spec.precision)
+    dev = accelerator.device
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)
-    recorder.log(f"loading model {spec.model!r} on {dev}")
+    recorder.log(f"loading model {spec.model!r} on {dev} "
+                 f"({'bf16 mixed precision' if accelerator.mixed_precision == 'bf16' else 'fp32'})")
     policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
     recorder.log(f"loading dataset {spec.dataset!r}")
     train_set, heldout = load_dataset(spec.dataset)
@@ -223,6 +259,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+    policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
     eos = tokenizer.eos_token_id
     rm, rm_history, rm_name = None, [], ""
     if spec.reward == "model":  # a learned ORM (outcome) or PRM (process); its backbone starts from a causal LM
@@ -231,6 +268,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         recorder.log(f"loading the reward model: {rm_name}")
         rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, Path(cache_dir), log=recorder.log),
                                rm_kind, dev)
+        rm.autocast = accelerator.autocast
         rm_rng = random.Random(spec.seed + 1)
     n_params = sum(p.numel() for p in params)
     recorder.log(f"ready in {time.time() - t_load:.1f}s: {n_params:,} trainable parameters, "
@@ -239,8 +277,9 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
 
     def ref_logprobs(prompt_ids, prompt_attn, completions, mask):
         if reference is not None:
-            return token_logprobs(reference, prompt_ids, prompt_attn, completions, mask)[0]
-        with policy.disable_adapter():
+            with accelerator.autocast():
+                return token_logprobs(reference, prompt_ids, prompt_attn, completions, mask)[0]
+        with accelerator.unwrap_model(policy).disable_adapter():
             return token_logprobs(policy, prompt_ids, prompt_attn, completions, mask)[0]
 
     start_metrics = {}
@@ -259,9 +298,11 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         if iteration > 1 and reference is not None:  # reference reset (Algorithm 1)
             reference.load_state_dict(policy.state_dict())
         elif iteration > 1:  # LoRA: fold the adapter into the base (the new reference), train a fresh adapter
-            policy = _wrap_lora(policy.merge_and_unload(), spec.lora_rank)
+            accelerator.free_memory()  # forgets the previous model and optimizer
+            policy = _wrap_lora(accelerator.unwrap_model(policy).merge_and_unload(), spec.lora_rank)
             params = [p for p in policy.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+            policy, optimizer = accelerator.prepare(policy, optimizer)
         for _ in range(spec.steps_per_iteration):
             if recorder.should_stop():
                 recorder.log(f"cancelled before step {step + 1}")
@@ -328,8 +369,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 ref = ref_logp if ref_logp is not None else logp.detach()
                 loss, stats = grpo_loss(logp, old, ref, advantages, mask, spec.clip_eps, spec.kl_coef)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0).item()
+                accelerator.backward(loss)
+                grad_norm = accelerator.clip_grad_norm_(params, 1.0).item()
                 optimizer.step()
                 losses.append(loss.item())
                 kls.append(stats["kl"].item())
