@@ -1,17 +1,20 @@
 """Outcome vs process supervision on the built-in task: held-out accuracy curves, side by side.
 
-Runs the engine in this process (no dashboard) twice with the same spec and seed: once with
+Runs the engine in this process (no dashboard) with the same spec and seed twice: once with
 outcome supervision (the verifier's one reward per output) and once with process supervision (the
-rule step checker's one reward per step). Prints both eval/accuracy curves and the first step at
-which each reaches the target.
+rule step checker's one reward per step), for each of several seeds. Prints both eval/accuracy
+curves, the first step at which each reaches the target, and per supervision the median over the
+seeds. Exit status 0 when process supervision's median is no more steps than outcome's.
 
-    .venv/bin/python bench/supervision_curves.py                      # defaults, target 0.90
-    .venv/bin/python bench/supervision_curves.py --steps 300 --eval-every 10 --cache-dir D
+    .venv/bin/python bench/supervision_curves.py                      # defaults, seeds 0,1,2, target 0.90
+    .venv/bin/python bench/supervision_curves.py --seeds 0 --steps 100 --eval-every 10 --cache-dir D
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import tempfile
 import time
@@ -43,8 +46,9 @@ def run(spec: dict, cache_dir: Path) -> tuple[list[tuple[int, float, float]], fl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default: the spec default)")
-    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--target", type=float, default=0.90)
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
     parser.add_argument("--spec", default="{}", help="extra JSON run-spec keys for both runs")
     parser.add_argument("--cache-dir", default=None, help="built-in model cache (default: a temporary dir)")
     args = parser.parse_args()
@@ -53,19 +57,25 @@ def main() -> int:
     base = {"eval_every": args.eval_every, **json.loads(args.spec)}
     if args.steps:
         base["steps_per_iteration"] = args.steps
-    results = {}
-    for supervision in ("outcome", "process"):
-        curve, total = run({**base, "supervision": supervision}, cache_dir)
-        results[supervision] = curve
-        first = next(((s, t) for s, t, a in curve if a >= args.target), None)
-        print(f"\n{supervision} supervision: {total:.1f}s")
-        print("  step  seconds  eval/accuracy")
-        for step, t, acc in curve:
-            print(f"  {step:4d} {t:8.1f} {acc:14.3f}")
-        print(f"  first step at >= {args.target:.2f}: " + (f"{first[0]} ({first[1]:.1f}s)" if first else "never"))
-    steps = {k: next((s for s, _, a in v if a >= args.target), None) for k, v in results.items()}
-    print(f"\nsteps to {args.target:.2f}: outcome {steps['outcome']}, process {steps['process']}")
-    return 0
+    firsts: dict[str, list[float]] = {"outcome": [], "process": []}
+    for seed in [int(x) for x in args.seeds.split(",")]:
+        for supervision in ("outcome", "process"):
+            curve, total = run({**base, "supervision": supervision, "seed": seed}, cache_dir)
+            first = next(((s, t) for s, t, a in curve if a >= args.target), None)
+            firsts[supervision].append(first[0] if first else math.inf)
+            print(f"\nseed {seed}, {supervision} supervision: {total:.1f}s")
+            print("  step  seconds  eval/accuracy")
+            for step, t, acc in curve:
+                print(f"  {step:4d} {t:8.1f} {acc:14.3f}")
+            print(f"  first step at >= {args.target:.2f}: " + (f"{first[0]} ({first[1]:.1f}s)" if first else "never"))
+    print(f"\nsteps to {args.target:.2f} (per seed; 'inf' = never):")
+    medians = {}
+    for supervision, values in firsts.items():
+        medians[supervision] = statistics.median(values)
+        print(f"  {supervision:8s} {', '.join(str(v) for v in values)}   median {medians[supervision]}")
+    ok = medians["process"] <= medians["outcome"] < math.inf
+    print("process supervision reaches the target in no more steps than outcome: " + ("yes" if ok else "NO"))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

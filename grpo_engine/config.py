@@ -62,6 +62,9 @@ FIELDS: tuple[Field, ...] = (
     Field("rm_learning_rate", float, 1e-3,
           "Learning rate (AdamW) of the learned reward model (reward: model). The default suits the built-in tiny model; use ~1e-5 for large models.",
           min=0.0, max=1.0, min_exclusive=True),
+    Field("rm_samples", int, 2048,
+          "reward: model only. Fresh policy outputs sampled and labelled for the reward model's first training and for "
+          "each refresh; a quarter as many, on held-out questions, measure its accuracy.", min=8, max=1_000_000),
     Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank (the reference is the base with the adapter off; each new iteration folds the adapter into the base).", min=0, max=1024),
     Field("precision", str, "auto",
           "Mixed precision through Accelerate: 'auto' = bf16 on a GPU that supports it, fp32 otherwise; "
@@ -106,6 +109,7 @@ class RunSpec:
     top_p: float
     rm_replay_ratio: float
     rm_learning_rate: float
+    rm_samples: int
     lora_rank: int
     precision: str
     seed: int

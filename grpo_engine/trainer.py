@@ -35,8 +35,6 @@ from .reward_model import RewardModel, RMExample, accuracy as rm_accuracy, fit a
 from .rewards import check_step, outcome_reward
 
 EVAL_BATCH = 256
-RM_SAMPLES = 2048  # policy outputs sampled and labelled for each (re)training of the reward model
-RM_HELDOUT_SAMPLES = 512  # policy outputs on held-out questions that measure the reward model's accuracy
 
 
 def resolve_precision(precision: str, device_type: str, bf16_supported: bool) -> str:
@@ -215,9 +213,9 @@ def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokeni
     samples before it. Questions are drawn at random (with replacement). Appends the fresh samples to
     ``history``; returns the rm/* metrics.
     """
-    held = sample_labelled(policy, tokenizer, rng.choices(heldout, k=RM_HELDOUT_SAMPLES), spec, rm.kind, device)
+    held = sample_labelled(policy, tokenizer, rng.choices(heldout, k=max(1, spec.rm_samples // 4)), spec, rm.kind, device)
     metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}
-    fresh = sample_labelled(policy, tokenizer, rng.choices(train_set, k=RM_SAMPLES), spec, rm.kind, device)
+    fresh = sample_labelled(policy, tokenizer, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind, device)
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
     metrics["rm/loss"] = rm_fit(rm, mixed, spec.rm_learning_rate, rng)
     metrics["rm/accuracy_after"] = rm_accuracy(rm, held)

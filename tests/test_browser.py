@@ -106,3 +106,50 @@ def test_launch_watch_and_browse_groups(dashboard, page):
     expect(page.locator("#group-view span.token").first).to_be_visible()
     page.locator("#group-view").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "group-view.png"), full_page=True)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_learned_prm_groups_show_step_rewards(dashboard, page):
+    """A learned-PRM run (process supervision, reward: model) launched through the API: its groups carry
+    one PRM score per step in /get_group, and the Groups tab marks each step's end with its reward."""
+    from tests.test_e2e import wait_finished
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    client = Client(dashboard, verbose=False)
+    spec = {"name": "prm run", "supervision": "process", "reward": "model", "rm_samples": 16,
+            "steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "eval_every": 0}
+    run_id = client.predict(spec, api_name="/launch_run")["run_id"]
+    run = wait_finished(client, run_id, lambda: "")
+    assert run["status"] == "completed", run["error"]
+
+    # the API: every sample's steps, each with the PRM's score (a probability) and its end token
+    listed = client.predict(run_id, None, api_name="/list_groups")
+    assert [g["step"] for g in listed] == [2, 2]
+    shown = client.predict(listed[0]["group_id"], api_name="/get_group")
+    marks = 0
+    for group in [shown] + [client.predict(g["group_id"], api_name="/get_group") for g in listed[1:]]:
+        for s in group["samples"]:
+            assert len(s["step_rewards"]) == len(s["step_end_indices"])
+            assert all(0.0 < r < 1.0 for r in s["step_rewards"])
+            assert s["step_end_indices"] == sorted(s["step_end_indices"])
+            assert all(0 <= e < len(s["tokens"]) for e in s["step_end_indices"])
+            assert s["reward_components"]["rm_score"] == pytest.approx(
+                sum(s["step_rewards"]) / len(s["step_rewards"]) if s["step_rewards"] else 0.0)
+    marks = sum(len(s["step_end_indices"]) for s in shown["samples"])
+    assert marks > 0
+
+    # the UI: the Groups tab opens on the newest run's latest step, first group, steps marked with rewards
+    page.set_default_timeout(30_000)
+    expect.set_options(timeout=30_000)
+    page.goto(dashboard)
+    page.click("#tab-groups-button")
+    view = page.locator("#group-view .group")
+    expect(view).to_have_attribute("data-group-id", str(shown["group_id"]))
+    step_marks = page.locator("#group-view .step-end")
+    expect(step_marks).to_have_count(marks)
+    first = shown["samples"][0]
+    if first["step_rewards"]:
+        expect(step_marks.first).to_have_text(f"step 1 r={first['step_rewards'][0]:+.2f}")
+    page.locator("#group-view").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "group-view-prm.png"), full_page=True)

@@ -1,7 +1,7 @@
 """Learned reward models (reward: model): what the ORM / PRM read, how they are labelled and replayed,
 and short real runs with the iterative refresh, on the built-in model.
 
-The runs use fewer RM samples than the engine's defaults (``trainer.RM_SAMPLES``) to stay fast.
+The runs use fewer RM samples (run-spec key ``rm_samples``) than the default to stay fast.
 """
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from grpo_engine.recorder import METRICS, RM_METRICS, MemoryRecorder
 from grpo_engine.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
 from grpo_engine.rewards import check_step, outcome_reward
 
-BASE = dict(reward="model", batch_size=2, group_size=4, max_new_tokens=24, eval_every=0)
-SMALL_RM = dict(RM_SAMPLES=48, RM_HELDOUT_SAMPLES=24)
+BASE = dict(reward="model", batch_size=2, group_size=4, max_new_tokens=24, eval_every=0, rm_samples=48)
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +47,7 @@ def expected_logits(rm, ids: list[int], reads: list[int], starts: list[int]) -> 
 
 def run(cache_dir, **overrides):
     recorder = MemoryRecorder()
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in SMALL_RM.items():
-            mp.setattr(trainer, name, value)
-        result = trainer.train(validate_spec({**BASE, **overrides}), recorder, cache_dir, device="cpu")
+    result = trainer.train(validate_spec({**BASE, **overrides}), recorder, cache_dir, device="cpu")
     return result, recorder
 
 
@@ -153,12 +149,12 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
     assert sorted(steps) == [0, 1, 2, 3, 4]
     start = steps[0]  # the initial training on the initial policy's outputs
     assert set(start) == {"step", "iteration", "eval/accuracy"} | set(RM_METRICS) - {"rm/accuracy_before"}
-    assert start["rm/train_examples"] == SMALL_RM["RM_SAMPLES"] and start["rm/replayed"] == 0
-    replayed = round(0.1 * SMALL_RM["RM_SAMPLES"])
+    assert start["rm/train_examples"] == BASE["rm_samples"] and start["rm/replayed"] == 0
+    replayed = round(0.1 * BASE["rm_samples"])
     for s in (2, 4):  # the last step of each iteration carries its refresh
         assert set(RM_METRICS) | set(METRICS) <= set(steps[s])
         assert steps[s]["rm/replayed"] == replayed
-        assert steps[s]["rm/train_examples"] == SMALL_RM["RM_SAMPLES"] + replayed
+        assert steps[s]["rm/train_examples"] == BASE["rm_samples"] + replayed
         assert 0.0 <= steps[s]["rm/accuracy_before"] <= 1.0 and 0.0 <= steps[s]["rm/accuracy_after"] <= 1.0
         assert math.isfinite(steps[s]["rm/loss"]) and steps[s]["rm/loss"] >= 0.0
     for s in (1, 3):
