@@ -10,8 +10,12 @@ broker by task name, so this process never imports the engine or torch.
 from __future__ import annotations
 
 import json
+import tempfile
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from kombu.utils.url import maybe_sanitize_url
 
@@ -126,13 +130,18 @@ def group_steps(run_id: Any) -> list[int]:
         return store.group_steps(s, run_id)
 
 
-def list_groups(run_id: Any, step: Any = None) -> list[dict]:
-    """Groups sampled at ``step`` (None or "": the latest step that has groups)."""
+def list_groups(run_id: Any, step: Any = None, order: Any = None) -> list[dict]:
+    """Groups sampled at ``step`` (None or "": the latest step that has groups), sorted by ``order``:
+    "position" (sampling order, the default), "spread" (reward std, largest first), "mean" (reward mean,
+    highest first) or "mean_asc"."""
     run_id = _as_id(run_id)
     step = None if step is None or step == "" else _as_id(step, "step")
+    order = order or "position"
+    if order not in store.GROUP_ORDERS:
+        raise ApiError(f"order must be one of {', '.join(store.GROUP_ORDERS)}, got {order!r}")
     with session_scope() as s:
         _require_run(s, run_id)
-        return store.list_groups(s, run_id, step)
+        return store.list_groups(s, run_id, step, order)
 
 
 def get_group(group_id: Any) -> dict:
@@ -151,3 +160,59 @@ def cancel_run(run_id: Any) -> dict:
     with session_scope() as s:
         _require_run(s, run_id)
         return store.request_cancel(s, run_id)
+
+
+def compare_runs(run_ids: Any) -> dict:
+    """Several runs side by side: ``{runs: [get_run each], differing_keys: [...], metrics: {"<run_id>": [...]}}``.
+
+    ``differing_keys`` are the run-spec keys whose values are not the same in every run (``name`` aside).
+    """
+    if isinstance(run_ids, str):
+        run_ids = [x for x in run_ids.replace(",", " ").split() if x]
+    if not isinstance(run_ids, (list, tuple)) or not run_ids:
+        raise ApiError(f"run_ids must be a non-empty list of run ids, got {run_ids!r}")
+    ids = list(dict.fromkeys(_as_id(r) for r in run_ids))  # order kept, duplicates dropped
+    with session_scope() as s:
+        runs = [_require_run(s, run_id) for run_id in ids]
+        metrics = {str(run_id): store.get_metrics(s, run_id) for run_id in ids}
+    keys = sorted({k for r in runs for k in r["config"]} - {"name"})
+    differing = [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in runs}) > 1]
+    return {"runs": runs, "differing_keys": differing, "metrics": metrics}
+
+
+EXPORT_KINDS = ("parquet", "csv", "config")
+
+
+def export_run(run_id: Any, kind: Any = "parquet") -> str:
+    """Write a run's export to a file and return its path: every recorded sample as Parquet or CSV
+    (one row per sample; tokens, advantages and step data as lists in Parquet, JSON text in CSV), or
+    the run's config as JSON (``kind`` "config") that /launch_run takes back as it is."""
+    run_id = _as_id(run_id)
+    kind = kind or "parquet"
+    if kind not in EXPORT_KINDS:
+        raise ApiError(f"kind must be one of {', '.join(EXPORT_KINDS)}, got {kind!r}")
+    out_dir = Path(tempfile.gettempdir()) / "grpo-dashboard-exports"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with session_scope() as s:
+        run = _require_run(s, run_id)
+        if kind == "config":
+            path = out_dir / f"run-{run_id}-config.json"
+            path.write_text(json.dumps(run["config"], indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            return str(path)
+        rows = list(store.iter_sample_rows(s, run_id))
+    frame = pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
+    path = out_dir / f"run-{run_id}-groups.{kind}"
+    tmp = path.with_suffix(f".{kind}.tmp")
+    if kind == "parquet":
+        frame.to_parquet(tmp, index=False)
+    else:
+        for column in ("reward_components", "tokens", "advantages", "step_rewards", "step_end_indices"):
+            frame[column] = [None if v is None else json.dumps(v) for v in frame[column]]
+        frame.to_csv(tmp, index=False)
+    tmp.replace(path)  # a reader never sees a half-written file
+    return str(path)
+
+
+SAMPLE_COLUMNS = ["run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
+                  "group_reward_std", "sample_id", "sample_position", "completion", "reward", "reward_components",
+                  "tokens", "advantages", "step_rewards", "step_end_indices"]

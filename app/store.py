@@ -218,8 +218,18 @@ def group_steps(s: Session, run_id: int) -> list[int]:
     return list(s.scalars(select(Group.step).where(Group.run_id == run_id).distinct().order_by(Group.step)))
 
 
-def list_groups(s: Session, run_id: int, step: int | None = None) -> list[dict[str, Any]]:
-    """The groups of one step (default: the latest step with groups), in sampling order."""
+GROUP_ORDERS = {  # how list_groups may sort a step's groups
+    "position": (Group.position,),  # sampling order
+    "spread": (Group.reward_std.desc(), Group.position),  # most disagreeing rewards first
+    "mean": (Group.reward_mean.desc(), Group.position),  # highest mean reward first
+    "mean_asc": (Group.reward_mean, Group.position),  # lowest mean reward first
+}
+
+
+def list_groups(s: Session, run_id: int, step: int | None = None, order: str = "position") -> list[dict[str, Any]]:
+    """The groups of one step (default: the latest step with groups), sorted by ``order`` (GROUP_ORDERS)."""
+    if order not in GROUP_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(GROUP_ORDERS)}, got {order!r}")
     if step is None:
         step = s.scalar(select(func.max(Group.step)).where(Group.run_id == run_id))
         if step is None:
@@ -227,7 +237,7 @@ def list_groups(s: Session, run_id: int, step: int | None = None) -> list[dict[s
     rows = s.execute(
         select(Group.id, Group.step, Group.prompt, Group.reward_mean, Group.reward_std)
         .where(Group.run_id == run_id, Group.step == step)
-        .order_by(Group.position)
+        .order_by(*GROUP_ORDERS[order])
     )
     return [
         {"group_id": r.id, "step": r.step, "prompt": r.prompt, "reward_mean": r.reward_mean, "reward_std": r.reward_std}
@@ -262,6 +272,36 @@ def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
             for sample in group.samples
         ],
     }
+
+
+def iter_sample_rows(s: Session, run_id: int, chunk: int = 200):
+    """Every recorded sample of a run, one flat dict each, by step, group and sample position.
+
+    Reads ``chunk`` groups at a time, so exporting a large run does not load it all at once.
+    """
+    last = (-1, -1)  # (step, position) of the last group read
+    while True:
+        groups = list(s.scalars(
+            select(Group).where(Group.run_id == run_id,
+                                (Group.step > last[0]) | ((Group.step == last[0]) & (Group.position > last[1])))
+            .order_by(Group.step, Group.position).limit(chunk)
+        ))
+        if not groups:
+            return
+        for g in groups:
+            for sample in g.samples:
+                yield {
+                    "run_id": run_id, "step": g.step, "group_id": g.id, "group_position": g.position,
+                    "prompt": g.prompt, "reference": g.reference,
+                    "group_reward_mean": g.reward_mean, "group_reward_std": g.reward_std,
+                    "sample_id": sample.id, "sample_position": sample.position,
+                    "completion": sample.completion, "reward": sample.reward,
+                    "reward_components": sample.reward_components, "tokens": sample.tokens,
+                    "advantages": sample.advantages, "step_rewards": sample.step_rewards,
+                    "step_end_indices": sample.step_end_indices,
+                }
+        last = (groups[-1].step, groups[-1].position)
+        s.expunge_all()  # keep the session small
 
 
 # ---- logs -----------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ FIELDS: tuple[Field, ...] = (
           "'bf16' = bf16 autocast on any device (weights and optimizer stay fp32); 'fp32' = no autocast.",
           choices=("auto", "fp32", "bf16")),
     Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
+    Field("record_every", int, 1,
+          "Record the sampled groups (completions, rewards, per-token advantages) every this many steps, and at the "
+          "last step; 0 = never. Metrics are recorded every step.", min=0, max=1_000_000),
     Field("eval_every", int, 10, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
           min=0, max=1_000_000),
 )
@@ -113,6 +116,7 @@ class RunSpec:
     lora_rank: int
     precision: str
     seed: int
+    record_every: int
     eval_every: int
 
     @property

@@ -400,9 +400,10 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 "time/scoring": t2 - t1,
                 "time/update": t3 - t2,
             }
+            record = spec.record_every and (step % spec.record_every == 0 or step == spec.total_steps)
             groups = []
             adv_cpu = advantages.cpu()
-            for b in range(spec.batch_size):
+            for b in range(spec.batch_size if record else 0):
                 samples = []
                 for i in range(b * G, (b + 1) * G):
                     samples.append(SampleRecord(
@@ -411,7 +412,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                         step_rewards=step_rewards[i], step_end_indices=step_ends[i],
                         reward_components=components[i]))
                 groups.append(GroupRecord(prompt=batch[b]["question"], reference=batch[b]["answer"], samples=samples))
-            recorder.groups(step, groups)
+            if record:
+                recorder.groups(step, groups)
             if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
                 metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
             metrics["time/step"] = time.time() - t0

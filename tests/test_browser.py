@@ -1,9 +1,10 @@
 """The dashboard in a real browser: Chromium (/usr/bin/chromium) driven through Playwright.
 
 Starts `grpo-dashboard serve` as the end-to-end test does (embedded store, broker and worker),
-fills the launch form, launches, watches the run complete in the Run tab, then opens the Groups
-tab, picks a step and a group whose rewards differ (found through the API), and finds its
-completions drawn as advantage-coloured token spans. Screenshots go to
+fills the launch form, launches, watches the run's progress move in the Run tab, reloads the page
+and finds the run still there and still followed until it completes, then opens the Groups tab,
+moves the step slider to a step with a group whose rewards differ (found through the API), sorts
+by reward spread, and finds its completions drawn as advantage-coloured token spans. Screenshots go to
 test-artifacts/ (launch-form.png, run-view.png, group-view.png).
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tests.test_e2e import ROOT, RUN_TIMEOUT, clean_env, start_server
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
-FORM = {"name": "browser run", "steps_per_iteration": "3", "batch_size": "2", "group_size": "4"}
+FORM = {"name": "browser run", "steps_per_iteration": "40", "batch_size": "2", "group_size": "4", "eval_every": "0"}
 
 
 @pytest.fixture
@@ -44,9 +45,14 @@ def page():
             browser.close()
 
 
+def _progress_step(page) -> tuple[str, int]:
+    box = page.locator("#run-progress .run-progress")
+    return box.get_attribute("data-status"), int(box.get_attribute("data-step") or 0)
+
+
 @pytest.mark.slow
 @pytest.mark.browser
-def test_launch_watch_and_browse_groups(dashboard, page):
+def test_launch_watch_reload_and_browse_groups(dashboard, page):
     ARTIFACTS.mkdir(exist_ok=True)
     page.set_default_timeout(30_000)
     expect.set_options(timeout=30_000)
@@ -64,21 +70,39 @@ def test_launch_watch_and_browse_groups(dashboard, page):
     expect(result).to_contain_text("Launched run")
     run_id = re.search(r"Launched run (\d+)", result.inner_text()).group(1)
 
-    # 2. the Run tab opens on the new run and follows it to the end
+    # 2. the Run tab opens on the new run; its progress moves while it trains
     progress = page.locator("#run-progress .run-progress")
     expect(progress).to_contain_text(f"#{run_id}")
     expect(progress).to_contain_text("browser run")
+    expect(page.locator('#run-progress .run-progress[data-status="running"]:not([data-step="0"])')).to_be_visible(
+        timeout=RUN_TIMEOUT * 1000)
+    status, first_step = _progress_step(page)
+    page.wait_for_function(
+        "s => { const e = document.querySelector('#run-progress .run-progress');"
+        " return e && (Number(e.dataset.step) > s || e.dataset.status === 'completed'); }",
+        arg=first_step, timeout=RUN_TIMEOUT * 1000)
+    status, later_step = _progress_step(page)
+    assert later_step > first_step, (first_step, later_step, status)
+
+    # 3. reload: the run is still listed and still followed, and it keeps going to the end
+    page.reload()
+    expect(page.locator("#runs-table")).to_contain_text("browser run")
+    page.click("#tab-run-button")
+    expect(progress).to_contain_text(f"#{run_id}")
+    assert _progress_step(page)[1] >= later_step
     expect(page.locator('#run-progress .run-progress[data-status="completed"]')).to_be_visible(
         timeout=RUN_TIMEOUT * 1000)
-    expect(progress).to_contain_text("step 3 / 3")
+    total = FORM["steps_per_iteration"]
+    expect(progress).to_contain_text(f"step {total} / {total}")
     expect(page.locator("#run-charts .js-plotly-plot")).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "run-view.png"), full_page=True)
 
-    # 3. the Groups tab: the latest step's groups, the first one shown as token spans
+    # 4. the Groups tab: the latest step's groups, the first one shown as token spans
     page.click("#tab-groups-button")
     first_cells = page.locator('#groups-table [role="gridcell"][data-col="0"]')  # one per row of the table
     expect(first_cells).to_have_count(2)  # batch_size groups at the step
-    expect(page.locator("#group-step input")).to_have_value("step 3")
+    step_box = page.locator('#group-step input[type="number"]')
+    expect(step_box).to_have_value(total)
     view = page.locator("#group-view .group")
     expect(view).to_have_attribute("data-group-id", first_cells.first.inner_text().strip())
     expect(page.locator("#group-view .sample")).to_have_count(4)  # group_size samples
@@ -88,21 +112,25 @@ def test_launch_watch_and_browse_groups(dashboard, page):
         assert tokens.nth(i).get_attribute("data-adv") is not None
         assert "background:rgb(" in (tokens.nth(i).get_attribute("style") or "")
 
-    # 4. pick a step and a row whose rewards differ (if the run sampled one): its tokens are coloured
+    # 5. move the slider to a step with a group whose rewards differ (if the run sampled one), sort the
+    #    groups by reward spread: that group comes first, and its tokens are coloured
     client = Client(dashboard, verbose=False)
-    varied = [(step, row, g["group_id"]) for step in (1, 2, 3)
-              for row, g in enumerate(client.predict(int(run_id), step, api_name="/list_groups"))
+    varied = [(step, g["group_id"]) for step in range(1, int(total) + 1)
+              for g in client.predict(int(run_id), step, "spread", api_name="/list_groups")[:1]
               if g["reward_std"] > 0]
-    step, row, group_id = varied[0] if varied else (1, 1, None)
-    page.click("#group-step input")
-    page.get_by_role("option", name=f"step {step}", exact=True).click()
-    expect(page.locator("#group-step input")).to_have_value(f"step {step}")
-    page.click(f'#groups-table [data-testid="cell-{row}-1"]')
+    step, group_id = varied[0] if varied else (1, None)
+    step_box.fill(str(step))
+    step_box.press("Enter")
+    page.click("#group-order input")
+    page.get_by_role("option", name="reward spread (largest first)").click()
     if group_id is not None:
+        expect(first_cells.first).to_have_text(str(group_id))
+        page.click('#groups-table [data-testid="cell-0-1"]')
         expect(view).to_have_attribute("data-group-id", str(group_id))
         coloured = page.locator('#group-view span.token:not([style*="rgb(255,255,255)"])')
         expect(coloured.first).to_be_visible()
         assert float(coloured.first.get_attribute("data-adv")) != 0
+        expect(page.locator("#group-view .norm").first).to_be_visible()  # normalised rewards beside raw ones
     expect(page.locator("#group-view span.token").first).to_be_visible()
     page.locator("#group-view").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "group-view.png"), full_page=True)

@@ -194,3 +194,11 @@ def test_bf16_run_completes_under_autocast(grpo_cache_dir):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
     result, _ = run(grpo_cache_dir, precision="fp32", steps_per_iteration=1, eval_every=0)
     assert result["status"] == "completed"
+
+
+@pytest.mark.parametrize("record_every,expected", [(2, [2, 3]), (0, []), (1, [1, 2, 3])])
+def test_record_every_keeps_groups_of_every_kth_step_and_the_last(grpo_cache_dir, record_every, expected):
+    result, rec = run(grpo_cache_dir, record_every=record_every, eval_every=0)
+    assert result["status"] == "completed"
+    assert sorted(rec.group_log) == expected
+    assert [m["step"] for m in rec.metrics] == [1, 2, 3]  # metrics every step whatever record_every says

@@ -21,14 +21,16 @@ from gradio_client.exceptions import AppError
 from kombu import Connection
 
 from app import store
-from app.ui import group_html, progress_html, token_span
+from app.ui import (compare_figure, config_diff_html, group_html, metrics_figure, progress_html, rm_refresh_frame,
+                    token_span)
 from app.db import make_engine, session_scope, upgrade_database
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from workers.celery_app import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
-ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group", "/cancel_run"}
+ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group", "/cancel_run",
+             "/compare_runs", "/export_run"}
 
 
 def _free_port() -> int:
@@ -170,6 +172,75 @@ def test_metrics_and_groups(server, client):
         client.predict(99999, api_name="/get_group")
 
 
+def _seed_groups(db_url: str, run_id: int, step: int, rewards_per_group: list[list[float]]) -> None:
+    groups = []
+    for b, rewards in enumerate(rewards_per_group):
+        samples = [SampleRecord(completion=f"{b}-{i}", tokens=[f"{b}", "-", f"{i}"], reward=r, advantages=[r] * 3,
+                                reward_components={"correct": r}) for i, r in enumerate(rewards)]
+        groups.append(GroupRecord(f"q{b}", "1", samples).to_dict())
+    with session_scope(db_url) as s:
+        store.record_groups(s, run_id, step, groups)
+
+
+@pytest.mark.slow
+def test_list_groups_sorts_by_spread_or_mean(server, client):
+    _, db_url, _, _ = server
+    run_id = client.predict({"name": "sorted"}, api_name="/launch_run")["run_id"]
+    _seed_groups(db_url, run_id, 1, [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]])  # std 0, 0.5, 0; mean 1, .5, 0
+    prompts = lambda order: [g["prompt"] for g in client.predict(run_id, 1, order, api_name="/list_groups")]  # noqa: E731
+    assert prompts(None) == prompts("position") == ["q0", "q1", "q2"]
+    assert prompts("spread") == ["q1", "q0", "q2"]
+    assert prompts("mean") == ["q0", "q1", "q2"] and prompts("mean_asc") == ["q2", "q1", "q0"]
+    with pytest.raises(AppError, match="order must be one of position, spread, mean, mean_asc"):
+        client.predict(run_id, 1, "best", api_name="/list_groups")
+
+
+@pytest.mark.slow
+def test_compare_runs_overlays_metrics_and_names_differing_keys(server, client):
+    _, db_url, _, _ = server
+    a = client.predict({"name": "a", "learning_rate": 1e-4}, api_name="/launch_run")["run_id"]
+    b = client.predict({"name": "b", "learning_rate": 3e-4, "group_size": 4}, api_name="/launch_run")["run_id"]
+    with session_scope(db_url) as s:
+        for run_id, value in ((a, 0.25), (b, 0.5)):
+            store.record_step(s, run_id, 1, 1, {"reward_mean": value})
+    compared = client.predict([a, b], api_name="/compare_runs")
+    assert [r["run_id"] for r in compared["runs"]] == [a, b]
+    assert compared["differing_keys"] == ["group_size", "learning_rate"]  # "name" never counts
+    assert compared["metrics"][str(a)] == [{"step": 1, "iteration": 1, "reward_mean": 0.25}]
+    assert compared["metrics"][str(b)][0]["reward_mean"] == 0.5
+    with pytest.raises(AppError, match="run 99999 not found"):
+        client.predict([a, 99999], api_name="/compare_runs")
+    with pytest.raises(AppError, match="run_ids must be a non-empty list"):
+        client.predict([], api_name="/compare_runs")
+
+
+@pytest.mark.slow
+def test_export_groups_as_parquet_and_csv_and_config_as_json(server, client):
+    import json
+
+    import pandas as pd
+
+    _, db_url, _, _ = server
+    run_id = client.predict({"name": "export", "group_size": 2}, api_name="/launch_run")["run_id"]
+    _seed_groups(db_url, run_id, 1, [[0.0, 1.0], [1.0, 1.0]])
+    _seed_groups(db_url, run_id, 2, [[1.0, 0.0]])
+    parquet = pd.read_parquet(client.predict(run_id, "parquet", api_name="/export_run"))
+    assert len(parquet) == 6 and list(parquet["step"]) == [1, 1, 1, 1, 2, 2]
+    assert list(parquet["completion"]) == ["0-0", "0-1", "1-0", "1-1", "0-0", "0-1"]
+    assert list(parquet.loc[1, "tokens"]) == ["0", "-", "1"] and list(parquet.loc[1, "advantages"]) == [1.0] * 3
+    assert parquet.loc[0, "group_reward_std"] == 0.5 and parquet.loc[2, "group_reward_std"] == 0.0
+    csv = pd.read_csv(client.predict(run_id, "csv", api_name="/export_run"))
+    assert len(csv) == 6 and json.loads(csv.loc[1, "tokens"]) == ["0", "-", "1"]
+    assert json.loads(csv.loc[1, "reward_components"]) == {"correct": 1.0}
+    with open(client.predict(run_id, "config", api_name="/export_run"), encoding="utf-8") as fh:
+        config = json.load(fh)
+    assert config == client.predict(run_id, api_name="/get_run")["config"] and config["group_size"] == 2
+    again = client.predict(config, api_name="/launch_run")  # an exported config launches as it is
+    assert client.predict(again["run_id"], api_name="/get_run")["config"] == config
+    with pytest.raises(AppError, match="kind must be one of parquet, csv, config"):
+        client.predict(run_id, "xlsx", api_name="/export_run")
+
+
 @pytest.mark.slow
 def test_server_process_has_not_loaded_torch(server, client):
     """After serving every endpoint, no libtorch is mapped into the server process."""
@@ -220,3 +291,53 @@ def test_progress_html_eta_and_error():
     failed = {**run, "status": "failed", "error": "boom <x>", "finished_at": "2025-01-01T00:00:30+00:00"}
     assert '<pre class="run-error">boom &lt;x&gt;</pre>' in progress_html(failed, now)
     assert "waiting for a worker" in progress_html({**run, "status": "queued", "step": 0, "started_at": None}, now)
+
+
+def test_progress_html_names_the_iteration():
+    run = {"run_id": 7, "name": "it", "status": "running", "step": 250, "total_steps": 600, "error": None,
+           "config": {"iterations": 3, "steps_per_iteration": 200}, "started_at": None, "finished_at": None}
+    assert "iteration 2 / 3 · step 250 / 600" in progress_html(run)
+
+
+def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
+    metrics = [{"step": 1, "iteration": 1, "reward_mean": 0.5, "kl": 0.01, "time/step": 0.3, "custom/x": 2.0},
+               {"step": 2, "iteration": 1, "reward_mean": 0.6, "kl": 0.02, "time/step": 0.3, "custom/x": 3.0}]
+    fig = metrics_figure(metrics)
+    names = {trace.name for trace in fig.data}
+    assert names == {"reward_mean", "kl", "time/step", "custom/x"}
+    titles = [a.text for a in fig.layout.annotations]
+    assert {"reward", "accuracy", "KL and loss", "clip and entropy", "lengths", "optimizer", "timing (s)",
+            "reward model", "other"} <= set(titles)
+
+
+def test_rm_refresh_table_has_one_row_per_training():
+    metrics = [{"step": 0, "iteration": 0, "rm/loss": 0.5, "rm/accuracy_after": 0.8, "rm/train_examples": 64.0},
+               {"step": 1, "iteration": 1, "reward_mean": 0.2},
+               {"step": 2, "iteration": 1, "rm/loss": 0.4, "rm/accuracy_before": 0.75, "rm/accuracy_after": 0.85,
+                "rm/train_examples": 70.0, "rm/replayed": 6.0}]
+    frame = rm_refresh_frame(metrics)
+    assert frame["step"].tolist() == [0, 2]
+    assert frame.iloc[1]["change"] == pytest.approx(0.1) and frame.iloc[1]["replayed"] == 6.0
+    assert rm_refresh_frame([{"step": 1, "iteration": 1, "kl": 0.0}]).empty
+
+
+def test_config_diff_marks_the_differing_keys_and_compare_figure_draws_each_run():
+    compared = {"runs": [{"run_id": 1, "name": "a", "config": {"kl_coef": 0.04, "seed": 0}},
+                         {"run_id": 2, "name": "b<", "config": {"kl_coef": 0.0, "seed": 0}}],
+                "differing_keys": ["kl_coef"],
+                "metrics": {"1": [{"step": 1, "kl": 0.1}], "2": [{"step": 1, "kl": 0.0}]}}
+    page = config_diff_html(compared)
+    assert '<tr class="diff" data-key="kl_coef">' in page and '<tr data-key="seed">' in page
+    assert "b&lt;" in page and "1 key differ: kl_coef" in page
+    fig = compare_figure(compared, ["kl", "reward_mean"])
+    assert [t.name for t in fig.data] == ["#1 a", "#1 a", "#2 b<", "#2 b<"]
+
+
+def test_group_html_shows_normalised_rewards_and_the_rm_score_beside_the_verifier():
+    samples = [{"sample_id": i, "completion": "x", "tokens": ["x"], "reward": r, "advantages": [0.0],
+                "step_rewards": None, "step_end_indices": None,
+                "reward_components": {"correct": c, "rm_score": r}} for i, (r, c) in enumerate([(0.9, 1.0), (0.1, 0.0)])]
+    page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
+    assert page.count('class="norm">+1.000<') == 1 and page.count('class="norm">-1.000<') == 1  # 0.4 / (0.4 + eps')
+    assert "verifier ✓ correct" in page and "verifier ✗ wrong" in page
+    assert '<span class="rm-score">RM 0.900</span>' in page
