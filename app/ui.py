@@ -1,4 +1,4 @@
-"""The dashboard: a Gradio app with four tabs and the named API endpoints.
+"""The dashboard: a Gradio app with five tabs and the named API endpoints.
 
 Tabs: Launch (the run-spec form), Runs (every run, refreshed every 2 s), Run (progress with
 iteration and ETA, live charts of every metric, reward-model refreshes, cancel, export, launch
