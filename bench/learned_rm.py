@@ -2,15 +2,18 @@
 
 Runs the engine directly (grpo_engine.trainer.train with an in-memory recorder; no dashboard):
 
-  (a) outcome supervision, reward: model (a learned ORM), 3 iterations, other settings default.
-      Prints each RM refresh (held-out accuracy on fresh policy samples before -> after), the policy's
-      held-out eval/accuracy curve and its final value.
+  (a) outcome supervision, reward: model (a learned ORM), 3 iterations of 20 steps, other settings
+      default. Prints each RM refresh (held-out accuracy on fresh policy samples before -> after), the
+      policy's held-out eval/accuracy curve and its final value. The iterations are short on purpose:
+      a refresh can only help when the policy moved during the iteration before it; once the policy
+      stops moving, the accuracy before a refresh is already at its ceiling and a refresh changes it
+      by about the noise of the held-out sample (rm_samples / 4 = 512 outputs).
   (b) process supervision, reward: model (a learned PRM). Prints that it completed, the PRM's
       training, and one group's per-step rewards.
 
     .venv/bin/python bench/learned_rm.py --cache-dir /tmp/c11        # reuse a cached built-in model
     .venv/bin/python bench/learned_rm.py --steps-per-iteration 40 --prm-steps 30
-    .venv/bin/python bench/learned_rm.py --only orm
+    .venv/bin/python bench/learned_rm.py --only orm --seeds 0,1,2
 
 Exit status 0 when every refresh raised the RM's held-out accuracy and the ORM run's final
 eval/accuracy is at least 0.85, else 1.
@@ -50,10 +53,10 @@ def run(spec: dict, cache_dir: Path) -> tuple[dict, PrintingRecorder, float]:
     return result, recorder, time.time() - t0
 
 
-def orm_run(steps_per_iteration: int, cache_dir: Path) -> bool:
+def orm_run(steps_per_iteration: int, seed: int, cache_dir: Path) -> bool:
     print("(a) ORM: outcome supervision with a learned outcome reward model, 3 iterations")
-    result, rec, seconds = run({"reward": "model", "iterations": 3, "steps_per_iteration": steps_per_iteration},
-                               cache_dir)
+    result, rec, seconds = run({"reward": "model", "iterations": 3, "steps_per_iteration": steps_per_iteration,
+                                "seed": seed}, cache_dir)
     print(f"status: {result['status']} after {result['step']} steps in {seconds:.0f}s")
     start = rec.metrics[0]
     print(f"RM initial training: loss {start['rm/loss']:.3f}, held-out accuracy {start['rm/accuracy_after']:.3f}")
@@ -76,10 +79,10 @@ def orm_run(steps_per_iteration: int, cache_dir: Path) -> bool:
     return result["status"] == "completed" and improved == len(refreshes) == 3 and accs[-1] >= TARGET_ACCURACY
 
 
-def prm_run(steps: int, cache_dir: Path) -> bool:
+def prm_run(steps: int, seed: int, cache_dir: Path) -> bool:
     print("(b) PRM: process supervision with a learned process reward model")
     result, rec, seconds = run({"reward": "model", "supervision": "process", "steps_per_iteration": steps,
-                                "eval_every": steps}, cache_dir)
+                                "eval_every": steps, "seed": seed}, cache_dir)
     print(f"status: {result['status']} after {result['step']} steps in {seconds:.0f}s")
     for m in rec.metrics:
         if "rm/accuracy_after" in m:
@@ -102,16 +105,20 @@ def prm_run(steps: int, cache_dir: Path) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", help="built-in model cache (default: a temporary directory; builds the model)")
-    parser.add_argument("--steps-per-iteration", type=int, default=60, help="M of the ORM run (3 iterations)")
+    parser.add_argument("--steps-per-iteration", type=int, default=20,
+                        help="M of the ORM run (3 iterations): short enough that the policy moves within each one")
     parser.add_argument("--prm-steps", type=int, default=20, help="steps of the PRM run (1 iteration)")
     parser.add_argument("--only", choices=("orm", "prm"), help="run only one of the two")
+    parser.add_argument("--seeds", default="0", help="comma-separated run seeds (each runs the chosen runs)")
     args = parser.parse_args()
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="grpo-bench-cache-"))
     ok = True
-    if args.only in (None, "orm"):
-        ok &= orm_run(args.steps_per_iteration, cache_dir)
-    if args.only in (None, "prm"):
-        ok &= prm_run(args.prm_steps, cache_dir)
+    for seed in [int(x) for x in args.seeds.split(",")]:
+        print(f"=== seed {seed}")
+        if args.only in (None, "orm"):
+            ok &= orm_run(args.steps_per_iteration, seed, cache_dir)
+        if args.only in (None, "prm"):
+            ok &= prm_run(args.prm_steps, seed, cache_dir)
     return 0 if ok else 1
 
 

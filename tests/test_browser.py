@@ -181,3 +181,10 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
         expect(step_marks.first).to_have_text(f"step 1 r={first['step_rewards'][0]:+.2f}")
     page.locator("#group-view").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "group-view-prm.png"), full_page=True)
+
+    # the Compare tab: pick the run, its curves and its config appear
+    page.click("#tab-compare-button")
+    page.click("#compare-runs input")
+    page.get_by_role("option", name=f"#{run_id} prm run (completed)").click()
+    expect(page.locator("#compare-charts .js-plotly-plot")).to_be_visible()
+    expect(page.locator('#compare-config tr[data-key="supervision"]')).to_contain_text("process")
