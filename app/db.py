@@ -26,10 +26,16 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def _sqlite_pragmas(dbapi_connection, connection_record) -> None:
-    """Per-connection SQLite settings: WAL journal, lock wait, foreign keys (for ON DELETE CASCADE)."""
+    """Per-connection SQLite settings: WAL journal, lock wait, foreign keys (for ON DELETE CASCADE).
+
+    ``synchronous = NORMAL`` in WAL mode syncs at checkpoints instead of at every commit: a process
+    crash loses nothing committed; only a power cut can lose the last commits (SQLite's documented
+    trade-off). It makes the worker's per-step commits several times cheaper.
+    """
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.execute("PRAGMA foreign_keys = ON")
     cursor.close()
 

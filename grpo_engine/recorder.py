@@ -6,7 +6,7 @@ Pure Python: no torch here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -32,7 +32,9 @@ class GroupRecord:
     samples: list[SampleRecord]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain dicts, sharing the samples' lists (no deep copy: recording runs every step)."""
+        return {"prompt": self.prompt, "reference": self.reference,
+                "samples": [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.samples]}
 
 
 class Recorder:

@@ -55,9 +55,11 @@ def test_db_recorder_writes_every_event(sqlite_url):
     recorder = DBRecorder(run_id, sqlite_url)
     recorder.start(2)
     recorder.log("hello")
-    recorder.step(1, 1, {"reward_mean": 0.5, "kl": 0.01})
     sample = SampleRecord(completion="4", tokens=["4"], reward=1.0, advantages=[0.7])
     recorder.groups(1, [GroupRecord(prompt="2+2=", reference="4", samples=[sample, sample])])
+    with session_scope(sqlite_url) as s:  # the engine reports a step's groups first: held until its metrics
+        assert store.list_groups(s, run_id, 1) == []
+    recorder.step(1, 1, {"reward_mean": 0.5, "kl": 0.01})  # ... then both are written in one transaction
     assert recorder.should_stop() is False
 
     with session_scope(sqlite_url) as s:

@@ -30,6 +30,7 @@ class DBRecorder(Recorder):
         self.database_url = database_url
         self.stop_reason: str | None = None  # "cancel" or "interrupt" once should_stop() said True
         self._last_poll = float("-inf")
+        self._pending_groups: tuple[int, list[dict]] | None = None  # (step, groups) until step() comes
 
     def start(self, total_steps: int) -> None:
         with session_scope(self.database_url) as s:
@@ -41,12 +42,19 @@ class DBRecorder(Recorder):
             store.append_log(s, self.run_id, message)
 
     def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
+        """The step's metrics, and the groups reported for it, in one transaction."""
+        pending, self._pending_groups = self._pending_groups, None
         with session_scope(self.database_url) as s:
+            if pending is not None and pending[0] == step:
+                store.record_groups(s, self.run_id, step, pending[1])
             store.record_step(s, self.run_id, step, iteration, metrics)
 
     def groups(self, step: int, groups: list[GroupRecord]) -> None:
-        with session_scope(self.database_url) as s:
-            store.record_groups(s, self.run_id, step, [g.to_dict() for g in groups])
+        """Held until the step's metrics come (the engine reports groups first), then written with them."""
+        if self._pending_groups is not None:  # groups of a step that never reported metrics: write them now
+            with session_scope(self.database_url) as s:
+                store.record_groups(s, self.run_id, *self._pending_groups)
+        self._pending_groups = (step, [g.to_dict() for g in groups])
 
     def should_stop(self) -> bool:
         """True once the run was cancelled in the store or the embedded worker is shutting down."""
