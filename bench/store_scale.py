@@ -1,0 +1,361 @@
+"""Does the Groups tab stay fast on a big run? /list_groups and /get_group against a store with 1M tokens.
+
+Seeds ONE run with at least --tokens stored completion tokens into a fresh store per backend: an
+SQLite file in a temporary data dir, and a uniquely named PostgreSQL database (dropped at the end).
+The run has the default shape, B = 8 groups per step and G = 8 samples per group, every sample
+exactly 32 tokens (max_new_tokens), so 1,024,000 tokens take 500 steps. Samples look like the
+built-in task's: its questions, their step-by-step solutions cut into the built-in tokenizer's
+tokens (numbers of up to 3 digits, single characters, then "</s>"), per-token advantages
+normalised within the group; every 4th group is process-supervised (step_rewards and
+step_end_indices). Seeding goes through app.store (record_step, record_groups) in transactions
+of --steps-per-commit steps.
+
+Then, per backend, it starts a real ``grpo-dashboard serve`` on that store (no embedded worker:
+GRPO_EMBEDDED_WORKER=0; for PostgreSQL also GRPO_BROKER_URL=--redis-url, the production shape),
+connects with gradio_client and times --calls calls of each endpoint, after one untimed warm-up:
+``/list_groups`` with a step spread across the run, ``/list_groups`` with step None (the latest
+step, what the tab opens on) and ``/get_group`` with random group ids. The same calls are also
+timed on app.store directly, in this process, to tell the database's share from the server's.
+
+    .venv/bin/python bench/store_scale.py                            # both backends, 1,024,000 tokens
+    .venv/bin/python bench/store_scale.py --tokens 100000 --backends sqlite
+    .venv/bin/python bench/store_scale.py --keep                     # keep the data dir (and its SQLite file)
+
+Prints seeding time and token count per backend, then per endpoint and backend the median and
+p90 seconds of a call, PASS or FAIL against --max-median (0.5 s). Exit status 0 when all pass.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+COMMAND = str(Path(sys.executable).with_name("grpo-dashboard"))
+GROUPS_PER_STEP = 8  # B, the default batch_size
+SAMPLES_PER_GROUP = 8  # G, the default group_size
+TOKENS_PER_SAMPLE = 32  # the default max_new_tokens
+PROCESS_EVERY = 4  # every 4th group is process-supervised
+EOS = "</s>"
+TOKEN_PATTERN = re.compile(r"\d{1,3}|\D")  # the built-in tokenizer's pre-tokenizer (grpo_engine/model.py)
+ADV_EPS = 1e-4
+
+
+# ---- 1. realistic groups ---------------------------------------------------------------------
+
+
+def completion_tokens(question: str, solution: str, rng: random.Random) -> list[str]:
+    """TOKENS_PER_SAMPLE tokens of a plausible completion: the solution (sometimes with a wrong final
+    answer), then the question and the solution again until the token budget runs out (truncated at
+    max_new_tokens), or, for 30% of them, until EOS as the last token."""
+    lines = solution.split("\n")
+    if rng.random() < 0.4:  # a wrong answer, as the warm-started model gives ~65% of the time
+        lines[-1] = f"#### {int(lines[-1][5:]) + rng.choice((-6, -2, 1, 4, 8))}"
+    text = "\n".join(lines)
+    tokens = TOKEN_PATTERN.findall(text)
+    while len(tokens) < TOKENS_PER_SAMPLE:
+        tokens += TOKEN_PATTERN.findall(f"\n{question}\n{text}")
+    if rng.random() < 0.3:
+        return tokens[: TOKENS_PER_SAMPLE - 1] + [EOS]
+    return tokens[:TOKENS_PER_SAMPLE]
+
+
+def step_ends(tokens: list[str]) -> list[int]:
+    """0-based index of the token that ends each step: the one before each "\\n", and the last one (EOS is no step)."""
+    body = tokens[:-1] if tokens[-1] == EOS else tokens
+    ends = [i - 1 for i, t in enumerate(body) if t == "\n" and i > 0 and body[i - 1] != "\n"]
+    return ends if body[-1] == "\n" else ends + [len(body) - 1]
+
+
+def make_group(example: dict, process: bool, rng: random.Random) -> dict:
+    """One group as ``GroupRecord.to_dict()`` gives it: G samples with rewards and advantages."""
+    samples = []
+    for _ in range(SAMPLES_PER_GROUP):
+        tokens = completion_tokens(example["question"], example["solution"], rng)
+        completion = "".join(t for t in tokens if t != EOS)
+        correct = float(completion.split("#### ")[-1].split("\n")[0] == example["answer"])
+        sample = {"completion": completion, "tokens": tokens, "reward": correct,
+                  "step_rewards": None, "step_end_indices": None, "reward_components": {"correct": correct}}
+        if process:
+            sample["step_end_indices"] = step_ends(tokens)
+            sample["step_rewards"] = [float(rng.random() < 0.7) for _ in sample["step_end_indices"]]
+            sample["reward"] = statistics.fmean(sample["step_rewards"])
+        samples.append(sample)
+    (process_advantages if process else outcome_advantages)(samples)
+    return {"prompt": example["question"], "reference": example["answer"], "samples": samples}
+
+
+def outcome_advantages(samples: list[dict]) -> None:
+    """A_i = (r_i - mean(r)) / (std(r) + eps) on every token (section 4.1.2; population std)."""
+    rewards = [s["reward"] for s in samples]
+    mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
+    for s in samples:
+        a = 0.0 if std == 0 else round((s["reward"] - mean) / (std + ADV_EPS), 6)
+        s["advantages"] = [a] * len(s["tokens"])
+
+
+def process_advantages(samples: list[dict]) -> None:
+    """A_t = sum of the normalised rewards of the steps ending at or after t (section 4.1.3)."""
+    flat = [r for s in samples for r in s["step_rewards"]]
+    mean, std = statistics.fmean(flat), statistics.pstdev(flat)
+    for s in samples:
+        adv = [0.0] * len(s["tokens"])
+        for r, end in zip(s["step_rewards"], s["step_end_indices"]):
+            for t in range(end + 1):
+                adv[t] += 0.0 if std == 0 else (r - mean) / (std + ADV_EPS)
+        s["advantages"] = [round(a, 6) for a in adv]
+
+
+# ---- 2. seeding through app.store -------------------------------------------------------------
+
+
+def seed_store(url: str, steps: int, steps_per_commit: int, seed: int) -> tuple[int, list[int], int]:
+    """Migrate ``url`` and record one completed run of ``steps`` steps; return (run_id, group ids, tokens)."""
+    from sqlalchemy import select
+
+    from app import store
+    from app.db import session_scope, upgrade_database
+    from app.models import Group
+    from grpo_engine.config import validate_spec
+    from grpo_engine.data import load_dataset
+
+    rng = random.Random(seed)
+    train_set, _ = load_dataset("builtin-arith")
+    upgrade_database(url)
+    spec = validate_spec({"name": "store-scale", "steps_per_iteration": steps}).to_dict()
+    with session_scope(url) as s:
+        run_id = store.create_run(s, spec, spec["name"])
+        store.mark_running(s, run_id, steps)
+    tokens = 0
+    for first in range(1, steps + 1, steps_per_commit):
+        with session_scope(url) as s:  # one transaction per chunk of steps
+            for step in range(first, min(first + steps_per_commit, steps + 1)):
+                groups = [make_group(rng.choice(train_set), (step * GROUPS_PER_STEP + b) % PROCESS_EVERY == 0, rng)
+                          for b in range(GROUPS_PER_STEP)]
+                store.record_groups(s, run_id, step, groups)
+                rewards = [x["reward"] for g in groups for x in g["samples"]]
+                store.record_step(s, run_id, step, 1, {"reward_mean": statistics.fmean(rewards),
+                                                       "reward_std": statistics.pstdev(rewards)})
+                tokens += sum(len(x["tokens"]) for g in groups for x in g["samples"])
+    with session_scope(url) as s:
+        store.finish_run(s, run_id, "completed")
+        group_ids = list(s.scalars(select(Group.id).where(Group.run_id == run_id)))
+    return run_id, group_ids, tokens
+
+
+# ---- 3. the real server ----------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(data_dir: Path, settings: dict[str, str], timeout: float = 180) -> tuple[subprocess.Popen, str]:
+    """`grpo-dashboard serve --port P --data-dir D` with ``settings``; returns it and its URL once it answers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
+    env.update(GRADIO_ANALYTICS_ENABLED="False", GRPO_EMBEDDED_WORKER="0", **settings)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    with open(data_dir / "serve.log", "wb") as log:
+        server = subprocess.Popen([COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)], cwd=ROOT,
+                                  env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.poll() is not None or time.monotonic() > deadline:
+            stop_server(server)
+            raise SystemExit(f"serve did not come up:\n{(data_dir / 'serve.log').read_text(errors='replace')}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return server, url
+        except OSError:
+            time.sleep(0.3)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 60 s."""
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+# ---- 4. timing -------------------------------------------------------------------------------
+
+
+def seconds_per_call(fn, calls: list[tuple]) -> list[float]:
+    """Wall seconds of ``fn(*args)`` for each args in ``calls``, after one untimed warm-up call."""
+    fn(*calls[0])
+    times = []
+    for args in calls:
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def p90(times: list[float]) -> float:
+    return statistics.quantiles(times, n=10, method="inclusive")[8]
+
+
+def measure(url: str, db_url: str, run_id: int, steps: int, group_ids: list[int], n: int,
+            rng: random.Random) -> dict[str, tuple[list[float], list[float]]]:
+    """Per endpoint: (seconds per API call, seconds per app.store call on the same arguments)."""
+    from gradio_client import Client
+
+    from app import store
+    from app.db import session_scope
+
+    client = Client(url, verbose=False)
+    spread = [(run_id, 1 + round(i * (steps - 1) / max(1, n - 1))) for i in range(n)]
+    cases = {
+        "list_groups(step)": ("/list_groups", store.list_groups, spread),
+        "list_groups(None)": ("/list_groups", store.list_groups, [(run_id, None)] * n),
+        "get_group": ("/get_group", store.get_group, [(g,) for g in rng.sample(group_ids, n)]),
+    }
+    check(client, run_id, steps, group_ids[0])
+
+    def in_store(fn):
+        def call(*args):
+            with session_scope(db_url) as s:
+                return fn(s, *args)
+        return call
+
+    return {name: (seconds_per_call(lambda *a, e=endpoint: client.predict(*a, api_name=e), calls),
+                   seconds_per_call(in_store(fn), calls))
+            for name, (endpoint, fn, calls) in cases.items()}
+
+
+def check(client, run_id: int, steps: int, group_id: int) -> None:
+    """The server answers with the seeded data: B groups at the last step, G samples of 32 tokens."""
+    groups = client.predict(run_id, None, api_name="/list_groups")
+    assert len(groups) == GROUPS_PER_STEP and {g["step"] for g in groups} == {steps}, groups
+    group = client.predict(group_id, api_name="/get_group")
+    assert len(group["samples"]) == SAMPLES_PER_GROUP, group
+    assert all(len(x["tokens"]) == len(x["advantages"]) == TOKENS_PER_SAMPLE for x in group["samples"])
+
+
+# ---- 5. one backend --------------------------------------------------------------------------
+
+
+def create_postgres_database(server_url: str) -> str:
+    """A new, uniquely named database on the server; returns its URL."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    server = make_url(server_url)
+    name = f"grpo_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server.set(database=server.database or "postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    admin.dispose()
+    return server.set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(url: str) -> None:
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from app.db import make_engine
+
+    make_engine(url).dispose()
+    parsed = make_url(url)
+    admin = create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+    admin.dispose()
+
+
+def bench_backend(backend: str, data_dir: Path, args: argparse.Namespace) -> dict:
+    """Seed one store, serve it, time the endpoints; returns the timings per endpoint."""
+    steps = -(-args.tokens // (GROUPS_PER_STEP * SAMPLES_PER_GROUP * TOKENS_PER_SAMPLE))  # ceil
+    data_dir.mkdir(parents=True)
+    db_url = create_postgres_database(args.postgres_url) if backend == "postgres" \
+        else f"sqlite:///{data_dir / 'grpo.sqlite'}"
+    server = None
+    try:
+        t0 = time.perf_counter()
+        run_id, group_ids, tokens = seed_store(db_url, steps, args.steps_per_commit, args.seed)
+        seconds = time.perf_counter() - t0
+        print(f"{backend}: seeded run {run_id}: {steps} steps, {len(group_ids)} groups, "
+              f"{len(group_ids) * SAMPLES_PER_GROUP} samples, {tokens:,} tokens in {seconds:.1f}s "
+              f"({tokens / seconds:,.0f} tokens/s)", flush=True)
+        if backend == "sqlite":
+            size = sum(f.stat().st_size for f in data_dir.glob("grpo.sqlite*"))  # the WAL file included
+            print(f"{backend}: store files {size / 1e6:.0f} MB", flush=True)
+        settings = {"GRPO_DATABASE_URL": db_url}
+        if backend == "postgres":
+            settings["GRPO_BROKER_URL"] = args.redis_url
+        server, url = start_server(data_dir, settings)
+        return measure(url, db_url, run_id, steps, group_ids, args.calls, random.Random(args.seed))
+    finally:
+        if server is not None:
+            stop_server(server)
+        if backend == "postgres":
+            drop_postgres_database(db_url)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=1_024_000, help="at least this many stored completion tokens")
+    parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
+    parser.add_argument("--keep", action="store_true", help="keep the data dir")
+    parser.add_argument("--calls", type=int, default=20, help="timed calls per endpoint")
+    parser.add_argument("--max-median", type=float, default=0.5, help="PASS when an endpoint's median is at most this")
+    parser.add_argument("--steps-per-commit", type=int, default=50, help="steps seeded per transaction")
+    parser.add_argument("--postgres-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/",
+                        help="PostgreSQL server the database is created on")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/7",
+                        help="GRPO_BROKER_URL of the PostgreSQL server (never used: nothing is launched)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not set(backends) <= {"sqlite", "postgres"}:
+        parser.error(f"--backends: unknown backend in {args.backends!r}")
+
+    root = Path(tempfile.mkdtemp(prefix="grpo-store-scale-"))
+    print(f"data dir {root}")
+    results = {}
+    try:
+        for backend in backends:
+            results[backend] = bench_backend(backend, root / backend, args)
+    finally:
+        if args.keep:
+            print(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\n{'backend':<9} {'endpoint':<18} {'median s':>9} {'p90 s':>7} {'store median s':>15}  "
+          f"(API: {args.calls} calls via gradio_client; store: app.store in-process)")
+    passed = True
+    for backend, timings in results.items():
+        for name, (api_times, store_times) in timings.items():
+            median = statistics.median(api_times)
+            ok = median <= args.max_median
+            passed &= ok
+            print(f"{backend:<9} {name:<18} {median:9.3f} {p90(api_times):7.3f} {statistics.median(store_times):15.4f}  "
+                  f"{'PASS' if ok else 'FAIL'} (median <= {args.max_median} s)")
+    print("PASS" if passed else "FAIL")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
