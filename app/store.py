@@ -18,7 +18,7 @@ import statistics
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -181,27 +181,26 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
     advantages were normalised with (outcome supervision).
     """
     s.execute(delete(Group).where(Group.run_id == run_id, Group.step == step))
+    rows = []
     for position, group in enumerate(groups):
         rewards = [float(sample["reward"]) for sample in group["samples"]]
-        s.add(
-            Group(
-                run_id=run_id,
-                step=step,
-                position=position,
-                prompt=group["prompt"],
-                reference=group["reference"],
-                reward_mean=statistics.fmean(rewards),
-                reward_std=statistics.pstdev(rewards),
-                samples=[_sample(i, sample) for i, sample in enumerate(group["samples"])],
-            )
-        )
-    s.flush()
+        row = Group(run_id=run_id, step=step, position=position, prompt=group["prompt"],
+                    reference=group["reference"], reward_mean=statistics.fmean(rewards),
+                    reward_std=statistics.pstdev(rewards))
+        s.add(row)
+        rows.append(row)
+    s.flush()  # the groups get their ids; their samples go in as one multi-row insert (cheap per step)
+    samples = [{"group_id": row.id, **_sample(i, sample)}
+               for row, group in zip(rows, groups) for i, sample in enumerate(group["samples"])]
+    if samples:
+        s.execute(insert(Sample), samples)
 
 
-def _sample(position: int, sample: dict[str, Any]) -> Sample:
+def _sample(position: int, sample: dict[str, Any]) -> dict[str, Any]:
+    """The samples row of one ``SampleRecord`` dict."""
     step_rewards = sample.get("step_rewards")
     step_end_indices = sample.get("step_end_indices")
-    return Sample(
+    return dict(
         position=position,
         completion=sample["completion"],
         tokens=[str(token) for token in sample["tokens"]],
