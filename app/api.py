@@ -9,21 +9,27 @@ broker by task name, so this process never imports the engine or torch.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import secrets
+import shutil
 import tempfile
+import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from kombu.utils.url import maybe_sanitize_url
-
 from app import store
+from app.auth import mask_secrets, mask_url
 from app.db import session_scope
+from app.paths import check_spec_paths
 from app.settings import get_settings
 from grpo_engine.config import SpecError, validate_spec
-from workers.celery_app import RUN_TASK, celery_app
+from grpo_engine.data import read_dataset_file
+from workers.celery_app import RUN_TASK, celery_app, queue_for
 
 
 class ApiError(ValueError):
@@ -62,7 +68,8 @@ def _default_name(model: str) -> str:
 def launch_run(spec: dict | str | None) -> dict:
     """Validate a run spec, store the run (queued) and send it to the workers.
 
-    ``spec`` is a JSON object, or its text. Returns ``{run_id, status}``.
+    ``spec`` is a JSON object, or its text. Returns ``{run_id, status}``. A refused spec (a bad value, a
+    local path outside GRPO_PATH_ROOTS or unusable, a bad dataset file) stores nothing.
     """
     # 1. parse and validate (missing keys take defaults; a bad key is named)
     if isinstance(spec, str):
@@ -70,23 +77,25 @@ def launch_run(spec: dict | str | None) -> dict:
             spec = json.loads(spec) if spec.strip() else {}
         except json.JSONDecodeError as e:
             raise ApiError(f"the run spec is not valid JSON: {e}") from None
+    settings = get_settings()
     try:
         config = validate_spec(spec).to_dict()
+        check_spec_paths(config, settings.path_roots)  # local paths: inside the roots, usable
     except SpecError as e:
         raise ApiError(str(e)) from None
     config["name"] = config["name"] or _default_name(config["model"])
 
     # 2. the row comes first, so a worker that picks the job up finds it
-    settings = get_settings()
     with session_scope() as s:
         run_id = store.create_run(s, config, config["name"])
 
     # 3. enqueue by name on the broker the settings name now
     try:
         with celery_app.connection_for_write(settings.broker_url) as conn:
-            celery_app.send_task(RUN_TASK, args=[run_id], queue=settings.queue, connection=conn)
+            celery_app.send_task(RUN_TASK, args=[run_id], queue=queue_for(config["device"], settings.queue),
+                                 connection=conn)
     except Exception as e:  # any broker failure: the run can never start
-        error = f"could not reach the broker at {maybe_sanitize_url(settings.broker_url)}: {e}"
+        error = mask_secrets(f"could not reach the broker at {mask_url(settings.broker_url)}: {e}", settings)
         with session_scope() as s:
             store.finish_run(s, run_id, "failed", error=error)
         raise ApiError(f"run {run_id} failed: {error}") from e
@@ -180,13 +189,38 @@ def compare_runs(run_ids: Any) -> dict:
     return {"runs": runs, "differing_keys": differing, "metrics": metrics}
 
 
-EXPORT_KINDS = ("parquet", "csv", "config")
+EXPORT_KINDS = ("parquet", "csv", "config", "model", "adapter")
+POLICY_KINDS = ("model", "adapter")  # the trained policy: merged model, or the LoRA adapter alone
+
+
+def _export_policy(run: dict, kind: str, out_dir: Path) -> str:
+    """Zip the run's final policy directory (``<GRPO_CHECKPOINT_DIR>/run-<id>/final/<kind>``, written by
+    the worker when the run completed) and return the zip's path."""
+    run_id = run["run_id"]
+    if kind == "adapter" and not run["config"].get("lora_rank"):
+        raise ApiError(f"run {run_id} trained every weight (lora_rank 0): it has no adapter; export 'model'")
+    source = get_settings().checkpoint_dir / f"run-{run_id}" / "final" / kind
+    if not source.is_dir():
+        if run["status"] != "completed":
+            raise ApiError(f"run {run_id} has no final policy: it is saved when the run completes (status {run['status']})")
+        raise ApiError(f"run {run_id}: its final policy is not in this dashboard's checkpoint directory "
+                       "(GRPO_CHECKPOINT_DIR must be a directory the workers and the dashboard share)")
+    path = out_dir / f"run-{run_id}-{kind}.zip"
+    tmp = path.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:  # safetensors hardly compress
+        for file in sorted(source.rglob("*")):
+            if file.is_file():
+                archive.write(file, Path(f"run-{run_id}-{kind}") / file.relative_to(source))
+    tmp.replace(path)
+    return str(path)
 
 
 def export_run(run_id: Any, kind: Any = "parquet") -> str:
     """Write a run's export to a file and return its path: every recorded sample as Parquet or CSV
-    (one row per sample; tokens, advantages and step data as lists in Parquet, JSON text in CSV), or
-    the run's config as JSON (``kind`` "config") that /launch_run takes back as it is."""
+    (one row per sample; tokens, advantages and step data as lists in Parquet, JSON text in CSV),
+    the run's config as JSON (``kind`` "config") that /launch_run takes back as it is, or the trained
+    policy of a completed run as a zip of a Hugging Face model directory (safetensors): "model" (LoRA
+    merged into the base) or "adapter" (the LoRA adapter alone, for peft)."""
     run_id = _as_id(run_id)
     kind = kind or "parquet"
     if kind not in EXPORT_KINDS:
@@ -199,6 +233,8 @@ def export_run(run_id: Any, kind: Any = "parquet") -> str:
             path = out_dir / f"run-{run_id}-config.json"
             path.write_text(json.dumps(run["config"], indent=2, sort_keys=True) + "\n", encoding="utf-8")
             return str(path)
+        if kind in POLICY_KINDS:
+            return _export_policy(run, kind, out_dir)
         rows = list(store.iter_sample_rows(s, run_id))
     frame = pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
     path = out_dir / f"run-{run_id}-groups.{kind}"
@@ -216,3 +252,68 @@ def export_run(run_id: Any, kind: Any = "parquet") -> str:
 SAMPLE_COLUMNS = ["run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
                   "group_reward_std", "sample_id", "sample_position", "completion", "reward", "reward_components",
                   "tokens", "advantages", "step_rewards", "step_end_indices"]
+
+
+# ---- dataset upload ----------------------------------------------------------------------------
+
+PREVIEW_ROWS = 5
+SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _safe_name(name: str) -> str:
+    """A file name of letters, digits and ``._-`` only, at most 80 characters, its extension kept."""
+    stem, suffix = Path(name).stem, Path(name).suffix.lower()
+    stem = SAFE_NAME.sub("_", stem).strip("._-")[:80 - len(suffix)] or "dataset"
+    return stem + suffix
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def upload_dataset(file: Any) -> dict:
+    """Check an uploaded dataset file and keep it; returns ``{dataset, rows, preview}``.
+
+    ``file`` is the path of the uploaded file, or Gradio's file dict (``{"path", "orig_name", ...}``).
+    It is refused when larger than GRPO_MAX_UPLOAD_MB or when it does not read as a dataset file
+    (grpo_engine.data.read_dataset_file: the message names the file and the line). A good file is stored
+    as ``<data dir>/uploads/<sha256 prefix>-<safe name>``; ``dataset`` is that path, for the run spec;
+    ``preview`` its first rows.
+    """
+    # 1. where the file is, and the name the user knows it by (never a path; the extension is the file's)
+    if isinstance(file, dict):
+        source, name = file.get("path"), file.get("orig_name")
+    else:
+        source, name = file, None
+    if not isinstance(source, (str, Path)) or not str(source):
+        raise ApiError("file must be an uploaded file (gradio_client: handle_file(path))")
+    source = Path(source)
+    name = Path(name or source.name).name
+    if Path(name).suffix.lower() != source.suffix.lower():
+        name = source.name
+    if not source.is_file():
+        raise ApiError(f"{name}: the uploaded file is missing")
+
+    # 2. size, then content
+    settings = get_settings()
+    size = source.stat().st_size
+    if size > settings.max_upload_bytes:
+        raise ApiError(f"{name}: the file is {size / 2**20:.2f} MiB, larger than the {settings.max_upload_mb:g} MiB "
+                       "an upload may be (GRPO_MAX_UPLOAD_MB)")
+    try:
+        rows = read_dataset_file(source, name=name)
+    except ValueError as e:
+        raise ApiError(str(e)) from None
+
+    # 3. keep it under a name its content decides (the same file uploaded twice is kept once)
+    settings.uploads_dir.mkdir(parents=True, exist_ok=True)
+    stored = settings.uploads_dir / f"{_sha256(source)[:16]}-{_safe_name(name)}"
+    if not stored.exists():
+        partial = stored.with_name(f".{stored.name}.{secrets.token_hex(4)}.partial")
+        shutil.copyfile(source, partial)
+        partial.replace(stored)  # a reader never sees a half-written file
+    return {"dataset": str(stored), "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}

@@ -4,14 +4,16 @@
     grpo-dashboard worker    a Celery worker alone (one per GPU machine in production)
     grpo-dashboard train SPEC.json       run one spec in the foreground, with a progress bar
     grpo-dashboard builtin-model DIR     write the built-in tiny model as a Hugging Face model directory
+    grpo-dashboard hash-password [USER]  read a password, print its hash for GRPO_AUTH_USERS / GRPO_AUTH_FILE
 
 Settings come from the environment (app/settings.py); ``--data-dir`` sets GRPO_DATA_DIR before they
 are read, so the embedded worker inherits it. Nothing here imports torch at import time: the
-commands that need the engine import it when they run.
+commands that need the engine import it when they run. URLs are printed with their passwords masked.
 """
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import signal
@@ -21,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from app.auth import mask_url
 from app.settings import get_settings
 
 WORKER_STOP_SECONDS = 30  # how long `serve` waits for its worker to stop before killing it
@@ -58,22 +61,30 @@ def _stop_worker(worker: subprocess.Popen) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app import db, ui
+    from app import auth, db, ui
 
     settings = get_settings()
+    try:
+        auth.load_users(settings)  # a malformed login entry stops us before the worker starts
+    except auth.AuthConfigError as e:
+        print(f"grpo-dashboard: {e}", file=sys.stderr)
+        return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade_database()
     worker = None
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if settings.embedded_worker:
+            from workers.celery_app import declare_queues, worker_queues
+
+            declare_queues(worker_queues(settings.queue, None))  # before the worker and the first launch race to
             log_path = settings.data_dir / "worker.log"
             worker = _start_worker(log_path)
             print(f"grpo-dashboard: embedded worker (pid {worker.pid}) logs to {log_path}", flush=True)
         else:
             print(f"grpo-dashboard: no embedded worker; runs go to queue {settings.queue!r} "
-                  f"on {settings.broker_url} (start workers with `grpo-dashboard worker`)", flush=True)
-        print(f"grpo-dashboard: data in {settings.data_dir}", flush=True)
+                  f"on {mask_url(settings.broker_url)} (start workers with `grpo-dashboard worker`)", flush=True)
+        print(f"grpo-dashboard: data in {settings.data_dir}, store {mask_url(settings.database_url)}", flush=True)
         print(f"grpo-dashboard: open http://{args.host}:{args.port}", flush=True)
         ui.serve(args.host, args.port)
     except KeyboardInterrupt:
@@ -101,41 +112,68 @@ def _exit_with_parent() -> None:
 
 
 def _interrupt_running_job(**kwargs) -> None:
+    """The worker is shutting down: the running job pauses at its next step and goes back to the queue."""
     from workers.recorder import interrupt
 
     interrupt.set()
 
 
-def _fail_orphaned_runs() -> None:
-    """Embedded worker: runs still 'running' were left by an earlier embedded worker that was killed."""
-    from app import store
-    from app.db import session_scope
+def _requeue_orphaned_runs() -> None:
+    """Embedded worker: runs still 'running' were left by an earlier embedded worker that was killed
+    (it is the only worker of its store): back to the queue at once, to resume from their checkpoints."""
+    from workers.runner import requeue_stale_runs
 
-    with session_scope() as s:
-        for run in store.list_runs(s):
-            if run["status"] == "running":
-                store.append_log(s, run["run_id"], "The worker running this run was stopped (the dashboard exited).")
-                store.finish_run(s, run["run_id"], "failed", "Interrupted: the dashboard stopped while this run was training")
+    requeued = requeue_stale_runs(lease_seconds=0)
+    if requeued:
+        print(f"grpo-dashboard worker: resuming runs left running: {requeued}", flush=True)
+
+
+def _watch_leases(period: float) -> None:
+    """Every ``period`` seconds, requeue runs whose worker stopped renewing its lease (it died)."""
+    import logging
+
+    from workers.runner import requeue_stale_runs
+
+    while True:
+        time.sleep(period)
+        try:
+            requeue_stale_runs()
+        except Exception:  # the store or broker hiccuped: try again next period
+            logging.getLogger("grpo.worker").warning("could not check for stale runs", exc_info=True)
+
+
+def _device_class() -> str:
+    """'gpu' on a machine where torch sees a CUDA device, else 'cpu' (imports torch: worker only)."""
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from celery.signals import worker_shutting_down
 
     from app import db
-    from workers.celery_app import celery_app
+    from workers.celery_app import celery_app, declare_queues, worker_queues
 
     settings = get_settings()
-    queue = args.queue or settings.queue
     db.upgrade_database()
+    if args.queue:
+        queues = args.queue
+    else:  # its device class's queue and the one any worker takes; the embedded worker, the only one, takes all
+        queues = ",".join(worker_queues(settings.queue, None if args.embedded else _device_class()))
+    print(f"grpo-dashboard worker: queues {queues}; store {mask_url(settings.database_url)}; "
+          f"broker {mask_url(settings.broker_url)}; checkpoints in {settings.checkpoint_dir}", flush=True)
+    declare_queues(queues.split(","))
     if args.embedded:
-        _fail_orphaned_runs()
-        worker_shutting_down.connect(_interrupt_running_job, weak=False)
+        _requeue_orphaned_runs()
         threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    worker_shutting_down.connect(_interrupt_running_job, weak=False)
+    threading.Thread(target=_watch_leases, args=(settings.lease_seconds / 4,), name="lease-watch", daemon=True).start()
     celery_app.worker_main([
         "worker",
         "--pool=solo",  # the job runs in the worker's main process: one training job at a time, no fork of torch
         "--concurrency=1",
-        "-Q", queue,
+        "-Q", queues,
         f"--loglevel={args.loglevel}",
         f"--hostname=grpo-{os.getpid()}@%h",  # unique per process, so several workers on one machine coexist
         "--without-gossip", "--without-mingle",  # workers do not talk to each other
@@ -172,7 +210,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     name = spec.name or f"{Path(spec.model).name} {time.strftime('%Y-%m-%d %H:%M')}"
     with session_scope() as s:
         run_id = store.create_run(s, spec.to_dict(), name)
-    print(f"run {run_id} ({name}) in {settings.database_url}", flush=True)
+    print(f"run {run_id} ({name}) in {mask_url(settings.database_url)}", flush=True)
 
     ctrl_c = threading.Event()
 
@@ -241,9 +279,38 @@ def cmd_builtin_model(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# hash-password
 
 
-COMMANDS = ("serve", "worker", "train", "builtin-model")
+def _read_password() -> str:
+    """Twice from the terminal (not echoed), or one line from stdin when it is not a terminal."""
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\r\n")
+    password = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != password:
+        raise ValueError("the two passwords differ")
+    return password
+
+
+def cmd_hash_password(args: argparse.Namespace) -> int:
+    from app import auth
+
+    if args.user is not None and not auth.USER_NAME.fullmatch(args.user):
+        print("grpo-dashboard hash-password: a user name is 1 to 64 letters, digits or ._@+-", file=sys.stderr)
+        return 2
+    try:
+        encoded = auth.hash_password(_read_password())
+    except ValueError as e:
+        print(f"grpo-dashboard hash-password: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.user}:{encoded}" if args.user is not None else encoded)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+COMMANDS = ("serve", "worker", "train", "builtin-model", "hash-password")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     worker = commands.add_parser("worker", parents=[common], help="a Celery worker that runs training jobs, one at a time")
-    worker.add_argument("--queue", help="queue to consume (default: GRPO_QUEUE, else 'grpo')")
+    worker.add_argument("--queue", help="comma-separated queues to consume (default: GRPO_QUEUE (else 'grpo') and "
+                                        "GRPO_QUEUE.gpu on a machine with a CUDA GPU, GRPO_QUEUE.cpu on one without)")
     worker.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
     worker.add_argument("--embedded", action="store_true",
                         help="started by `serve`: exit with the parent process, stop a running job on shutdown")
@@ -272,6 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="write the built-in tiny model as a Hugging Face model directory")
     builtin.add_argument("dir", help="output directory")
     builtin.set_defaults(func=cmd_builtin_model)
+
+    hashing = commands.add_parser("hash-password",
+                                  help="read a password (twice; one line from stdin when piped) and print its hash, "
+                                       "for GRPO_AUTH_USERS or GRPO_AUTH_FILE")
+    hashing.add_argument("user", nargs="?", help="print `USER:hash`, ready to add (default: the hash alone)")
+    hashing.set_defaults(func=cmd_hash_password)
     return parser
 
 
@@ -280,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if not any(a in COMMANDS or a in ("-h", "--help") for a in argv):
         argv.insert(0, "serve")  # plain `grpo-dashboard [--port P ...]` serves
     args = build_parser().parse_args(argv)
-    if args.data_dir:
+    if getattr(args, "data_dir", None):  # hash-password has no --data-dir
         os.environ["GRPO_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
     return args.func(args)
 

@@ -69,6 +69,11 @@ class Run(Base):
     total_steps: Mapped[int]
     error: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
+    # The lease (migration 0002): the worker training the run renews heartbeat_at; a stale one is requeued.
+    worker: Mapped[str | None] = mapped_column(Text)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    attempts: Mapped[int] = mapped_column(default=0, server_default="0")  # starts and resumptions by workers
+    checkpoint_step: Mapped[int | None]  # step of the latest saved checkpoint
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

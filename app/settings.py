@@ -10,11 +10,17 @@ Infrastructure only; training settings are the run spec (grpo_engine.config).
 | GRPO_EMBEDDED_WORKER | 1 when GRPO_BROKER_URL is unset, else 0 | whether `grpo-dashboard serve` starts a worker itself |
 | GRPO_QUEUE | grpo | Celery queue that runs are sent to and workers consume |
 | GRPO_CACHE_DIR | <data dir>/cache | built-in model cache (shared by runs) |
+| GRPO_CHECKPOINT_DIR | <data dir>/checkpoints | run checkpoints and final policies; in production a directory every worker and the dashboard can reach (a shared mount), so a run resumes on any machine and its policy can be downloaded |
+| GRPO_LEASE_SECONDS | 60 | a training worker renews its run's lease 4 times in this period; a run whose lease is older (its worker died) is put back in the queue by any live worker and resumes from its last checkpoint |
+| GRPO_AUTH_USERS | (none) | who may log in: comma-separated `user:hash` entries, each hash made by `grpo-dashboard hash-password`; with this or GRPO_AUTH_FILE set, the page and every API call (gradio_client, uploads, downloads) need a login |
+| GRPO_AUTH_FILE | (none) | a file of `user:hash` lines (blank lines and `#` comments allowed), read at start-up and at each login, so removing a line stops that user's next login |
+| GRPO_PATH_ROOTS | <data dir> and the directory the process started in | directories (separated by `:`, os.pathsep) that a local model, reward-model or dataset path in a run spec must lie in, after following symlinks; `<data dir>/uploads` (uploaded datasets) is always allowed |
+| GRPO_MAX_UPLOAD_MB | 200 | largest dataset file an upload may be, in MiB (2^20 bytes) |
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -22,14 +28,51 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _positive(env, name: str, default: float) -> float:
+    """A positive number from the environment, or a ValueError that names the variable."""
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be greater than 0, got {raw!r}")
+    return value
+
+
+def _path_roots(raw: str | None, data_dir: Path) -> tuple[Path, ...]:
+    """GRPO_PATH_ROOTS (os.pathsep-separated), else the data directory and the current directory; resolved
+    (symlinks followed), with the uploads directory added."""
+    given = [p for p in (raw or "").split(os.pathsep) if p.strip()]
+    roots = [Path(p.strip()).expanduser().resolve() for p in given] or [data_dir, Path.cwd().resolve()]
+    return tuple(dict.fromkeys([*roots, (data_dir / "uploads").resolve()]))
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path
-    database_url: str
-    broker_url: str
+    database_url: str = field(repr=False)  # may hold a password
+    broker_url: str = field(repr=False)
     embedded_worker: bool
     queue: str
     cache_dir: Path
+    checkpoint_dir: Path
+    lease_seconds: float
+    auth_users: str = field(repr=False)  # the raw GRPO_AUTH_USERS, parsed by app.auth (hashes: never printed)
+    auth_file: Path | None
+    path_roots: tuple[Path, ...]  # resolved, the uploads directory included
+    max_upload_mb: float
+
+    @property
+    def uploads_dir(self) -> Path:
+        """Where uploaded dataset files are stored."""
+        return self.data_dir / "uploads"
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 2**20)
 
     @property
     def is_sqlite(self) -> bool:
@@ -49,4 +92,10 @@ def get_settings() -> Settings:
         embedded_worker=_flag(embedded) if embedded is not None else not env.get("GRPO_BROKER_URL"),
         queue=env.get("GRPO_QUEUE") or "grpo",
         cache_dir=Path(env.get("GRPO_CACHE_DIR") or data_dir / "cache").expanduser().resolve(),
+        checkpoint_dir=Path(env.get("GRPO_CHECKPOINT_DIR") or data_dir / "checkpoints").expanduser().resolve(),
+        lease_seconds=_positive(env, "GRPO_LEASE_SECONDS", 60.0),
+        auth_users=env.get("GRPO_AUTH_USERS") or "",
+        auth_file=Path(env["GRPO_AUTH_FILE"]).expanduser() if env.get("GRPO_AUTH_FILE", "").strip() else None,
+        path_roots=_path_roots(env.get("GRPO_PATH_ROOTS"), data_dir),
+        max_upload_mb=_positive(env, "GRPO_MAX_UPLOAD_MB", 200.0),
     )

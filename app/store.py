@@ -7,15 +7,22 @@ Status changes are single conditional UPDATEs, so the web process (cancel) and a
 (start / finish) can race on the same run without one silently undoing the other.
 
 Run life cycle:
-  queued --mark_running--> running --finish_run--> completed | failed | cancelled
+  queued --claim_run--> running --finish_run--> completed | failed | cancelled
   queued --request_cancel--> cancelled (at once; a worker that picks the job up skips it)
   running --request_cancel--> running with cancel_requested; the worker stops at the next step
+  running --requeue_run--> queued (its worker paused it, or its lease went stale: the worker died);
+                           the next worker resumes it from its last checkpoint
+
+Leases: the worker training a run holds its lease (runs.worker) and renews it (``renew_lease``,
+``record_step``); a lease older than GRPO_LEASE_SECONDS is stale and another worker may take the
+run over. Writes of a worker that lost its lease are refused (``LeaseLost``), so a step is never
+recorded by two workers.
 """
 from __future__ import annotations
 
 import math
 import statistics
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
@@ -27,6 +34,10 @@ from app.models import Group, Metric, Run, RunLog, Sample
 
 RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
 FINISHED_STATUSES = ("completed", "failed", "cancelled")
+
+
+class LeaseLost(RuntimeError):
+    """The worker writing for a run no longer holds its lease (another worker took the run over)."""
 
 
 def _now() -> datetime:
@@ -80,6 +91,10 @@ def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
         "cancel_requested": run.cancel_requested,
+        "worker": run.worker,
+        "heartbeat_at": _iso(run.heartbeat_at),
+        "attempts": run.attempts,
+        "checkpoint_step": run.checkpoint_step,
     }
 
 
@@ -119,11 +134,81 @@ def mark_running(s: Session, run_id: int, total_steps: int) -> None:
     )
 
 
-def finish_run(s: Session, run_id: int, status: str, error: str | None = None) -> None:
-    """Record the end of a run: completed, failed (with the error text) or cancelled."""
+def claim_run(s: Session, run_id: int, worker: str, lease_seconds: float) -> bool:
+    """Take the run's lease for ``worker``: a queued run, or a running one whose lease is stale.
+
+    One conditional UPDATE, so of two workers handed the same run only one gets it. The run becomes
+    ``running``, its attempts count goes up by one. Returns whether ``worker`` now holds the lease.
+    """
+    now = _now()
+    stale = now - timedelta(seconds=lease_seconds)
+    claimable = (Run.status == "queued") | (
+        (Run.status == "running") & (Run.heartbeat_at.is_(None) | (Run.heartbeat_at < stale)))
+    result = s.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.cancel_requested.is_(False), claimable)
+        .values(status="running", worker=worker, heartbeat_at=now, attempts=Run.attempts + 1,
+                started_at=func.coalesce(Run.started_at, now))
+    )
+    return result.rowcount == 1
+
+
+def renew_lease(s: Session, run_id: int, worker: str) -> bool:
+    """``worker`` is still training the run: renew its lease. False when it no longer holds it."""
+    result = s.execute(update(Run).where(Run.id == run_id, Run.worker == worker, Run.status == "running")
+                       .values(heartbeat_at=_now()))
+    return result.rowcount == 1
+
+
+def requeue_run(s: Session, run_id: int, worker: str | None = None) -> bool:
+    """Put a running run back in the queue (``worker`` given: only if it holds the lease). True if it was."""
+    condition = [Run.id == run_id, Run.status == "running"]
+    if worker is not None:
+        condition.append(Run.worker == worker)
+    result = s.execute(update(Run).where(*condition).values(status="queued", worker=None, heartbeat_at=None))
+    return result.rowcount == 1
+
+
+def requeue_stale_runs(s: Session, lease_seconds: float) -> list[dict[str, Any]]:
+    """Put back in the queue every running run whose lease is older than ``lease_seconds`` (its worker
+    is gone). Returns ``{run_id, worker, config}`` of each run requeued here (a run another process
+    requeued at the same moment is not in the list)."""
+    stale = _now() - timedelta(seconds=lease_seconds)
+    is_stale = Run.heartbeat_at.is_(None) | (Run.heartbeat_at < stale)  # no heartbeat: left by an older version
+    rows = s.execute(select(Run.id, Run.worker, Run.config).where(Run.status == "running", is_stale)).all()
+    requeued = []
+    for row in rows:
+        result = s.execute(update(Run).where(Run.id == row.id, Run.status == "running", is_stale)
+                           .values(status="queued", worker=None, heartbeat_at=None))
+        if result.rowcount == 1:
+            requeued.append({"run_id": row.id, "worker": row.worker, "config": row.config})
+    return requeued
+
+
+def record_checkpoint(s: Session, run_id: int, step: int) -> None:
+    """The run's latest checkpoint is now the one saved after ``step``."""
+    s.execute(update(Run).where(Run.id == run_id).values(checkpoint_step=step))
+
+
+def truncate_after(s: Session, run_id: int, step: int) -> None:
+    """Forget what a run recorded after ``step`` (training resumes from there and records it again)."""
+    s.execute(delete(Metric).where(Metric.run_id == run_id, Metric.step > step))
+    s.execute(delete(Group).where(Group.run_id == run_id, Group.step > step))
+    s.execute(update(Run).where(Run.id == run_id).values(step=step))
+
+
+def finish_run(s: Session, run_id: int, status: str, error: str | None = None, worker: str | None = None) -> bool:
+    """Record the end of a run: completed, failed (with the error text) or cancelled.
+
+    ``worker`` given: only if that worker holds the run's lease. The lease is released. Returns
+    whether the run was changed.
+    """
     if status not in FINISHED_STATUSES:
         raise ValueError(f"finish_run: status must be one of {FINISHED_STATUSES}, got {status!r}")
-    s.execute(update(Run).where(Run.id == run_id).values(status=status, error=error, finished_at=_now()))
+    condition = [Run.id == run_id] + ([Run.worker == worker] if worker is not None else [])
+    result = s.execute(update(Run).where(*condition).values(status=status, error=error, finished_at=_now(),
+                                                            worker=None, heartbeat_at=None))
+    return result.rowcount == 1
 
 
 def request_cancel(s: Session, run_id: int) -> dict[str, Any]:
@@ -151,8 +236,15 @@ def is_cancel_requested(s: Session, run_id: int) -> bool:
 # ---- metrics --------------------------------------------------------------------------------
 
 
-def record_step(s: Session, run_id: int, step: int, iteration: int, metrics: dict[str, float]) -> None:
-    """Store the metrics of one step (replacing that step's row if a redelivered job repeats it)."""
+def record_step(s: Session, run_id: int, step: int, iteration: int, metrics: dict[str, float],
+                worker: str | None = None) -> None:
+    """Store the metrics of one step (replacing that step's row if a resumed job repeats it).
+
+    ``worker`` given: the write also renews that worker's lease, and raises LeaseLost (the caller's
+    transaction then rolls back) when it no longer holds it.
+    """
+    if worker is not None and not renew_lease(s, run_id, worker):
+        raise LeaseLost(f"run {run_id}: worker {worker} no longer holds the lease; step {step} not recorded")
     values = {key: _finite_or_none(value) for key, value in metrics.items()}
     dialect = s.get_bind().dialect.name
     upsert = {"sqlite": sqlite_insert, "postgresql": postgresql_insert}[dialect]

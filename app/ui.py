@@ -6,23 +6,28 @@ again, config, log), Groups (a step's groups, sortable; the G completions of one
 each token coloured by its advantage) and Compare (several runs' curves and configs).
 
 The named endpoints (``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``,
-``/list_groups``, ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``) wrap
-app.api one to one and are what
+``/list_groups``, ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``,
+``/upload_dataset``) wrap app.api one to one and are what
 ``gradio_client`` calls; the UI's own listeners are private, so the API page lists only those.
+With users configured (app.auth) the page and every endpoint need a login.
 
 This module imports no torch: the run is sent to the workers by task name (app.api).
 No ``from __future__ import annotations`` here: gr.api reads the endpoint signatures' types.
 """
+import asyncio
 import html
 from datetime import datetime, timezone
+from pathlib import Path
 
 import gradio as gr
+import gradio.utils
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app import api
+from app import api, auth
 from app.db import upgrade_database
+from app.settings import get_settings
 from grpo_engine.config import FIELDS
 from grpo_engine.recorder import METRICS, RM_METRICS
 
@@ -48,8 +53,10 @@ PRIVATE = dict(api_visibility="private")  # the UI's own listeners: not part of 
 QUIET = dict(api_visibility="private", show_progress="hidden")  # timer refreshes: no spinner
 
 CSS = """
-#launch-result .error, .run-error { color: #b91c1c; white-space: pre-wrap; }
-#launch-result .ok { color: #15803d; }
+#launch-result .error, .run-error, #dataset-upload-info .error { color: #b91c1c; white-space: pre-wrap; }
+#launch-result .ok, #dataset-upload-info .ok { color: #15803d; }
+.upload-preview { border-collapse: collapse; font-size: 0.85em; margin-top: 4px; }
+.upload-preview th, .upload-preview td { border: 1px solid #e5e7eb; padding: 1px 6px; text-align: left; }
 .run-title { font-size: 1.1em; margin-bottom: 6px; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 0.85em;
          color: #fff; background: #6b7280; margin-right: 6px; }
@@ -87,11 +94,14 @@ CSS = """
 # ---- named API endpoints (gradio_client): app.api with gr.Error for refused input ----
 
 def _call(fn, *args):
-    """Run an api function; an ApiError reaches the client as gr.Error with its message."""
+    """Run an api function; an ApiError reaches the client as gr.Error with its message, any other error
+    as gr.Error too (its traceback in the server's log); passwords in URLs are masked in both."""
     try:
         return fn(*args)
     except api.ApiError as e:
-        raise gr.Error(str(e), print_exception=False) from None
+        raise gr.Error(auth.mask_secrets(str(e)), print_exception=False) from None
+    except Exception as e:
+        raise gr.Error(auth.mask_secrets(f"{type(e).__name__}: {e}")) from e
 
 
 def launch_run(spec: dict) -> dict:
@@ -136,13 +146,35 @@ def compare_runs(run_ids: list) -> dict:
 
 
 def export_run(run_id: int, kind: str = "parquet") -> dict:
-    """A run's export as a file: its recorded samples as 'parquet' or 'csv', or its 'config' as JSON."""
+    """A run's export as a file: its recorded samples as 'parquet' or 'csv', its 'config' as JSON, or the
+    trained policy of a completed run as a zip: 'model' (LoRA merged) or 'adapter' (LoRA adapter alone)."""
     path = _call(api.export_run, run_id, kind)
     return {"path": path, "orig_name": path.rsplit("/", 1)[-1], "meta": {"_type": "gradio.FileData"}}
 
 
+def _is_upload(file) -> bool:
+    """Whether ``file`` is Gradio's dict of a file uploaded to this server: a path in Gradio's upload folder.
+
+    Anything else (a bare path, a dict naming another file on the server) would let a caller make the
+    server read a file of its choosing.
+    """
+    if not isinstance(file, dict) or (file.get("meta") or {}).get("_type") != "gradio.FileData":
+        return False
+    path = file.get("path")
+    folder = Path(gradio.utils.get_upload_folder()).resolve()
+    return isinstance(path, str) and Path(path).resolve().is_relative_to(folder)
+
+
+def upload_dataset(file: dict) -> dict:
+    """Upload a dataset file (gradio_client: handle_file(path)): .jsonl, .csv or .parquet with 'question' and
+    'answer' (and optional 'solution'). Returns {dataset: the stored path, for a run spec's dataset, rows, preview}."""
+    if not _is_upload(file):
+        raise gr.Error("file must be an uploaded file (gradio_client: handle_file(path))", print_exception=False)
+    return _call(api.upload_dataset, file)
+
+
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, list_groups, get_group, cancel_run, compare_runs,
-             export_run)
+             export_run, upload_dataset)
 
 
 # ---- rendering: plain functions from API dicts to table rows, HTML and figures ----
@@ -301,6 +333,16 @@ def groups_frame(groups: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
+def upload_preview_html(result: dict) -> str:
+    """What an upload stored: its path and row count, and its first rows (each cell cut to 60 characters)."""
+    def cell(text: str) -> str:
+        return html.escape(text if len(text) <= 60 else text[:57] + "...")
+    rows = "".join(f"<tr><td>{cell(r['question'])}</td><td>{cell(r['answer'])}</td><td>{cell(r['solution'])}</td></tr>"
+                   for r in result["preview"])
+    return (f'<div class="ok">Stored {result["rows"]} rows as {html.escape(result["dataset"])}</div>'
+            f'<table class="upload-preview"><tr><th>question</th><th>answer</th><th>solution</th></tr>{rows}</table>')
+
+
 def _visible(token: str) -> str:
     """HTML for a token's text: escaped, with spaces, tabs and newlines drawn as marks."""
     if token == "":
@@ -424,6 +466,11 @@ def build_ui() -> gr.Blocks:
                     with gr.Row():
                         for field in FIELDS[start:start + 3]:
                             form.append(_field_input(field))
+                with gr.Row():
+                    dataset_upload = gr.File(label="Upload a dataset (.jsonl, .csv, .parquet): fills in 'dataset'",
+                                             file_types=[".jsonl", ".csv", ".parquet"], elem_id="dataset-upload",
+                                             height=90, scale=1)
+                    upload_info = gr.HTML(elem_id="dataset-upload-info")
                 launch_button = gr.Button("Launch", variant="primary", elem_id="launch-button")
                 launch_result = gr.HTML(elem_id="launch-result")
 
@@ -448,6 +495,8 @@ def build_ui() -> gr.Blocks:
                     export_parquet = gr.Button("Groups as Parquet", size="sm", elem_id="export-parquet")
                     export_csv = gr.Button("Groups as CSV", size="sm", elem_id="export-csv")
                     export_config = gr.Button("Config as JSON", size="sm", elem_id="export-config")
+                    export_model = gr.Button("Trained policy", size="sm", elem_id="export-model")
+                    export_adapter = gr.Button("LoRA adapter", size="sm", elem_id="export-adapter")
                     export_file = gr.File(label="Download", interactive=False, elem_id="export-file", height=60)
                 with gr.Row():
                     config_view = gr.JSON(label="Config", elem_id="run-config")
@@ -526,6 +575,18 @@ def build_ui() -> gr.Blocks:
 
         launch_button.click(launch, form, [launch_result, tabs, run_select, groups_run_select], **PRIVATE)
 
+        def upload(path):
+            if not path:
+                return gr.skip(), ""
+            try:
+                result = api.upload_dataset(path)
+            except api.ApiError as e:
+                return gr.skip(), f'<div class="error">Not stored: {html.escape(str(e))}</div>'
+            return result["dataset"], upload_preview_html(result)
+
+        dataset_box = form[[f.name for f in FIELDS].index("dataset")]
+        dataset_upload.upload(upload, dataset_upload, [dataset_box, upload_info], **PRIVATE)
+
         def relaunch(run_id):
             if run_id is None:
                 return [gr.skip()] * len(form) + [gr.skip(), "<div>No run selected.</div>"]
@@ -581,7 +642,8 @@ def build_ui() -> gr.Blocks:
                 return _call(api.export_run, run_id, kind)
             return fn
 
-        for button, kind in ((export_parquet, "parquet"), (export_csv, "csv"), (export_config, "config")):
+        for button, kind in ((export_parquet, "parquet"), (export_csv, "csv"), (export_config, "config"),
+                             (export_model, "model"), (export_adapter, "adapter")):
             button.click(export(kind), run_select, export_file, **PRIVATE)
 
         # -- group browser: the slider follows the latest step unless moved back
@@ -663,7 +725,26 @@ def _field_input(field):
     return gr.Number(value=field.default, label=field.name, info=field.help, elem_id=f"spec-{field.name}")
 
 
+async def _login(user: str, password: str) -> bool:
+    """Gradio's login check, off the event loop: a PBKDF2 hash takes a good fraction of a second, and the
+    server keeps answering other requests meanwhile."""
+    return await asyncio.to_thread(auth.check, user, password)
+
+
 def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
-    """Bring the store's schema up to date and serve the dashboard (blocks until stopped)."""
+    """Bring the store's schema up to date and serve the dashboard (blocks until stopped).
+
+    With users configured (GRPO_AUTH_USERS / GRPO_AUTH_FILE) the page and every API route need a login;
+    a malformed entry stops the start (app.auth.AuthConfigError, naming where it is). Uploads larger than
+    GRPO_MAX_UPLOAD_MB are refused by Gradio before they are written.
+    """
+    settings = get_settings()
+    users = auth.load_users(settings)
     upgrade_database()
-    build_ui().queue().launch(server_name=host, server_port=port, show_error=True, css=CSS)
+    if users:
+        print(f"grpo-dashboard: login required; {len(users)} user{'s' if len(users) != 1 else ''} may log in",
+              flush=True)
+    else:
+        print("grpo-dashboard: no login required (set GRPO_AUTH_USERS or GRPO_AUTH_FILE to require one)", flush=True)
+    build_ui().queue().launch(server_name=host, server_port=port, show_error=True, css=CSS,
+                              auth=_login if users else None, max_file_size=settings.max_upload_bytes)

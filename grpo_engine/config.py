@@ -36,7 +36,7 @@ FIELDS: tuple[Field, ...] = (
     Field("model", str, BUILTIN_MODEL,
           f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), or a Hugging Face model id or local directory with a causal LM."),
     Field("dataset", str, BUILTIN_DATASET,
-          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), or a local .jsonl file with 'question' and 'answer' fields."),
+          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), or a local .jsonl, .csv or .parquet file with 'question' and 'answer' fields (or one uploaded in the Launch tab)."),
     Field("supervision", str, "outcome",
           "'outcome': one reward per output (paper 4.1.2); 'process': one reward per reasoning step (4.1.3).",
           choices=("outcome", "process")),
@@ -70,6 +70,14 @@ FIELDS: tuple[Field, ...] = (
           "Mixed precision through Accelerate: 'auto' = bf16 on a GPU that supports it, fp32 otherwise; "
           "'bf16' = bf16 autocast on any device (weights and optimizer stay fp32); 'fp32' = no autocast.",
           choices=("auto", "fp32", "bf16")),
+    Field("device", str, "auto",
+          "Which workers may take the run: 'gpu' = only workers with a CUDA GPU, 'cpu' = only workers without one "
+          "(trains on the CPU), 'auto' = any worker (on its GPU if it has one).", choices=("auto", "gpu", "cpu")),
+    Field("checkpoint_every", int, 10,
+          "Save a checkpoint (policy or LoRA adapter, optimizer, random states, reference, reward model) every this "
+          "many steps; a run whose worker dies resumes from its last one. 0 = never (it restarts from step 1).",
+          min=0, max=1_000_000),
+    Field("checkpoint_keep", int, 2, "How many of the latest checkpoints are kept on disk.", min=1, max=1000),
     Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
     Field("record_every", int, 1,
           "Record the sampled groups (completions, rewards, per-token advantages) every this many steps, and at the "
@@ -115,6 +123,9 @@ class RunSpec:
     rm_samples: int
     lora_rank: int
     precision: str
+    device: str
+    checkpoint_every: int
+    checkpoint_keep: int
     seed: int
     record_every: int
     eval_every: int

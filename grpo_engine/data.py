@@ -1,14 +1,20 @@
-"""Datasets: the built-in arithmetic task, and local JSONL files.
+"""Datasets: the built-in arithmetic task, and local JSONL, CSV and Parquet files.
 
 Every example is a dict ``{"question", "answer", "solution"}``: the prompt text, the reference
 answer (a string) and a step-by-step reference solution (steps separated by ``STEP_DELIMITER``,
 the last line ``#### <answer>``, GSM8K style).
+
+A dataset file is read by :func:`read_dataset_file` (pure Python and pyarrow, no torch), which the
+web process also calls at launch and on upload, so a bad file is refused with the file and the line
+named before any worker sees it.
 
 The built-in task is in the spirit of the seed article's "2+3x4": three one-digit numbers with two
 operators, where operator precedence decides the answer (``2+3*4`` is 14, not 20). Pure Python.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import random
 from collections import Counter
@@ -25,6 +31,8 @@ PRECEDENCE_SHAPES = ("{a}+{b}*{c}", "{a}-{b}*{c}")
 PLAIN_SHAPES = ("{a}*{b}+{c}", "{a}*{b}-{c}", "{a}+{b}-{c}", "{a}-{b}+{c}", "{a}+{b}+{c}")
 PRECEDENCE_SHARE = 0.75  # share of built-in questions of a precedence shape
 HELDOUT_SIZE = 200
+DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files read_dataset_file reads
+MIN_ROWS = 2  # a dataset file needs a training row and a held-out row
 DIGITS = range(1, 7)  # operands; small enough for the tiny model to learn every fact in its warm start
 BUILTIN_SEED = 1234
 
@@ -143,35 +151,150 @@ def warmup_examples(n: int, wrong_share: float, seed: int, drill_share: float = 
     return out
 
 
+# ---- dataset files ----------------------------------------------------------------------------
+
+
+def _text(data: bytes, name: str) -> str:
+    """The file's bytes as text (UTF-8, a BOM allowed), or a ValueError naming the line of the first bad byte."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ValueError(f"{name}: line {line} is not UTF-8 text (a binary file?)") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise ValueError(f"{name}: line {line} holds a NUL byte: a binary file, not text")
+    return text
+
+
+def _example(row: dict, where: str, name: str) -> dict:
+    """One example from a row that has the keys 'question' and 'answer' (and maybe 'solution').
+
+    Text or numbers are accepted (an answer is often written as a number); an empty or missing value of
+    'question' or 'answer' is refused, naming ``where`` ("line 3", "row 3").
+    """
+    example = {}
+    for key in ("question", "answer", "solution"):
+        value = row.get(key)
+        if value is None or value != value:  # missing, null, or NaN (an empty Parquet cell)
+            value = ""
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"{name}: {where}: '{key}' must be text or a number, got {type(value).__name__}")
+        example[key] = str(value)
+        if key != "solution" and not example[key].strip():
+            raise ValueError(f"{name}: {where} has an empty '{key}'")
+    return example
+
+
+def _read_jsonl(data: bytes, name: str) -> list[dict]:
+    """One JSON object per line; blank lines are skipped."""
+    rows = []
+    for lineno, line in enumerate(_text(data, name).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, an over-long integer, too deep a nesting
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0]
+            raise ValueError(f"{name}: line {lineno} is not valid JSON ({reason})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{name}: line {lineno} is not a JSON object (it is a {type(row).__name__})")
+        if "question" not in row or "answer" not in row:
+            raise ValueError(f"{name}: line {lineno} needs the fields 'question' and 'answer'")
+        rows.append(_example(row, f"line {lineno}", name))
+    return rows
+
+
+def _missing_columns(columns: list[str], name: str) -> None:
+    missing = [k for k in ("question", "answer") if k not in columns]
+    if missing:
+        raise ValueError(f"{name}: needs the columns 'question' and 'answer'; missing {', '.join(map(repr, missing))} "
+                         f"(found: {', '.join(map(repr, columns)) or 'none'})")
+
+
+def _read_csv(data: bytes, name: str) -> list[dict]:
+    """A header line naming the columns, then one row per line (quoted fields may span lines; a row's line is
+    the one it ends on)."""
+    reader = csv.DictReader(io.StringIO(_text(data, name), newline=""), strict=True)
+    rows = []
+    try:
+        columns = [c.strip() for c in reader.fieldnames or []]
+        reader.fieldnames = columns
+        _missing_columns(columns, name)
+        for row in reader:
+            fields = len(columns) + len(row.get(None) or []) - sum(v is None for v in row.values())
+            if fields != len(columns):
+                raise ValueError(f"{name}: line {reader.reader.line_num} has {fields} field{'s' if fields != 1 else ''}, "
+                                 f"the header has {len(columns)}")
+            if not any(row.values()):  # a line of empty fields (",,")
+                continue
+            rows.append(_example(row, f"line {reader.reader.line_num}", name))
+    except csv.Error as exc:
+        raise ValueError(f"{name}: line {reader.reader.line_num} is not valid CSV ({exc})") from None
+    return rows
+
+
+def _read_parquet(data: bytes, name: str) -> list[dict]:
+    """A Parquet table with the columns 'question' and 'answer' (and maybe 'solution'); rows count from 1."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ValueError(f"{name}: not a valid Parquet file ({str(exc).splitlines()[0]})") from None
+    _missing_columns(table.column_names, name)
+    columns = {k: table.column(k).to_pylist() for k in ("question", "answer", "solution") if k in table.column_names}
+    return [_example({k: v[i] for k, v in columns.items()}, f"row {i + 1}", name) for i in range(table.num_rows)]
+
+
+READERS = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+
+
+def read_dataset_file(path: str | Path, name: str | None = None) -> list[dict]:
+    """The rows ``{"question", "answer", "solution"}`` of a .jsonl, .csv or .parquet file.
+
+    ``question`` and ``answer`` are required and not empty, ``solution`` is optional. Anything wrong is a
+    ValueError starting with ``name`` (default: the path) and, where there is one, the line or row:
+    an unsupported extension, a missing, unreadable, empty or binary file, invalid JSON or CSV, a line that
+    is not an object, a missing or empty field, fewer than ``MIN_ROWS`` rows.
+    """
+    path = Path(path).expanduser()
+    name = name or str(path)
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(f"{name}: unsupported file type {path.suffix or '(no extension)'!r}; "
+                         f"a dataset file is {', '.join(DATASET_SUFFIXES)}")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot read it ({exc.strerror or exc})") from None
+    if not data.strip():
+        raise ValueError(f"{name}: the file is empty")
+    rows = reader(data, name)
+    if len(rows) < MIN_ROWS:
+        raise ValueError(f"{name}: needs at least {MIN_ROWS} rows, found {len(rows)}")
+    return rows
+
+
 def load_dataset(name: str) -> tuple[list[dict], list[dict]]:
     """Load ``name`` as (train, heldout) example lists.
 
-    ``builtin-arith``: the built-in task. A local ``.jsonl`` file: one JSON object per line with
-    ``question`` and ``answer`` (and optionally ``solution``); its last 10% (at most 200) is held out.
+    ``builtin-arith``: the built-in task. A local ``.jsonl``, ``.csv`` or ``.parquet`` file (read by
+    :func:`read_dataset_file`): its last 10% (at least 1, at most 200) is held out.
     """
     if name == BUILTIN_DATASET:
         return builtin_examples()
     path = Path(name).expanduser()
-    if path.suffix == ".jsonl" and path.is_file():
-        rows = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: line {lineno} is not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or "question" not in row or "answer" not in row:
-                raise ValueError(f"{path}: line {lineno} needs the fields 'question' and 'answer'")
-            rows.append({"question": str(row["question"]), "answer": str(row["answer"]),
-                         "solution": str(row.get("solution", ""))})
-        if len(rows) < 2:
-            raise ValueError(f"{path}: needs at least 2 rows, found {len(rows)}")
+    if path.suffix.lower() in DATASET_SUFFIXES and path.is_file():
+        rows = read_dataset_file(path)
         n_held = max(1, min(HELDOUT_SIZE, len(rows) // 10))
         return rows[:-n_held], rows[-n_held:]
     raise ValueError(
-        f"dataset {name!r} not found: use '{BUILTIN_DATASET}' or a local .jsonl file "
-        "(Hugging Face dataset ids and CSV/Parquet files are not supported in this version)"
+        f"dataset {name!r} not found: use '{BUILTIN_DATASET}' or a local .jsonl, .csv or .parquet file "
+        "(Hugging Face dataset ids are not supported in this version)"
     )
 
 

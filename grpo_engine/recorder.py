@@ -41,7 +41,14 @@ class Recorder:
     """Receives the engine's events. Every method is optional; the defaults do nothing."""
 
     def start(self, total_steps: int) -> None:
-        """Called once the model and data are loaded, before step 1."""
+        """Called once the model and data are loaded, before step 1 (or the first step after a resume)."""
+
+    def resume(self, step: int) -> None:
+        """Training continues after ``step`` (0: from the start): whatever was reported for later steps
+        by an earlier, interrupted attempt is void and is reported again."""
+
+    def checkpoint(self, step: int, path: str) -> None:
+        """A checkpoint of the state after ``step`` was saved at ``path``."""
 
     def log(self, message: str) -> None:
         """A human-readable line about what the engine is doing."""
@@ -52,8 +59,10 @@ class Recorder:
     def groups(self, step: int, groups: list[GroupRecord]) -> None:
         """Every group sampled at ``step``, with rewards and per-token advantages."""
 
-    def should_stop(self) -> bool:
-        """Polled at each step boundary; True ends the run early (cancellation)."""
+    def should_stop(self) -> bool | str:
+        """Polled at each step boundary. False goes on; a truthy value ends the run early:
+        ``"pause"`` after saving a checkpoint (the run will resume), anything else (``True``,
+        ``"cancel"``) at once."""
         return False
 
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 import copy
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from . import checkpoint
 from .config import RunSpec
 from .data import STEP_DELIMITER, format_prompt, load_dataset
 from .model import load_policy, resolve_model_path
@@ -233,13 +235,30 @@ def _wrap_lora(policy, rank: int):
     return get_peft_model(policy, config)
 
 
-def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None = None) -> dict:
+def run_device(spec_device: str, device: str | None = None) -> str | None:
+    """The device a run trains on: ``device`` when given (tests force "cpu"), else by the spec's
+    ``device`` key: "cpu", "gpu" (refused on a machine without CUDA) or "auto" (None: a GPU if any)."""
+    if device is not None:
+        return device
+    if spec_device == "cpu":
+        return "cpu"
+    if spec_device == "gpu" and not torch.cuda.is_available():
+        raise ValueError("device: the run asks for 'gpu' but this worker has no CUDA GPU")
+    return None
+
+
+def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None = None,
+          checkpoint_dir: Path | None = None) -> dict:
     """Run GRPO as ``spec`` says, reporting to ``recorder``. Returns {status, step, metrics}.
 
-    status is "completed", or "cancelled" when ``recorder.should_stop()`` said so at a step boundary.
+    status is "completed"; "cancelled" when ``recorder.should_stop()`` said so at a step boundary; or
+    "paused" when it said "pause" (a checkpoint of the state was saved first, when checkpointing is on).
+    ``checkpoint_dir``: where the run's checkpoints live (None: none are saved). If it holds one, the
+    run resumes from the newest; every ``spec.checkpoint_every`` steps a new one is saved, and at the
+    end the trained policy is saved in ``checkpoint_dir/final`` (Hugging Face format).
     """
     t_load = time.time()
-    accelerator = make_accelerator(device, spec.precision)
+    accelerator = make_accelerator(run_device(spec.device, device), spec.precision)
     dev = accelerator.device
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)
@@ -268,10 +287,40 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                                rm_kind, dev)
         rm.autocast = accelerator.autocast
         rm_rng = random.Random(spec.seed + 1)
+    else:
+        rm_rng = None
+
+    # resume from the newest checkpoint, if an earlier attempt left one
+    step, start_iteration = 0, 1
+    found = checkpoint.latest(checkpoint_dir) if checkpoint_dir is not None else None
+    if found is not None:
+        state = checkpoint.read_state(found[1])
+        step, start_iteration = state["step"], state["iteration"]
+        # (LoRA after iteration 1: the saved policy is the base with the earlier adapters folded in plus the
+        # current adapter, under the same parameter names as this freshly wrapped model)
+        checkpoint.load(found[1], state, policy=accelerator.unwrap_model(policy), optimizer=optimizer,
+                        reference=reference, rng=rng, rm=rm, rm_rng=rm_rng)
+        if rm is not None:
+            rm_history = [RMExample(**e) for e in state["rm_history"] or []]
+        recorder.log(f"resuming from the checkpoint after step {step} (iteration {start_iteration})")
     n_params = sum(p.numel() for p in params)
     recorder.log(f"ready in {time.time() - t_load:.1f}s: {n_params:,} trainable parameters, "
                  f"{len(train_set)} training / {len(heldout)} held-out questions")
+    recorder.resume(step)
     recorder.start(spec.total_steps)
+    saved_step = step  # the step of the newest checkpoint on disk (0: none)
+
+    def save_checkpoint(iteration: int) -> None:
+        nonlocal saved_step
+        t = time.time()
+        path = checkpoint.save(
+            checkpoint_dir, step=step, iteration=iteration, policy=accelerator.unwrap_model(policy),
+            optimizer=optimizer, reference=reference if iteration > 1 else None, lora=spec.lora_rank > 0,
+            rng=rng, rm=rm, rm_rng=rm_rng, rm_history=rm_history if rm is not None else None,
+            keep=spec.checkpoint_keep)
+        saved_step = step
+        recorder.checkpoint(step, str(path))
+        recorder.log(f"checkpoint after step {step} saved in {time.time() - t:.1f}s")
 
     def ref_logprobs(prompt_ids, prompt_attn, completions, mask):
         if reference is not None:
@@ -281,28 +330,35 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             return token_logprobs(policy, prompt_ids, prompt_attn, completions, mask)[0]
 
     start_metrics = {}
-    if rm is not None:
+    if rm is not None and step == 0:
         start_metrics = train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec, rm_rng, dev)
         recorder.log(f"{rm_name} trained on {len(rm_history)} labelled outputs of the initial policy: "
                      f"loss {start_metrics['rm/loss']:.3f}, held-out accuracy {start_metrics['rm/accuracy_after']:.3f}")
-    if spec.eval_every:
+    if spec.eval_every and step == 0:
         start_metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
         recorder.log(f"step 0: eval/accuracy {start_metrics['eval/accuracy']:.3f}")
     if start_metrics:
         recorder.step(0, 0, start_metrics)
 
-    step, metrics = 0, {}
-    for iteration in range(1, spec.iterations + 1):
-        if iteration > 1 and reference is not None:  # reference reset (Algorithm 1)
+    metrics = {}
+    for iteration in range(start_iteration, spec.iterations + 1):
+        begins = step == (iteration - 1) * spec.steps_per_iteration  # False: resumed in the middle of it
+        if iteration > 1 and begins and reference is not None:  # reference reset (Algorithm 1)
             reference.load_state_dict(policy.state_dict())
-        elif iteration > 1:  # LoRA: fold the adapter into the base (the new reference), train a fresh adapter
+        elif iteration > 1 and begins:  # LoRA: fold the adapter into the base (the new reference), train a fresh adapter
             accelerator.free_memory()  # forgets the previous model and optimizer
             policy = _wrap_lora(accelerator.unwrap_model(policy).merge_and_unload(), spec.lora_rank)
             params = [p for p in policy.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
             policy, optimizer = accelerator.prepare(policy, optimizer)
-        for _ in range(spec.steps_per_iteration):
-            if recorder.should_stop():
+        while step < iteration * spec.steps_per_iteration:
+            stop = recorder.should_stop()
+            if stop == "pause":
+                if checkpoint_dir is not None and spec.checkpoint_every and step > saved_step:
+                    save_checkpoint(iteration)
+                recorder.log(f"paused before step {step + 1}")
+                return {"status": "paused", "step": step, "metrics": metrics}
+            if stop:
                 recorder.log(f"cancelled before step {step + 1}")
                 return {"status": "cancelled", "step": step, "metrics": metrics}
             step += 1
@@ -428,5 +484,15 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             if "eval/accuracy" in metrics:
                 recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, "
                              f"kl {metrics['kl']:.4f}, eval/accuracy {metrics['eval/accuracy']:.3f}")
+            if (checkpoint_dir is not None and spec.checkpoint_every and step % spec.checkpoint_every == 0
+                    and step < spec.total_steps):
+                save_checkpoint(iteration)
     recorder.log(f"finished {step} steps")
+    if checkpoint_dir is not None:  # the trained policy, for download; step checkpoints are no longer needed
+        t = time.time()
+        checkpoint.save_final(checkpoint_dir / "final", accelerator.unwrap_model(policy), tokenizer,
+                              lora=spec.lora_rank > 0)
+        for _, old in checkpoint.step_dirs(checkpoint_dir):
+            shutil.rmtree(old, ignore_errors=True)
+        recorder.log(f"final policy saved in {time.time() - t:.1f}s")
     return {"status": "completed", "step": step, "metrics": metrics}

@@ -10,7 +10,6 @@ test-artifacts/ (launch-form.png, run-view.png, group-view.png).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from gradio_client import Client

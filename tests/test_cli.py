@@ -3,7 +3,8 @@
 train: a tiny spec runs in the foreground with a progress bar; a bad spec exits 2 naming the key.
 builtin-model: writes a directory that transformers loads.
 serve: answers HTTP, starts one embedded worker that runs jobs, and takes it down with it on
-SIGTERM (the job in progress is marked interrupted) and on SIGKILL (the worker notices its parent is gone).
+SIGTERM (the job in progress pauses with a checkpoint, goes back to the queue and resumes when the
+dashboard starts again) and on SIGKILL (the worker notices its parent is gone).
 """
 from __future__ import annotations
 
@@ -140,13 +141,14 @@ def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int
     log.close()
     output = lambda: (data_dir.parent / "serve.log").read_text()  # noqa: E731
     worker_log = data_dir / "worker.log"
+    seen = worker_log.stat().st_size if worker_log.exists() else 0  # a restart appends to the same log
     deadline = time.monotonic() + 90
     while True:
         assert server.poll() is None, f"serve exited:\n{output()}"
         assert time.monotonic() < deadline, f"serve not ready:\n{output()}"
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200 and worker_log.exists() and "ready." in worker_log.read_text():
+                if response.status == 200 and worker_log.exists() and "ready." in worker_log.read_text()[seen:]:
                     break
         except OSError:
             pass
@@ -156,38 +158,58 @@ def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int
     return server, worker, url
 
 
+def _wait_for(db_url: str, run_id: int, condition, what: str, log: Path, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        with session_scope(db_url) as s:
+            run = store.get_run(s, run_id)
+        if condition(run):
+            return run
+        assert time.monotonic() < deadline, f"{what}: {run}\n{log.read_text()}"
+        time.sleep(0.3)
+
+
 @pytest.mark.slow
-def test_serve_runs_a_worker_and_stops_it_on_sigterm(tmp_path, grpo_cache_dir):
+def test_serve_runs_a_worker_and_stops_it_on_sigterm_and_the_run_resumes(tmp_path, grpo_cache_dir):
     data_dir = tmp_path / "data"
     db_url = f"sqlite:///{data_dir / 'grpo.sqlite'}"
+    worker_log = data_dir / "worker.log"
     upgrade_database(db_url)
     with session_scope(db_url) as s:  # left 'running' by an earlier worker that was killed
         orphan = store.create_run(s, validate_spec(TINY_SPEC).to_dict(), "orphan")
-        store.mark_running(s, orphan, 2)
+        store.claim_run(s, orphan, "gone:1", lease_seconds=60)
 
     server, worker, _ = _start_serve(data_dir, grpo_cache_dir)
     try:
+        _wait_for(db_url, orphan, lambda r: r["status"] == "completed", "the orphan resumes", worker_log)
         with session_scope(db_url) as s:
-            assert store.get_run(s, orphan)["status"] == "failed"
-            run_id = store.create_run(s, validate_spec({**TINY_SPEC, "steps_per_iteration": 500}).to_dict(), "long")
+            run_id = store.create_run(s, validate_spec({**TINY_SPEC, "steps_per_iteration": 500, "eval_every": 0,
+                                                        "checkpoint_every": 100}).to_dict(), "long")
         sender = Celery("grpo-test", broker=f"sqla+sqlite:///{data_dir / 'broker.sqlite'}")
         sender.send_task(RUN_TASK, args=[run_id], queue="grpo")
         sender.close()
-        deadline = time.monotonic() + 120
-        while True:
-            with session_scope(db_url) as s:
-                if store.get_run(s, run_id)["step"] >= 1:
-                    break
-            assert time.monotonic() < deadline, (data_dir / "worker.log").read_text()
-            time.sleep(0.3)
+        _wait_for(db_url, run_id, lambda r: r["step"] >= 2, "the long run starts", worker_log)
 
         server.send_signal(signal.SIGTERM)
         server.wait(60)
         assert not _alive(worker)
         with session_scope(db_url) as s:
             run = store.get_run(s, run_id)
-        assert run["status"] == "failed" and run["error"].startswith("Interrupted"), run
-        assert run["step"] < 500
+            logs = store.get_logs(s, run_id)
+        assert run["status"] == "queued" and run["error"] is None, run  # paused, not failed
+        paused_at = run["step"]
+        assert 2 <= paused_at < 500 and run["checkpoint_step"] == paused_at  # a checkpoint on the way out
+        assert any("paused after step" in line for line in logs), logs
+
+        server, worker, _ = _start_serve(data_dir, grpo_cache_dir)  # the dashboard again: the run resumes
+        run = _wait_for(db_url, run_id, lambda r: r["step"] > paused_at, "the run resumes", worker_log)
+        with session_scope(db_url) as s:
+            assert run["status"] == "running" and run["attempts"] == 2, "\n".join(store.get_logs(s, run_id))
+            assert any(f"resuming from the checkpoint after step {paused_at}" in line
+                       for line in store.get_logs(s, run_id))
+            assert [m["step"] for m in store.get_metrics(s, run_id)][:paused_at] == list(range(1, paused_at + 1))
+            store.request_cancel(s, run_id)
+        _wait_for(db_url, run_id, lambda r: r["status"] == "cancelled", "the run is cancelled", worker_log)
     finally:
         if server.poll() is None:
             server.kill()

@@ -16,11 +16,13 @@ import sys
 import time
 import urllib.request
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
 import redis
 from gradio_client import Client
+from gradio_client.exceptions import AppError
 
 from grpo_engine.recorder import METRICS
 
@@ -99,8 +101,8 @@ def wait_finished(client: Client, run_id: int, logs, timeout: float = RUN_TIMEOU
         time.sleep(1)
 
 
-def check_short_run(url: str, logs) -> None:
-    """Launch SPEC through the API, wait for it, and check everything the API reports about it."""
+def check_short_run(url: str, logs) -> Client:
+    """Launch SPEC through the API, wait for it, and check everything the API reports about it; returns the client."""
     client = Client(url, verbose=False)
 
     # 1. launch and wait
@@ -146,6 +148,27 @@ def check_short_run(url: str, logs) -> None:
             assert sample["step_end_indices"] is None  # outcome supervision
             assert "".join(sample["tokens"]).startswith(sample["completion"])
 
+    # 4. the trained policy: a zip of a Hugging Face model directory that transformers loads
+    check_policy_export(client, run_id)
+    return client
+
+
+def check_policy_export(client: Client, run_id: int) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    download = client.predict(run_id, "model", api_name="/export_run")
+    path = download if isinstance(download, str) else download["path"]
+    out = Path(path).with_suffix("")
+    with zipfile.ZipFile(path) as archive:
+        archive.extractall(out)
+    model_dir = out / f"run-{run_id}-model"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in model_dir.iterdir()}
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = AutoTokenizer.from_pretrained(model_dir)("2+3*4=", return_tensors="pt").input_ids
+    assert model(ids).logits.shape[:2] == ids.shape
+    with pytest.raises(AppError, match="lora_rank 0"):
+        client.predict(run_id, "adapter", api_name="/export_run")
+
 
 @pytest.mark.slow
 def test_embedded_server_runs_a_short_run(tmp_path, grpo_cache_dir):
@@ -176,15 +199,25 @@ def redis_queue():
 @pytest.mark.redis
 def test_postgres_redis_server_with_a_separate_worker(tmp_path, grpo_cache_dir, postgres_url, redis_queue):
     env = clean_env(grpo_cache_dir, GRPO_DATABASE_URL=postgres_url, GRPO_BROKER_URL=REDIS_URL,
-                    GRPO_QUEUE=redis_queue, GRPO_EMBEDDED_WORKER="0")
+                    GRPO_QUEUE=redis_queue, GRPO_EMBEDDED_WORKER="0",
+                    GRPO_CHECKPOINT_DIR=str(tmp_path / "shared-checkpoints"))  # a mount the worker and dashboard share
     (tmp_path / "worker").mkdir()
     worker = Process(["worker", "--data-dir", str(tmp_path / "worker")], env, tmp_path / "worker.log")
     server = None
     try:
         server, url = start_server(tmp_path / "data", env)
         assert "no embedded worker" in server.log()
-        check_short_run(url, lambda: f"{server.log()}\n--- worker ---\n{worker.log()}")
+        logs = lambda: f"{server.log()}\n--- worker ---\n{worker.log()}"  # noqa: E731
+        client = check_short_run(url, logs)
         assert "ready." in worker.log()
+        assert f"queues {redis_queue},{redis_queue}.cpu" in worker.log()  # no GPU here: the CPU class
+
+        # device routing: a 'cpu' run is taken by this CPU worker, a 'gpu' run waits for a GPU worker
+        gpu = client.predict({**SPEC, "device": "gpu"}, api_name="/launch_run")["run_id"]
+        cpu = client.predict({**SPEC, "device": "cpu", "eval_every": 0}, api_name="/launch_run")["run_id"]
+        assert wait_finished(client, cpu, logs)["status"] == "completed", logs()
+        assert client.predict(gpu, api_name="/get_run")["status"] == "queued"
+        assert client.predict(gpu, api_name="/cancel_run")["status"] == "cancelled"
         assert not (tmp_path / "data" / "worker.log").exists()  # the server started no worker of its own
     finally:
         if server is not None:

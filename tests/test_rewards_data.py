@@ -9,6 +9,7 @@ from grpo_engine.data import (
     PRECEDENCE_SHARE,
     builtin_examples,
     load_dataset,
+    read_dataset_file,
     solve,
     warmup_examples,
 )
@@ -173,6 +174,109 @@ def test_warmup_examples_contain_left_to_right_solutions_at_the_configured_share
 def test_warmup_examples_without_wrong_share_are_all_right():
     for e in warmup_examples(300, wrong_share=0.0, seed=1):
         assert e["answer"] == str(eval(e["question"]))
+
+
+# --- dataset files (read_dataset_file, and load_dataset on them) -----------------------------
+
+ROWS = [{"question": "1+2*3", "answer": "7", "solution": "2*3=6\n1+6=7\n#### 7"},
+        {"question": "2*3-1", "answer": "5", "solution": ""},
+        {"question": "4-1+2", "answer": "5", "solution": "4-1=3\n3+2=5\n#### 5"}]
+
+
+def _write(path, text: str | bytes):
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_jsonl_csv_and_parquet_files_read_the_same_rows(tmp_path):
+    import json
+
+    import pandas as pd
+
+    jsonl = _write(tmp_path / "d.jsonl", "".join(json.dumps(r) + "\n" for r in ROWS) + "\n")  # blank line skipped
+    frame = pd.DataFrame(ROWS)
+    frame.to_csv(tmp_path / "d.csv", index=False)  # the solutions' newlines are quoted fields over lines
+    frame.to_parquet(tmp_path / "d.parquet")
+    for path in (jsonl, tmp_path / "d.csv", tmp_path / "d.parquet", tmp_path / "D.JSONL"):
+        if not path.exists():
+            path.write_bytes(jsonl.read_bytes())  # the extension's case does not matter
+        assert read_dataset_file(path) == ROWS, path
+
+
+def test_numbers_are_answers_solution_is_optional_and_a_bom_is_fine(tmp_path):
+    path = _write(tmp_path / "d.jsonl", '\ufeff{"question": "1+1", "answer": 2}\n{"question": 3.5, "answer": "4"}\n')
+    assert read_dataset_file(path) == [{"question": "1+1", "answer": "2", "solution": ""},
+                                       {"question": "3.5", "answer": "4", "solution": ""}]
+    csv = _write(tmp_path / "d.csv", "answer , question\n2,1+1\n,\n4,2+2\n")  # spaces in the header; a line of empties
+    assert [r["answer"] for r in read_dataset_file(csv)] == ["2", "4"]
+
+
+def test_load_dataset_holds_out_the_last_tenth_of_a_csv_or_parquet_file(tmp_path):
+    import pandas as pd
+
+    rows = [{"question": f"{i}+1", "answer": str(i + 1), "solution": ""} for i in range(30)]
+    pd.DataFrame(rows).to_parquet(tmp_path / "d.parquet")
+    pd.DataFrame(rows).to_csv(tmp_path / "d.csv", index=False)
+    for name in ("d.parquet", "d.csv"):
+        train, heldout = load_dataset(str(tmp_path / name))
+        assert train == rows[:27] and heldout == rows[27:]
+    with pytest.raises(ValueError, match="dataset 'gsm8k' not found: use 'builtin-arith' or a local .jsonl, .csv or "
+                                         ".parquet file"):
+        load_dataset("gsm8k")
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("a.jsonl", '{"question": "1", "answer": "1"}\n{"question": \n', "line 2 is not valid JSON (Expecting value)"),
+    ("a.jsonl", '{"question": "1", "answer": "1"}\n\n"text"\n', "line 3 is not a JSON object (it is a str)"),
+    ("a.jsonl", '{"question": "1"}\n', "line 1 needs the fields 'question' and 'answer'"),
+    ("a.jsonl", '{"question": "1", "answer": "1"}\n{"question": "", "answer": "1"}\n', "line 2 has an empty 'question'"),
+    ("a.jsonl", '{"question": "1", "answer": null}\n', "line 1 has an empty 'answer'"),
+    ("a.jsonl", '{"question": "1", "answer": true}\n', "line 1: 'answer' must be text or a number, got bool"),
+    ("a.jsonl", '{"question": {"a": 1}, "answer": "1"}\n', "line 1: 'question' must be text or a number, got dict"),
+    ("a.jsonl", '{"question": "1", "answer": "1"}\n' + "[" * 100_000 + "\n", "line 2 is not valid JSON (maximum recursion"),
+    ("a.jsonl", '{"question": "1", "answer": ' + "9" * 5000 + "}\n", "line 1 is not valid JSON (Exceeds the limit"),
+    ("a.jsonl", '{"question": "1", "answer": "1"}\n', "needs at least 2 rows, found 1"),
+    ("a.jsonl", "", "the file is empty"),
+    ("a.jsonl", " \n\n", "the file is empty"),
+    ("a.jsonl", b'{"question": "1", "answer": "1"}\n\xff\xfe\x00', "line 2 is not UTF-8 text (a binary file?)"),
+    ("a.jsonl", '{"question": "1", "answer": "1"}\n\n\x00\x01', "line 3 holds a NUL byte: a binary file"),
+    ("a.csv", "question,answer\n1,1\n\"2\nstill 2\",\n", "line 4 has an empty 'answer'"),  # line of the row's end
+    ("a.csv", "question,answer\n1,1\n2,2,2\n", "line 3 has 3 fields, the header has 2"),
+    ("a.csv", "q,a\n1,1\n", "needs the columns 'question' and 'answer'; missing 'question', 'answer' (found: 'q', 'a')"),
+    ("a.csv", 'question,answer\n1,"1\n', "line 2 is not valid CSV (unexpected end of data)"),
+    ("a.parquet", "PAR1 not really", "not a valid Parquet file"),
+    ("a.txt", "question,answer\n", "unsupported file type '.txt'; a dataset file is .jsonl, .csv, .parquet"),
+    ("a", "question,answer\n", "unsupported file type '(no extension)'"),
+])
+def test_a_bad_file_is_refused_naming_it_and_the_line(tmp_path, name, content, message):
+    path = _write(tmp_path / name, content)
+    with pytest.raises(ValueError) as caught:
+        read_dataset_file(path)
+    assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+    with pytest.raises(ValueError, match="^mine: "):  # the name messages use, when the path is not the user's
+        read_dataset_file(path, name="mine")
+
+
+def test_a_missing_file_or_a_directory_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="missing.csv: no such file"):
+        read_dataset_file(tmp_path / "missing.csv")
+    (tmp_path / "dir.jsonl").mkdir()
+    with pytest.raises(ValueError, match="dir.jsonl: cannot read it"):
+        read_dataset_file(tmp_path / "dir.jsonl")
+
+
+def test_parquet_rows_are_counted_from_1_and_nulls_are_empty(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"question": ["1", "2", "3"], "answer": ["1", "2", None]}).to_parquet(tmp_path / "d.parquet")
+    with pytest.raises(ValueError, match="d.parquet: row 3 has an empty 'answer'"):
+        read_dataset_file(tmp_path / "d.parquet")
+    pd.DataFrame({"question": ["1", "2"]}).to_parquet(tmp_path / "q.parquet")
+    with pytest.raises(ValueError, match="missing 'answer' \\(found: 'question'\\)"):
+        read_dataset_file(tmp_path / "q.parquet")
 
 
 # --- the trainer's token helpers -------------------------------------------------------------

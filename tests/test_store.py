@@ -17,7 +17,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import delete, func, inspect, select
+from sqlalchemy import delete, func, inspect, select, update
 
 from app import store
 from app.db import alembic_config, make_engine, session_scope, upgrade_database
@@ -331,7 +331,7 @@ def test_alembic_command_line_reads_the_settings(tmp_path):
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
     subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
     current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0001 (head)" in current.stdout
+    assert "0002 (head)" in current.stdout
     engine = make_engine(env["GRPO_DATABASE_URL"])
     assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
     engine.dispose()
@@ -395,3 +395,86 @@ def test_concurrent_upgrades_do_not_collide(db_url):
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr
     new_run(db_url)
+
+
+# ---- leases (migration 0002) ------------------------------------------------------------------
+
+
+def test_migration_0002_keeps_existing_runs(db_url):
+    command.downgrade(alembic_config(db_url), "0001")
+    engine = make_engine(db_url)
+    engine.dispose()
+    with engine.begin() as connection:  # a run written by the 0001 schema
+        connection.exec_driver_sql(
+            "INSERT INTO runs (name, status, config, model, dataset, supervision, step, total_steps, "
+            "cancel_requested, created_at, updated_at) VALUES ('old', 'running', '{}', 'm', 'd', 'outcome', 3, 6, "
+            "false, '2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')")
+    upgrade_database(db_url)
+    engine.dispose()
+    with session_scope(db_url) as s:
+        (run,) = [r for r in store.list_runs(s) if r["name"] == "old"]
+        full = store.get_run(s, run["run_id"])
+    assert full["step"] == 3 and full["attempts"] == 0 and full["worker"] is None and full["checkpoint_step"] is None
+
+
+def test_one_worker_wins_the_claim_and_only_it_may_write(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        assert store.claim_run(s, run_id, "a:1", lease_seconds=60)
+    with session_scope(db_url) as s:
+        assert not store.claim_run(s, run_id, "b:2", lease_seconds=60)  # a's lease is fresh
+        run = store.get_run(s, run_id)
+    assert run["status"] == "running" and run["worker"] == "a:1" and run["attempts"] == 1
+    with session_scope(db_url) as s:
+        store.record_step(s, run_id, 1, 1, {"loss": 0.5}, worker="a:1")
+    with pytest.raises(store.LeaseLost), session_scope(db_url) as s:
+        store.record_step(s, run_id, 2, 1, {"loss": 0.4}, worker="b:2")
+    with session_scope(db_url) as s:
+        assert [m["step"] for m in store.get_metrics(s, run_id)] == [1]  # b's write rolled back
+        assert store.renew_lease(s, run_id, "a:1") and not store.renew_lease(s, run_id, "b:2")
+
+
+def test_a_stale_lease_is_requeued_once_and_taken_over(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.claim_run(s, run_id, "a:1", lease_seconds=60)
+        store.record_step(s, run_id, 1, 1, {"loss": 0.5}, worker="a:1")
+        s.execute(update(Run).where(Run.id == run_id).values(
+            heartbeat_at=datetime.now(timezone.utc) - timedelta(seconds=120)))  # a died two minutes ago
+    with session_scope(db_url) as s:
+        assert [r["run_id"] for r in store.requeue_stale_runs(s, lease_seconds=300)] == []  # not stale for 300 s
+        assert [r["run_id"] for r in store.requeue_stale_runs(s, lease_seconds=60)] == [run_id]
+        assert store.requeue_stale_runs(s, lease_seconds=60) == []  # once
+        assert store.get_run(s, run_id)["status"] == "queued"
+    with session_scope(db_url) as s:
+        assert store.claim_run(s, run_id, "b:2", lease_seconds=60)
+    with pytest.raises(store.LeaseLost), session_scope(db_url) as s:  # a comes back to life: fenced off
+        store.record_step(s, run_id, 2, 1, {"loss": 0.4}, worker="a:1")
+    with session_scope(db_url) as s:
+        assert not store.finish_run(s, run_id, "failed", "a's error", worker="a:1")
+        store.truncate_after(s, run_id, 0)  # b resumes from the start
+        store.record_step(s, run_id, 1, 1, {"loss": 0.6}, worker="b:2")
+        assert store.finish_run(s, run_id, "completed", worker="b:2")
+        run = store.get_run(s, run_id)
+        assert run["status"] == "completed" and run["attempts"] == 2 and run["worker"] is None
+        assert store.get_metrics(s, run_id) == [{"step": 1, "iteration": 1, "loss": 0.6}]
+
+
+def test_cancelled_runs_are_never_claimed(db_url):
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.request_cancel(s, run_id)
+        assert not store.claim_run(s, run_id, "a:1", lease_seconds=60)
+
+
+def test_truncate_after_drops_later_metrics_and_groups(db_url):
+    run_id = new_run(db_url)
+    group = GroupRecord(prompt="q", reference="1", samples=[SampleRecord("1", ["1"], 1.0, [0.0])]).to_dict()
+    with session_scope(db_url) as s:
+        for step in (1, 2, 3):
+            store.record_step(s, run_id, step, 1, {"loss": float(step)})
+            store.record_groups(s, run_id, step, [group])
+        store.truncate_after(s, run_id, 2)
+        assert [m["step"] for m in store.get_metrics(s, run_id)] == [1, 2]
+        assert store.group_steps(s, run_id) == [1, 2]
+        assert store.get_run(s, run_id)["step"] == 2

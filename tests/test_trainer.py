@@ -202,3 +202,18 @@ def test_record_every_keeps_groups_of_every_kth_step_and_the_last(grpo_cache_dir
     assert result["status"] == "completed"
     assert sorted(rec.group_log) == expected
     assert [m["step"] for m in rec.metrics] == [1, 2, 3]  # metrics every step whatever record_every says
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_eos(grpo_cache_dir, tmp_path):
+    import json
+    import shutil
+
+    from grpo_engine.model import builtin_model_dir
+
+    model_dir = tmp_path / "no-pad"
+    shutil.copytree(builtin_model_dir(grpo_cache_dir), model_dir)
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    del config["pad_token"]
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    result, rec = run(grpo_cache_dir, model=str(model_dir), steps_per_iteration=1, eval_every=0)
+    assert result["status"] == "completed" and len(rec.metrics) == 1

@@ -6,12 +6,9 @@ through app.store from this process, the way a worker writes it.
 """
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,12 +22,13 @@ from app.ui import (compare_figure, config_diff_html, group_html, metrics_figure
                     token_span)
 from app.db import make_engine, session_scope, upgrade_database
 from grpo_engine.recorder import GroupRecord, SampleRecord
+from tests.servers import running_server, server_env
 from workers.celery_app import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
 ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group", "/cancel_run",
-             "/compare_runs", "/export_run"}
+             "/compare_runs", "/export_run", "/upload_dataset"}
 
 
 def _free_port() -> int:
@@ -43,34 +41,13 @@ def _free_port() -> int:
 def server(tmp_path_factory):
     """Start `serve` in a subprocess; yield (url, database url, broker url, process)."""
     tmp = tmp_path_factory.mktemp("ui")
-    db_url, broker_url, port = f"sqlite:///{tmp / 'grpo.sqlite'}", f"sqla+sqlite:///{tmp / 'broker.sqlite'}", _free_port()
+    env = server_env(tmp, GRPO_QUEUE=QUEUE)
+    db_url, broker_url = env["GRPO_DATABASE_URL"], env["GRPO_BROKER_URL"]
     upgrade_database(db_url)
-    env = {**os.environ, "GRPO_DATA_DIR": str(tmp), "GRPO_DATABASE_URL": db_url, "GRPO_BROKER_URL": broker_url,
-           "GRPO_QUEUE": QUEUE, "GRADIO_ANALYTICS_ENABLED": "False"}
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-c", f"from app.ui import serve; serve('127.0.0.1', {port})"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 90
-    while True:
-        assert proc.poll() is None, f"server exited: {(tmp / 'server.log').read_text()}"
-        assert time.monotonic() < deadline, f"server did not answer: {(tmp / 'server.log').read_text()}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.3)
     try:
-        yield url, db_url, broker_url, proc
+        with running_server(tmp, env) as (url, proc, _):
+            yield url, db_url, broker_url, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
         make_engine(db_url).dispose()
 
 

@@ -73,7 +73,7 @@ def test_db_recorder_writes_every_event(sqlite_url):
 
     assert recorder.should_stop() is False  # asked the store less than a second ago
     time.sleep(1.1)
-    assert recorder.should_stop() is True
+    assert recorder.should_stop() == "cancel"
     assert recorder.stop_reason == "cancel"
 
 
@@ -216,3 +216,17 @@ def test_worker_cancels_a_running_run(worker, sqlite_url):
     run = _wait_finished(sqlite_url, run_id, worker, timeout=60)
     assert run["status"] == "cancelled"
     assert run["step"] < 500
+
+
+def test_out_of_memory_errors_say_what_to_lower():
+    import torch
+
+    from workers.runner import _one_line
+
+    for exc in (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+                RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                             "you tried to allocate 1099511627776 bytes"),
+                MemoryError()):
+        message = _one_line(exc)
+        assert message.startswith("Out of memory") and "batch_size" in message and "lora_rank" in message, message
+    assert _one_line(ValueError("dataset 'x' not found\nmore")) == "ValueError: dataset 'x' not found"

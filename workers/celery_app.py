@@ -4,11 +4,26 @@ Importing this module imports neither torch nor the engine: the task body import
 """
 from __future__ import annotations
 
+import time
+
 from celery import Celery
 
 from app.settings import get_settings
 
 RUN_TASK = "grpo.run"
+DEVICE_CLASSES = ("gpu", "cpu")
+
+
+def queue_for(device: str, base: str) -> str:
+    """The queue a run goes to: ``base`` for device 'auto' (any worker), ``base.gpu`` / ``base.cpu`` otherwise."""
+    return base if device == "auto" else f"{base}.{device}"
+
+
+def worker_queues(base: str, device_class: str | None) -> list[str]:
+    """The queues a worker consumes: ``base`` and its own class's (``device_class`` None: every class,
+    for the embedded worker, the only one there is)."""
+    classes = DEVICE_CLASSES if device_class is None else (device_class,)
+    return [base] + [queue_for(c, base) for c in classes]
 
 
 def make_celery() -> Celery:
@@ -35,3 +50,21 @@ def make_celery() -> Celery:
 
 
 celery_app = make_celery()
+
+
+def declare_queues(names: list[str], attempts: int = 5) -> None:
+    """Create the queues on the broker before any worker consumes them. On the SQLite broker two
+    processes that create the same queue at once collide (a unique constraint fails and the loser
+    stops); a process that declares first, retrying on a collision, takes that race away."""
+    from kombu import Exchange, Queue
+
+    for name in names:
+        for attempt in range(attempts):
+            try:
+                with celery_app.connection_for_write() as conn:  # a fresh session on each try
+                    Queue(name, Exchange(name), routing_key=name, channel=conn.default_channel).declare()
+                break
+            except Exception:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))

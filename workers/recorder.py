@@ -1,7 +1,8 @@
 """The engine's Recorder, implemented against the store: every event the engine reports becomes rows.
 
 One short transaction per event, so the dashboard sees each step as soon as it is done and a
-crash loses at most the event in flight. No torch here.
+crash loses at most the event in flight. A recorder given a ``worker`` name writes only while that
+worker holds the run's lease (``app.store.LeaseLost`` otherwise). No torch here.
 """
 from __future__ import annotations
 
@@ -17,18 +18,25 @@ logger = logging.getLogger("grpo.worker")
 
 CANCEL_POLL_SECONDS = 1.0  # the store is asked about cancellation at most this often
 
-# Set by the embedded worker when it shuts down (the dashboard stopped): the running job stops at
-# its next step boundary. A standalone worker leaves it unset and finishes its job (Celery's warm shutdown).
+# Set when the worker shuts down (Ctrl-C, SIGTERM, or the dashboard of an embedded worker stopped):
+# the running job pauses at its next step boundary, after saving a checkpoint, and goes back to the queue.
 interrupt = threading.Event()
 
 
 class DBRecorder(Recorder):
-    """Writes one run's engine events to the store (``database_url`` None = the configured store)."""
+    """Writes one run's engine events to the store (``database_url`` None = the configured store).
 
-    def __init__(self, run_id: int, database_url: str | None = None):
+    ``worker``: the name of the worker holding the run's lease (None: no lease checks, e.g. tests).
+    ``lease_lost``: an Event a LeaseKeeper sets when the lease was taken over; the run then stops.
+    """
+
+    def __init__(self, run_id: int, database_url: str | None = None, worker: str | None = None,
+                 lease_lost: threading.Event | None = None):
         self.run_id = run_id
         self.database_url = database_url
-        self.stop_reason: str | None = None  # "cancel" or "interrupt" once should_stop() said True
+        self.worker = worker
+        self.lease_lost = lease_lost or threading.Event()
+        self.stop_reason: str | None = None  # "cancel", "pause" or "lost" once should_stop() said so
         self._last_poll = float("-inf")
         self._pending_groups: tuple[int, list[dict]] | None = None  # (step, groups) until step() comes
 
@@ -36,18 +44,27 @@ class DBRecorder(Recorder):
         with session_scope(self.database_url) as s:
             store.mark_running(s, self.run_id, total_steps)
 
+    def resume(self, step: int) -> None:
+        """An earlier attempt's records after ``step`` are dropped: the steps are recorded again."""
+        with session_scope(self.database_url) as s:
+            store.truncate_after(s, self.run_id, step)
+
+    def checkpoint(self, step: int, path: str) -> None:
+        with session_scope(self.database_url) as s:
+            store.record_checkpoint(s, self.run_id, step)
+
     def log(self, message: str) -> None:
         logger.info("run %s: %s", self.run_id, message)
         with session_scope(self.database_url) as s:
             store.append_log(s, self.run_id, message)
 
     def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
-        """The step's metrics, and the groups reported for it, in one transaction."""
+        """The step's metrics, and the groups reported for it, in one transaction (which also renews the lease)."""
         pending, self._pending_groups = self._pending_groups, None
         with session_scope(self.database_url) as s:
             if pending is not None and pending[0] == step:
                 store.record_groups(s, self.run_id, step, pending[1])
-            store.record_step(s, self.run_id, step, iteration, metrics)
+            store.record_step(s, self.run_id, step, iteration, metrics, worker=self.worker)
 
     def groups(self, step: int, groups: list[GroupRecord]) -> None:
         """Held until the step's metrics come (the engine reports groups first), then written with them."""
@@ -56,18 +73,54 @@ class DBRecorder(Recorder):
                 store.record_groups(s, self.run_id, *self._pending_groups)
         self._pending_groups = (step, [g.to_dict() for g in groups])
 
-    def should_stop(self) -> bool:
-        """True once the run was cancelled in the store or the embedded worker is shutting down."""
+    def should_stop(self) -> bool | str:
+        """Why the run should stop now, or False: "lost" (another worker took the run over), "pause"
+        (this worker is shutting down) or "cancel" (a user cancelled it in the store)."""
         if self.stop_reason is not None:
-            return True
-        if interrupt.is_set():
-            self.stop_reason = "interrupt"
-            return True
-        now = time.monotonic()
-        if now - self._last_poll < CANCEL_POLL_SECONDS:
-            return False
-        self._last_poll = now
-        with session_scope(self.database_url) as s:
-            if store.is_cancel_requested(s, self.run_id):
-                self.stop_reason = "cancel"
-        return self.stop_reason is not None
+            return self.stop_reason
+        if self.lease_lost.is_set():
+            self.stop_reason = "lost"
+        elif interrupt.is_set():
+            self.stop_reason = "pause"
+        else:
+            now = time.monotonic()
+            if now - self._last_poll < CANCEL_POLL_SECONDS:
+                return False
+            self._last_poll = now
+            with session_scope(self.database_url) as s:
+                if store.is_cancel_requested(s, self.run_id):
+                    self.stop_reason = "cancel"
+        return self.stop_reason or False
+
+
+class LeaseKeeper:
+    """Renews ``worker``'s lease on a run every ``period`` seconds in a background thread, so the lease
+    stays fresh through long phases without steps (loading a model, training the reward model).
+    Sets ``lost`` when the lease turns out to be taken over. A context manager."""
+
+    def __init__(self, run_id: int, worker: str, period: float, database_url: str | None = None):
+        self.run_id, self.worker, self.period, self.database_url = run_id, worker, period, database_url
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{run_id}", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                with session_scope(self.database_url) as s:
+                    held = store.renew_lease(s, self.run_id, self.worker)
+            except Exception:  # the store hiccuped: try again next period (the lease has slack)
+                logger.warning("run %s: could not renew the lease", self.run_id, exc_info=True)
+                continue
+            if not held:
+                logger.warning("run %s: lease lost; another worker has taken the run over", self.run_id)
+                self.lost.set()
+                return
+
+    def __enter__(self) -> "LeaseKeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,75 +1,147 @@
-"""Turn a stored run into an engine run: re-read the row, train, record the outcome.
+"""Turn a stored run into an engine run: claim the run's lease, train, record the outcome.
 
 Used by the Celery task (workers/tasks.py) and by ``grpo-dashboard train`` (in the foreground).
-Safe to call twice for the same run (a redelivered job): finished runs are skipped, steps and
-groups are upserted.
+Safe to call for the same run more than once (a redelivered or re-sent job): a finished run is
+skipped, a run another live worker holds is left to it, and a run whose worker died is resumed from
+its last checkpoint. A job stops at a step boundary when it is cancelled (status ``cancelled``),
+when its worker shuts down (it pauses: back to ``queued``, and re-sent to the queue), or when its
+lease was taken over by another worker (it leaves the run to that worker).
 """
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import traceback
 
 from app import store
 from app.db import session_scope
+from app.paths import check_spec_paths
 from app.settings import get_settings
 from grpo_engine.config import validate_spec
-from workers.recorder import DBRecorder
+from workers.recorder import DBRecorder, LeaseKeeper, interrupt
 
 logger = logging.getLogger("grpo.worker")
 
 FINISHED = ("completed", "failed", "cancelled")
+WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"  # this process, as the lease names it
 
 
 def _one_line(exc: BaseException) -> str:
-    """'ValueError: first line of the message', for the run's error field."""
+    """A readable one-line error for the run's error field: 'ValueError: first line of the message'.
+
+    Out-of-memory errors say what to change."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    first = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    if _is_out_of_memory(exc):
+        return (f"Out of memory ({first[:200]}). Lower batch_size, group_size or max_new_tokens, "
+                "or train a LoRA adapter (lora_rank > 0).")
+    return first
 
 
-def _finish(run_id: int, status: str, error: str | None = None, log: str | None = None) -> str:
+def _is_out_of_memory(exc: BaseException) -> bool:
+    if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError (CUDA), without importing torch here
+        return True
+    text = str(exc)
+    return isinstance(exc, (MemoryError, RuntimeError)) and (
+        isinstance(exc, MemoryError) or "out of memory" in text.lower() or "can't allocate memory" in text)
+
+
+def _finish(run_id: int, status: str, error: str | None = None, log: str | None = None,
+            worker: str | None = None) -> str:
     with session_scope() as s:
         if log:
             store.append_log(s, run_id, log)
-        store.finish_run(s, run_id, status, error)
+        store.finish_run(s, run_id, status, error, worker=worker)
     logger.info("run %s %s%s", run_id, status, f": {error}" if error else "")
     return status
 
 
-def execute_run(run_id: int, recorder: DBRecorder | None = None) -> str:
-    """Run the stored run ``run_id`` to its end and return its final status.
+def send_run(run_id: int, config: dict) -> None:
+    """Send run ``run_id`` to the queue of its device class (by task name; no torch here)."""
+    from workers.celery_app import RUN_TASK, celery_app, queue_for
+
+    celery_app.send_task(RUN_TASK, args=[run_id], queue=queue_for(config.get("device", "auto"), get_settings().queue))
+
+
+def requeue_stale_runs(lease_seconds: float | None = None) -> list[int]:
+    """Put back in the queue every run whose worker stopped renewing its lease (it died), and send
+    each to its queue again; the next worker resumes it from its last checkpoint. Every worker calls
+    this periodically. Returns the run ids requeued by this call."""
+    lease = get_settings().lease_seconds if lease_seconds is None else lease_seconds
+    with session_scope() as s:  # the send happens inside the transaction: if the broker fails, nothing changes
+        requeued = store.requeue_stale_runs(s, lease)
+        for run in requeued:
+            store.append_log(s, run["run_id"], f"worker {run['worker']} stopped renewing its lease; the run is "
+                                               "back in the queue and resumes from its last checkpoint")
+            send_run(run["run_id"], run["config"])
+    for run in requeued:
+        logger.warning("run %s: worker %s is gone; run requeued", run["run_id"], run["worker"])
+    return [run["run_id"] for run in requeued]
+
+
+def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = WORKER_NAME) -> str:
+    """Run the stored run ``run_id`` until it ends or pauses, and return what happened:
+    completed / failed / cancelled (final), paused (back in the queue), held (another worker has it),
+    lost (another worker took it over while it ran), deferred (this worker is shutting down: sent to
+    the queue again), or missing (no such run).
 
     ``recorder`` defaults to a DBRecorder for the run (the CLI passes one that also draws a progress bar).
-    Returns "missing" if there is no such run.
     """
+    settings = get_settings()
     with session_scope() as s:
         run = store.get_run(s, run_id)
-    if run is None:
-        logger.error("run %s: no such run in the store; job dropped", run_id)
-        return "missing"
-    if run["status"] in FINISHED:
-        logger.info("run %s is already %s; nothing to do", run_id, run["status"])
-        return run["status"]
-    if run["cancel_requested"]:  # cancelled before this worker picked it up (or before a redelivery)
-        return _finish(run_id, "cancelled")
+        if run is None:
+            logger.error("run %s: no such run in the store; job dropped", run_id)
+            return "missing"
+        if run["status"] in FINISHED:
+            logger.info("run %s is already %s; nothing to do", run_id, run["status"])
+            return run["status"]
+        if run["cancel_requested"]:  # cancelled before this worker picked it up (or before a redelivery)
+            store.finish_run(s, run_id, "cancelled")
+            return "cancelled"
+        if interrupt.is_set():  # this worker is shutting down: hand the job to the next worker
+            send_run(run_id, run["config"])
+            return "deferred"
+        if not store.claim_run(s, run_id, worker, settings.lease_seconds):
+            logger.info("run %s is held by worker %s; this delivery is dropped", run_id, run["worker"])
+            return "held"
+        attempt = run["attempts"] + 1
+        if attempt > 1:
+            store.append_log(s, run_id, f"attempt {attempt}: worker {worker} takes the run over")
 
-    recorder = recorder or DBRecorder(run_id)
-    try:
-        from grpo_engine.trainer import train  # torch is imported here, in the worker only
+    with LeaseKeeper(run_id, worker, settings.lease_seconds / 4) as lease:
+        recorder = recorder or DBRecorder(run_id)
+        recorder.worker, recorder.lease_lost = worker, lease.lost
+        try:
+            from grpo_engine.trainer import train  # torch is imported here, in the worker only
 
-        spec = validate_spec(run["config"])
+            spec = validate_spec(run["config"])
+            check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
+            result = train(spec, recorder, settings.cache_dir, checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
+        except store.LeaseLost:
+            recorder.stop_reason = "lost"
+            result = {"status": "stopped"}
+        except Exception as exc:
+            return _finish(run_id, "failed", _one_line(exc), log=traceback.format_exc(), worker=worker)
+        except BaseException as exc:  # a hard stop of this process: the run goes back to the queue
+            with session_scope() as s:
+                store.append_log(s, run_id, f"the worker stopped ({type(exc).__name__}); the run is back in the queue")
+                if store.requeue_run(s, run_id, worker):
+                    send_run(run_id, run["config"])
+            raise
+
+    if recorder.stop_reason == "lost":
+        logger.warning("run %s: another worker took it over; this worker stops", run_id)
+        return "lost"
+    if recorder.stop_reason == "cancel" or result["status"] == "cancelled":
+        return _finish(run_id, "cancelled", worker=worker)
+    if result["status"] == "paused":
         with session_scope() as s:
-            store.mark_running(s, run_id, spec.total_steps)
-        train(spec, recorder, get_settings().cache_dir)
-    except Exception as exc:
-        return _finish(run_id, "failed", _one_line(exc), log=traceback.format_exc())
-    except BaseException as exc:  # Ctrl-C or a hard worker shutdown: record it, then let it propagate
-        _finish(run_id, "failed", f"Interrupted ({type(exc).__name__})", log=traceback.format_exc())
-        raise
-
-    if recorder.stop_reason == "cancel":
-        return _finish(run_id, "cancelled")
-    if recorder.stop_reason == "interrupt":
-        with session_scope() as s:
-            step = (store.get_run(s, run_id) or {}).get("step", 0)
-        return _finish(run_id, "failed", f"Interrupted: the worker stopped at step {step} of {spec.total_steps}")
-    return _finish(run_id, "completed")
+            store.append_log(s, run_id, f"the worker is shutting down: paused after step {result['step']}; "
+                                        "the run is back in the queue")
+            if store.requeue_run(s, run_id, worker):
+                send_run(run_id, run["config"])
+        logger.info("run %s paused after step %s and requeued", run_id, result["step"])
+        return "paused"
+    return _finish(run_id, "completed", worker=worker)

@@ -1,0 +1,68 @@
+"""Local paths in a run spec: only inside the configured roots, and only what a run can use.
+
+A run spec's ``model``, ``reward_model`` and ``dataset`` are each a built-in name, a Hugging Face id
+(``Qwen/Qwen2.5-0.5B-Instruct``, ``gsm8k``: the worker resolves it) or a local path. A local path
+must resolve, after ``~``, ``..`` and symlinks, inside one of the roots (GRPO_PATH_ROOTS; by default
+the data directory and the directory the process started in, plus the uploads directory), so a run
+spec cannot make a worker read files elsewhere on its machine. Then it must exist, a model directory
+must hold a ``config.json``, and a dataset file must read cleanly (grpo_engine.data.read_dataset_file).
+
+The dashboard checks at launch (app.api.launch_run) and the worker checks again before training,
+with its own roots. Pure Python: no torch, no Gradio.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_engine.config import BUILTIN_DATASET, BUILTIN_MODEL, SpecError
+from grpo_engine.data import read_dataset_file
+
+PATH_KEYS = ("model", "reward_model", "dataset")  # the run-spec keys that may name a local path
+FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")  # a value ending so is a file, never a Hugging Face id
+BUILTIN_NAMES = (BUILTIN_MODEL, BUILTIN_DATASET)
+
+
+def is_local_path(value: str) -> bool:
+    """Whether a run-spec value names a local path rather than a built-in name or a Hugging Face id.
+
+    Local: it starts with '/', '.' or '~', ends with a data-file extension, has more than one '/'
+    (a Hugging Face id is ``name`` or ``owner/name``), or exists relative to the current directory.
+    """
+    if not value or value in BUILTIN_NAMES:
+        return False
+    return (value.startswith(("/", ".", "~")) or value.lower().endswith(FILE_SUFFIXES) or value.count("/") > 1
+            or Path(value).exists())
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None:
+    """Refuse a run spec whose local paths lie outside every root or cannot be used.
+
+    For each of ``model``, ``reward_model`` and ``dataset`` that is a local path (:func:`is_local_path`):
+    it resolves inside a root (checked first, so nothing is said about files elsewhere), exists, and is
+    a directory with ``config.json`` (the models) or a dataset file that reads cleanly (the dataset).
+    Raises SpecError naming the key.
+    """
+    roots = [Path(root).expanduser().resolve() for root in roots]
+    for key in PATH_KEYS:
+        value = config.get(key) or ""
+        if not is_local_path(value):
+            continue
+        path = Path(value).expanduser().resolve()  # follows symlinks, removes '..'
+        if not _inside(path, roots):
+            raise SpecError(key, f"{value!r} is outside the directories runs may read "
+                                 f"({', '.join(map(str, roots))}; set GRPO_PATH_ROOTS to change them)")
+        if not path.exists():
+            raise SpecError(key, f"{value!r} does not exist")
+        if key == "dataset":
+            if not path.is_file():
+                raise SpecError(key, f"{value!r} is not a file (a dataset file is .jsonl, .csv or .parquet)")
+            try:
+                read_dataset_file(path, name=value)
+            except ValueError as e:
+                raise SpecError(key, str(e)) from None
+        elif not (path / "config.json").is_file():
+            raise SpecError(key, f"{value!r} is not a model directory: it has no config.json")

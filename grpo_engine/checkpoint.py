@@ -1,0 +1,197 @@
+"""Checkpoints of a GRPO run, so a run whose worker died resumes where it was.
+
+A checkpoint is a directory ``<run dir>/step-<step, 8 digits>`` holding everything the training
+loop needs to continue as if it had never stopped:
+
+    policy.safetensors        the policy's weights: all of them, or with LoRA in the first iteration
+                              only the adapter's (the base is still the starting model then)
+    optimizer.safetensors     AdamW's tensors (exp_avg, exp_avg_sq, step per parameter)
+    reference.safetensors     the reference policy, when it is no longer the starting model
+                              (full fine-tune after the first reference reset)
+    reward_model.safetensors  the learned reward model's trained weights (reward: model)
+    rng.safetensors           torch's random states (CPU, and each CUDA device)
+    state.json                step, iteration, Python random states, optimizer hyperparameters, the
+                              reward model's labelled history; written last
+
+Tensors are stored with safetensors only (no pickle is ever loaded). A checkpoint is written to a
+temporary directory and renamed into place, so a worker killed while saving leaves no half
+checkpoint behind; the newest ``keep`` are kept. ``final/`` (``save_final``) holds the policy at
+the end of the run as a Hugging Face model directory.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+FORMAT = 1
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+def _random_state_to_json(state: tuple) -> list:
+    """random.Random.getstate() as JSON: (version, 625 ints, gauss) -> [version, [ints], gauss]."""
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _random_state_from_json(value: list) -> tuple:
+    return value[0], tuple(value[1]), value[2]
+
+
+def _trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters that train, by name, as contiguous CPU tensors."""
+    return {n: p.detach().contiguous().cpu() for n, p in module.named_parameters() if p.requires_grad}
+
+
+def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """An optimizer's state_dict split into tensors ("state.<param index>.<key>") and the JSON rest."""
+    sd = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for index, state in sd["state"].items():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars[f"{index}.{key}"] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _load_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        _, index, key = name.split(".", 2)
+        state.setdefault(int(index), {})[key] = value
+    for name, value in meta["scalars"].items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints under ``run_dir``, oldest first, as (step, directory)."""
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for path in run_dir.iterdir():
+        match = STEP_DIR.match(path.name)
+        if match and (path / "state.json").is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest(run_dir: Path) -> tuple[int, Path] | None:
+    """(step, directory) of the newest complete checkpoint, or None."""
+    found = step_dirs(run_dir)
+    return found[-1] if found else None
+
+
+def save(run_dir: Path, *, step: int, iteration: int, policy, optimizer, reference, lora: bool,
+         rng, rm=None, rm_rng=None, rm_history=None, keep: int = 2) -> Path:
+    """Write the checkpoint after ``step`` and keep only the newest ``keep``. Returns its directory.
+
+    ``policy`` and ``reference`` are unwrapped modules (``reference`` None: LoRA, or still the starting
+    model); ``rng`` / ``rm_rng`` are the loop's random.Random objects.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final = run_dir / f"step-{step:08d}"
+    tmp = run_dir / f".tmp-step-{step:08d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+
+    # 1. weights: with LoRA in iteration 1 the base is the starting model, so the adapter is enough
+    adapter_only = lora and iteration == 1
+    if adapter_only:
+        save_file(_trainable(policy), tmp / "policy.safetensors")
+    else:
+        save_model(policy, str(tmp / "policy.safetensors"))  # handles tied weights
+    if reference is not None:
+        save_model(reference, str(tmp / "reference.safetensors"))
+    if rm is not None:
+        save_file(_trainable(rm), tmp / "reward_model.safetensors")
+
+    # 2. optimizer and random states
+    opt_tensors, opt_meta = _optimizer_tensors(optimizer)
+    save_file(opt_tensors, tmp / "optimizer.safetensors")
+    rng_tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            rng_tensors[f"cuda.{i}"] = state
+    save_file(rng_tensors, tmp / "rng.safetensors")
+
+    # 3. state.json last: its presence marks the checkpoint complete
+    state = {
+        "format": FORMAT, "step": step, "iteration": iteration, "adapter_only": adapter_only,
+        "has_reference": reference is not None, "optimizer": opt_meta,
+        "rng": _random_state_to_json(rng.getstate()),
+        "rm_rng": _random_state_to_json(rm_rng.getstate()) if rm_rng is not None else None,
+        "rm_history": [asdict(e) for e in rm_history] if rm_history is not None else None,
+    }
+    (tmp / "state.json").write_text(json.dumps(state))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for _, old in step_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state(checkpoint: Path) -> dict[str, Any]:
+    """The checkpoint's state.json (step, iteration, ...)."""
+    state = json.loads((checkpoint / "state.json").read_text())
+    if state.get("format") != FORMAT:
+        raise ValueError(f"checkpoint {checkpoint}: format {state.get('format')!r}, this version reads {FORMAT}")
+    return state
+
+
+def load(checkpoint: Path, state: dict[str, Any], *, policy, optimizer, reference, rng, rm=None, rm_rng=None) -> None:
+    """Restore a checkpoint into the freshly built ``policy`` / ``optimizer`` / ``reference`` / ``rm``
+    (the same shapes as when it was saved) and the random states."""
+    device = next(policy.parameters()).device
+    if state["adapter_only"]:
+        missing, unexpected = policy.load_state_dict(load_file(checkpoint / "policy.safetensors", device=str(device)),
+                                                     strict=False)
+        if unexpected:
+            raise ValueError(f"checkpoint {checkpoint}: unexpected adapter weights {unexpected[:3]}")
+    else:
+        load_model(policy, str(checkpoint / "policy.safetensors"), device=str(device))
+    if state["has_reference"]:
+        if reference is None:
+            raise ValueError(f"checkpoint {checkpoint} has a reference policy but this run keeps none")
+        load_model(reference, str(checkpoint / "reference.safetensors"), device=str(device))
+    if rm is not None:
+        rm.load_state_dict(load_file(checkpoint / "reward_model.safetensors", device=str(rm.device)), strict=False)
+    _load_optimizer(optimizer, load_file(checkpoint / "optimizer.safetensors"), state["optimizer"])
+    rng_tensors = load_file(checkpoint / "rng.safetensors")
+    torch.set_rng_state(rng_tensors["torch"])
+    cuda = [rng_tensors[f"cuda.{i}"] for i in range(len(rng_tensors) - 1) if f"cuda.{i}" in rng_tensors]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+    rng.setstate(_random_state_from_json(state["rng"]))
+    if rm_rng is not None and state["rm_rng"] is not None:
+        rm_rng.setstate(_random_state_from_json(state["rm_rng"]))
+
+
+def save_final(out_dir: Path, policy, tokenizer, lora: bool) -> None:
+    """The trained policy as Hugging Face model directories: ``model/`` (LoRA merged into the base)
+    and, for LoRA, ``adapter/`` (the adapter alone, for peft). Written aside, then renamed into place.
+
+    With LoRA the adapter is merged into ``policy`` in place (the run is over; no second copy)."""
+    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if lora:
+        policy.save_pretrained(tmp / "adapter", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "adapter")
+        merged = policy.merge_and_unload()
+    else:
+        merged = policy
+    merged.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)

@@ -1,0 +1,60 @@
+"""A real dashboard server in a subprocess, for the tests that drive it through HTTP and gradio_client."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(tmp: Path, **settings: str) -> dict[str, str]:
+    """This environment without GRPO_* settings, with a SQLite store and broker in ``tmp``, plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
+    return {**env, "GRADIO_ANALYTICS_ENABLED": "False", "GRPO_DATA_DIR": str(tmp),
+            "GRPO_DATABASE_URL": f"sqlite:///{tmp / 'grpo.sqlite'}",
+            "GRPO_BROKER_URL": f"sqla+sqlite:///{tmp / 'broker.sqlite'}", "GRPO_QUEUE": "grpo-test",
+            **settings}
+
+
+@contextmanager
+def running_server(tmp: Path, env: dict[str, str], command: list[str] | None = None):
+    """Start ``serve`` (app.ui.serve, or ``command`` + its port) and yield (url, process, log path) once the
+    page answers; stop it afterwards."""
+    port = free_port()
+    log_path = tmp / "server.log"
+    args = [*command, "--port", str(port)] if command else [
+        sys.executable, "-c", f"from app.ui import serve; serve('127.0.0.1', {port})"]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, f"server exited:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"server did not answer:\n{log_path.read_text()}"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        yield url, proc, log_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,129 @@
+"""Checkpoints and resume in the engine: a run paused and resumed continues exactly as if it had never
+stopped (same metrics, step for step, on the CPU), for full fine-tuning, LoRA across a reference
+reset, and a learned reward model; old checkpoints are pruned; the final policy is saved loadable.
+
+Short real runs of grpo_engine.trainer.train on the built-in model (``grpo_cache_dir`` fixture).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_engine import checkpoint
+from grpo_engine.config import validate_spec
+from grpo_engine.recorder import MemoryRecorder
+from grpo_engine.trainer import train
+
+BASE = dict(steps_per_iteration=6, batch_size=4, group_size=4, eval_every=3, checkpoint_every=2)
+COMPARED = ("reward_mean", "loss", "kl", "grad_norm", "eval/accuracy", "rm/accuracy_after")
+
+
+class PauseAt(MemoryRecorder):
+    """Says "pause" at the boundary before step ``at + 1``; records resume() and checkpoint() events."""
+
+    def __init__(self, at: int | None):
+        super().__init__()
+        self.at, self.resumed, self.checkpoints = at, [], []
+
+    def resume(self, step):
+        self.resumed.append(step)
+
+    def checkpoint(self, step, path):
+        self.checkpoints.append(step)
+
+    def should_stop(self):
+        done = self.metrics[-1]["step"] if self.metrics else 0
+        return "pause" if self.at is not None and done == self.at else False
+
+
+def metrics_by_step(recorder) -> dict[int, dict]:
+    return {m["step"]: {k: v for k, v in m.items() if k in COMPARED} for m in recorder.metrics}
+
+
+def straight_and_resumed(cache_dir, tmp_path, pause_at: int, **overrides):
+    """The same spec run once straight through and once paused after ``pause_at`` then resumed."""
+    spec = validate_spec({**BASE, **overrides})
+    straight = PauseAt(None)
+    assert train(spec, straight, cache_dir, device="cpu", checkpoint_dir=tmp_path / "straight")["status"] == "completed"
+    first, second = PauseAt(pause_at), PauseAt(None)
+    paused = train(spec, first, cache_dir, device="cpu", checkpoint_dir=tmp_path / "resumed")
+    assert paused["status"] == "paused" and paused["step"] == pause_at
+    assert checkpoint.latest(tmp_path / "resumed")[0] == pause_at  # saved on the way out
+    resumed = train(spec, second, cache_dir, device="cpu", checkpoint_dir=tmp_path / "resumed")
+    assert resumed["status"] == "completed" and resumed["step"] == spec.total_steps
+    assert first.resumed == [0] and second.resumed == [pause_at]
+    assert any(f"resuming from the checkpoint after step {pause_at}" in m for m in second.messages)
+    return straight, first, second
+
+
+def assert_same_metrics(straight, first, second, pause_at):
+    expected = metrics_by_step(straight)
+    assert any(v.get("grad_norm", 0) > 0 for v in expected.values())  # the policy did move: the test can fail
+    got = {**metrics_by_step(first), **metrics_by_step(second)}
+    assert sorted(m["step"] for m in second.metrics) == [s for s in sorted(expected) if s > pause_at]
+    for step, values in expected.items():
+        assert got[step].keys() == values.keys(), step
+        for key, value in values.items():
+            assert got[step][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (step, key)
+
+
+def test_full_finetune_resumes_exactly(grpo_cache_dir, tmp_path):
+    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=3)
+    assert_same_metrics(straight, first, second, pause_at=3)
+    assert first.checkpoints == [2, 3] and second.checkpoints == [4]
+
+
+def test_full_finetune_resumes_in_the_second_iteration_with_its_reference(grpo_cache_dir, tmp_path):
+    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=5, iterations=2,
+                                                   steps_per_iteration=3)
+    assert_same_metrics(straight, first, second, pause_at=5)
+    assert checkpoint.step_dirs(tmp_path / "straight") == []  # a completed run keeps only its final policy
+
+
+def test_lora_resumes_exactly_across_the_reference_reset(grpo_cache_dir, tmp_path):
+    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=4, lora_rank=4, iterations=2,
+                                                   steps_per_iteration=3, learning_rate=1e-3)
+    assert_same_metrics(straight, first, second, pause_at=4)
+
+
+def test_learned_reward_model_resumes_exactly(grpo_cache_dir, tmp_path):
+    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=3, reward="model", rm_samples=16,
+                                                   iterations=2, steps_per_iteration=2, eval_every=0)
+    assert_same_metrics(straight, first, second, pause_at=3)
+    assert "rm/accuracy_after" in metrics_by_step(second)[4]  # the refresh after iteration 2 ran after the resume
+
+
+def test_only_the_newest_checkpoints_are_kept_and_written_whole(grpo_cache_dir, tmp_path):
+    spec = validate_spec({**BASE, "checkpoint_every": 1, "checkpoint_keep": 2, "steps_per_iteration": 5})
+    recorder = PauseAt(4)
+    train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)
+    assert [step for step, _ in checkpoint.step_dirs(tmp_path)] == [3, 4]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+    latest = checkpoint.latest(tmp_path)[1]
+    assert sorted(p.name for p in latest.iterdir()) == [
+        "optimizer.safetensors", "policy.safetensors", "rng.safetensors", "state.json"]
+    (tmp_path / "step-00000009").mkdir()  # an incomplete checkpoint (no state.json) is never picked
+    assert checkpoint.latest(tmp_path)[0] == 4
+
+
+def test_final_policy_is_a_loadable_model_and_lora_also_an_adapter(grpo_cache_dir, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from grpo_engine.model import builtin_model_dir
+
+    spec = validate_spec({**BASE, "steps_per_iteration": 2, "lora_rank": 4, "eval_every": 0, "learning_rate": 1e-2})
+    train(spec, PauseAt(None), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)
+    assert checkpoint.step_dirs(tmp_path) == []  # step checkpoints go once the run is complete
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "final" / "model")
+    assert (tmp_path / "final" / "adapter" / "adapter_model.safetensors").is_file()
+    assert not list((tmp_path / "final").rglob("*.bin"))  # safetensors only
+    # one iteration: the starting model plus the adapter is the merged model
+    start = AutoModelForCausalLM.from_pretrained(builtin_model_dir(grpo_cache_dir))
+    adapted = PeftModel.from_pretrained(start, tmp_path / "final" / "adapter").eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        assert torch.allclose(merged.eval()(input_ids=ids).logits, adapted(input_ids=ids).logits, atol=1e-4)
+        with adapted.disable_adapter():  # the run trained: the adapter changes the starting model
+            start_logits = adapted(input_ids=ids).logits
+        assert not torch.allclose(start_logits, adapted(input_ids=ids).logits, atol=1e-4)

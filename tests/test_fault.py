@@ -1,0 +1,101 @@
+"""A worker killed (SIGKILL) three times during one run: the run completes, every step recorded once.
+
+The production shape (PostgreSQL store, Redis broker, the dashboard and separate `grpo-dashboard worker`
+processes) and the embedded one (SQLite store and SQLite broker), each with a short lease
+(GRPO_LEASE_SECONDS=4) and one checkpoint directory shared by all workers. A run of 36 steps is
+launched through gradio_client; three times a worker is killed with SIGKILL mid-run and a fresh one
+started: it notices the dead worker's stale lease, puts the run back in the queue and resumes it
+from its last checkpoint. A last fresh worker finishes the run.
+"""
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from gradio_client import Client
+
+from app import store
+from app.db import make_engine, session_scope
+from tests.test_e2e import REDIS_URL, Process, clean_env, redis_queue, start_server, wait_finished  # noqa: F401
+
+STEPS = 36
+SPEC = {"name": "fault", "steps_per_iteration": STEPS, "batch_size": 4, "group_size": 8, "eval_every": 0,
+        "checkpoint_every": 3, "checkpoint_keep": 2}
+KILL_AT = (5, 15, 25)  # the worker is killed once the run has recorded at least this step
+
+
+def run_with_kills(tmp_path, env: dict[str, str], database_url: str) -> None:
+    env = {**env, "GRPO_LEASE_SECONDS": "4", "GRPO_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+           "GRPO_EMBEDDED_WORKER": "0"}
+    server, url = start_server(tmp_path / "data", env)
+    workers: list[Process] = []
+
+    def start_worker() -> Process:
+        n = len(workers) + 1
+        (tmp_path / f"worker{n}").mkdir()
+        workers.append(Process(["worker", "--data-dir", str(tmp_path / f"worker{n}")], env,
+                               tmp_path / f"worker{n}.log"))
+        return workers[-1]
+
+    def logs() -> str:
+        return server.log() + "".join(f"\n--- worker {i + 1} ---\n{w.log()}" for i, w in enumerate(workers))
+
+    try:
+        client = Client(url, verbose=False)
+        run_id = client.predict(SPEC, api_name="/launch_run")["run_id"]
+        killed_at = []
+        for target in KILL_AT:
+            worker = start_worker()
+            deadline = time.monotonic() + 180
+            while (run := client.predict(run_id, api_name="/get_run"))["step"] < target:
+                assert run["status"] in ("queued", "running"), f"{run}\n{logs()}"
+                assert time.monotonic() < deadline, f"step {target} not reached: {run}\n{logs()}"
+                time.sleep(0.2)
+            worker.proc.send_signal(signal.SIGKILL)
+            worker.proc.wait()
+            killed_at.append(client.predict(run_id, api_name="/get_run")["step"])
+        start_worker()
+        run = wait_finished(client, run_id, logs, timeout=300)
+        assert run["status"] == "completed", f"{run}\n{logs()}"
+
+        # every step exactly once, in order, with its B groups (nothing left from the killed attempts)
+        assert [m["step"] for m in client.predict(run_id, api_name="/get_metrics")] == list(range(1, STEPS + 1))
+        with session_scope(database_url) as s:
+            full = store.get_run(s, run_id)
+            run_logs = store.get_logs(s, run_id, limit=1000)
+            for step in range(1, STEPS + 1):
+                assert len(store.list_groups(s, run_id, step)) == SPEC["batch_size"], step
+        assert full["attempts"] == 4 and full["step"] == STEPS, full
+        assert sum("stopped renewing its lease" in line for line in run_logs) == 3, run_logs
+        resumed = [line for line in run_logs if line.startswith("resuming from the checkpoint after step")]
+        assert len(resumed) == 3, run_logs
+        for line, killed in zip(resumed, killed_at):  # each resume lost at most the steps since the last checkpoint
+            step = int(line.split("after step ")[1].split()[0])
+            assert killed - SPEC["checkpoint_every"] - 1 <= step <= killed, (line, killed_at)
+        final = tmp_path / "checkpoints" / f"run-{run_id}"
+        assert (final / "final" / "model" / "model.safetensors").is_file()
+        assert not list(final.glob("step-*"))  # step checkpoints removed once the run completed
+    finally:
+        server.stop()
+        for worker in workers:
+            worker.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_sigkilled_workers_on_postgres_and_redis(tmp_path, grpo_cache_dir, postgres_url, redis_queue):
+    env = clean_env(grpo_cache_dir, GRPO_DATABASE_URL=postgres_url, GRPO_BROKER_URL=REDIS_URL, GRPO_QUEUE=redis_queue)
+    run_with_kills(tmp_path, env, postgres_url)
+
+
+@pytest.mark.slow
+def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grpo_cache_dir):
+    database_url = f"sqlite:///{tmp_path / 'shared' / 'grpo.sqlite'}"
+    env = clean_env(grpo_cache_dir, GRPO_DATABASE_URL=database_url,
+                    GRPO_BROKER_URL=f"sqla+sqlite:///{tmp_path / 'shared' / 'broker.sqlite'}")
+    try:
+        run_with_kills(tmp_path, env, database_url)
+    finally:
+        make_engine(database_url).dispose()
