@@ -207,7 +207,8 @@ def run_choices(runs: list[dict]) -> list[tuple[str, int]]:
 
 
 def progress_html(run: dict, now: datetime | None = None) -> str:
-    """Status badge, progress bar, percentage, elapsed time and ETA; the error of a failed run."""
+    """Status badge, progress bar, percentage, elapsed time and ETA, the worker (and attempt, after a
+    resume) and the newest checkpoint; the error of a failed run."""
     now = now or datetime.now(timezone.utc)
     status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
     pct = 100.0 * step / total if total else 0.0
@@ -218,9 +219,16 @@ def progress_html(run: dict, now: datetime | None = None) -> str:
     if iterations > 1 and per_iteration:
         iteration = min(iterations, max(1, -(-step // per_iteration)))  # the iteration of the current step
         parts.insert(0, f"iteration {iteration} / {iterations}")
-    if status == "queued":
+    checkpoint = run.get("checkpoint_step")
+    if status == "queued" and run.get("attempts"):  # it ran before: paused, or its worker died
+        parts.append(f"waiting for a worker to resume it from {f'step {checkpoint}' if checkpoint else 'the start'}")
+    elif status == "queued":
         parts.append("waiting for a worker")
-    elif started and status == "running":
+    if status == "running" and run.get("worker"):
+        parts.append(f"on {run['worker']}" + (f" (attempt {run['attempts']})" if (run.get("attempts") or 0) > 1 else ""))
+    if checkpoint and status in ("running", "queued"):
+        parts.append(f"checkpoint at step {checkpoint}")
+    if started and status == "running":
         elapsed = (now - started).total_seconds()
         parts.append(f"elapsed {_duration(elapsed)}")
         # ETA: the average time per finished step so far, times the steps left

@@ -276,6 +276,15 @@ def test_progress_html_names_the_iteration():
     assert "iteration 2 / 3 · step 250 / 600" in progress_html(run)
 
 
+def test_progress_html_shows_the_worker_the_attempt_and_the_checkpoint():
+    run = {"run_id": 7, "name": "r", "status": "running", "step": 25, "total_steps": 40, "error": None, "config": {},
+           "started_at": None, "finished_at": None, "worker": "gpu-3:811", "attempts": 2, "checkpoint_step": 21}
+    assert "on gpu-3:811 (attempt 2) · checkpoint at step 21" in progress_html(run)
+    paused = {**run, "status": "queued", "worker": None}
+    assert "waiting for a worker to resume it from step 21" in progress_html(paused)
+    assert "attempt" not in progress_html({**run, "attempts": 1})
+
+
 def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
     metrics = [{"step": 1, "iteration": 1, "reward_mean": 0.5, "kl": 0.01, "time/step": 0.3, "custom/x": 2.0},
                {"step": 2, "iteration": 1, "reward_mean": 0.6, "kl": 0.02, "time/step": 0.3, "custom/x": 3.0}]
