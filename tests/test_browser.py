@@ -4,7 +4,8 @@ Starts `grpo-dashboard serve` as the end-to-end test does (embedded store, broke
 fills the launch form, launches, watches the run's progress move in the Run tab, reloads the page
 and finds the run still there and still followed until it completes, then opens the Groups tab,
 moves the step slider to a step with a group whose rewards differ (found through the API), sorts
-by reward spread, and finds its completions drawn as advantage-coloured token spans. Screenshots go to
+by reward spread, and finds its completions drawn as advantage-coloured token spans; downloads the
+trained policy; cancels a second, long run from the Run tab. Screenshots go to
 test-artifacts/ (launch-form.png, run-view.png, group-view.png).
 """
 from __future__ import annotations
@@ -95,6 +96,8 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
     expect(progress).to_contain_text(f"step {total} / {total}")
     expect(page.locator("#run-charts .js-plotly-plot")).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "run-view.png"), full_page=True)
+    page.click("#export-model")  # the trained policy, zipped, offered for download
+    expect(page.locator("#export-file")).to_contain_text(re.compile(rf"run-{run_id}-model\s*\.zip"))
 
     # 4. the Groups tab: the latest step's groups, the first one shown as token spans
     page.click("#tab-groups-button")
@@ -133,6 +136,20 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
     expect(page.locator("#group-view span.token").first).to_be_visible()
     page.locator("#group-view").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "group-view.png"), full_page=True)
+
+    # 6. cancel a long run from the Run tab: it stops at its next step, its data stays
+    long_id = client.predict({**{k: v for k, v in FORM.items() if k != "steps_per_iteration"}, "name": "long run",
+                              "steps_per_iteration": 5000}, api_name="/launch_run")["run_id"]
+    page.click("#tab-runs-button")
+    page.locator("#runs-table").get_by_text("long run").click()
+    expect(progress).to_contain_text(f"#{long_id}")
+    expect(page.locator('#run-progress .run-progress[data-status="running"]:not([data-step="0"])')).to_be_visible(
+        timeout=RUN_TIMEOUT * 1000)
+    page.click("#cancel-button")
+    expect(page.locator('#run-progress .run-progress[data-status="cancelled"]')).to_be_visible(timeout=60_000)
+    run = client.predict(long_id, api_name="/get_run")
+    assert run["status"] == "cancelled" and 0 < run["step"] < 5000
+    assert len(client.predict(long_id, api_name="/get_metrics")) == run["step"]  # what it recorded stays
 
 
 @pytest.mark.slow
