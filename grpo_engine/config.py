@@ -46,6 +46,13 @@ FIELDS: tuple[Field, ...] = (
     Field("reward_model", str, "",
           "reward: model only. Where the reward model's transformer starts: empty = the policy model's weights "
           "(with a fresh scoring head), or a Hugging Face model id or local directory with a causal LM."),
+    Field("prompt_template", str, "auto",
+          "How a question becomes the prompt: 'chat' = the model's chat template (a user turn, then the assistant's "
+          "turn opened; for instruct models), 'plain' = the question on its own line (for base models), 'auto' = "
+          "'chat' when the tokenizer has a chat template, else 'plain'.", choices=("auto", "chat", "plain")),
+    Field("format_reward", float, 0.0,
+          "Outcome reward added when an output states a final answer in the expected form ('#### <answer>' or "
+          "\\boxed{...}), right or wrong; 0 = none.", min=0.0, max=10.0),
     Field("group_size", int, 8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024),
     Field("batch_size", int, 8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096),
     Field("clip_eps", float, 0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True),
@@ -107,6 +114,8 @@ class RunSpec:
     supervision: str
     reward: str
     reward_model: str
+    prompt_template: str
+    format_reward: float
     group_size: int
     batch_size: int
     clip_eps: float

@@ -2,15 +2,28 @@
 
 The verifier plays the outcome reward model's part (paper 4.1.2): it knows the reference answer.
 The step checker plays the process reward model's part (4.1.3) on the built-in task.
+
+Final answers are read from a completion in two forms (:func:`extract_final_answer`): a GSM8K
+``#### <answer>`` last line, or the last ``\\boxed{...}``. Two answers are compared as mathematics,
+not as strings (:func:`answers_match`): plain numbers in pure Python, anything else with
+Hugging Face's math-verify (imported only when needed, so the web process stays light).
+Math-Shepherd's step-labelled solutions (arXiv 2312.08935) are read by :func:`parse_math_shepherd`.
+Pure Python: no torch.
 """
 from __future__ import annotations
 
 import re
+import threading
+from fractions import Fraction
 
 from .data import ANSWER_PREFIX, STEP_DELIMITER
 
 _ANSWER_RE = re.compile(re.escape(ANSWER_PREFIX.strip()) + r"\s*(-?\d+(?:\.\d+)?)\s*$")
 _STEP_RE = re.compile(r"^(-?\d+)([+\-*])(-?\d+)=(-?\d+)$")
+
+MATH_VERIFY_TIMEOUT_S = 2  # math-verify's limit (whole seconds, signal.alarm) per parse and per comparison
+MAX_ANSWER_CHARS = 300  # a predicted final answer longer than this is not compared (counts as wrong)
+DECIMAL_REL_TOL = 1e-9  # plain decimals are equal when within this relative tolerance
 
 
 def extract_answer(completion: str) -> str | None:
@@ -31,15 +44,230 @@ def _same_number(a: str, b: str) -> bool:
         return a.strip() == b.strip()
 
 
-def outcome_reward(completion: str, reference_answer: str) -> tuple[float, dict[str, float]]:
-    """1.0 when the final answer equals the reference, else 0.0.
+# ---- final answers ------------------------------------------------------------------------------
 
-    Components: ``correct`` (the answer matches) and ``formatted`` (a final answer line was found).
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_LATEX_TEXT_RE = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox|operatorname)\s*\{[^{}]*\}")
+_LATEX_COMMAND_RE = re.compile(r"\\[A-Za-z]+")
+_WORD_RE = re.compile(r"[A-Za-z]{2,}")
+_MATH_WORDS = {"sqrt", "pi", "inf", "oo", "sin", "cos", "tan", "log", "ln", "exp", "mod"}
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _is_expression(answer: str) -> bool:
+    """Could ``answer`` (what follows ``####``) be a number or a formula, rather than prose?
+
+    LaTeX commands and ``\\text{..}`` groups are allowed; a word of two or more letters that is not
+    a function name (``sqrt``, ``pi``, ...) makes it prose: ``14 apples`` is no answer, ``x=3`` is.
     """
-    answer = extract_answer(completion)
-    correct = float(answer is not None and _same_number(answer, reference_answer))
-    return correct, {"correct": correct, "formatted": float(answer is not None)}
+    if not answer:
+        return False
+    bare = _LATEX_COMMAND_RE.sub(" ", _LATEX_TEXT_RE.sub(" ", answer))
+    return all(word.lower() in _MATH_WORDS for word in _WORD_RE.findall(bare))
 
+
+def _last_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced; None when
+    there is none, when the last one is never closed (a cut-off output), or when it is empty."""
+    openings = list(_BOX_RE.finditer(text))
+    if not openings:
+        return None
+    start = openings[-1].end()  # just after the "{"
+    depth, i = 1, start
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":  # \{ and \} are literal braces (a set), not grouping
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                content = text[start:i].strip()
+                return content or None
+        i += 1
+    return None
+
+
+def extract_final_answer(completion: str) -> tuple[str | None, str]:
+    """The completion's final answer and the form it was found in.
+
+    1. ``"gsm8k"``: the last non-empty line is ``#### <answer>`` (GSM8K style, as the built-in task
+       writes it), where the answer is a number or an expression, not prose (``#### 14 apples`` is
+       not an answer). Text after that line means there is no such answer.
+    2. ``"boxed"``: otherwise, the content of the LAST ``\\boxed{...}`` / ``\\fbox{...}`` anywhere,
+       braces balanced (nested ``\\frac{1}{2}`` and escaped ``\\{1,2\\}`` are fine). An unclosed or
+       empty last box gives no answer: an earlier box is not taken instead.
+    3. ``"none"``: no final answer; returns ``(None, "none")``.
+    >>> extract_final_answer("3*4=12\\n2+12=14\\n#### 14")
+    ('14', 'gsm8k')
+    >>> extract_final_answer("so $x = \\\\boxed{\\\\frac{1}{2}}$.")
+    ('\\\\frac{1}{2}', 'boxed')
+    """
+    last = _last_line(completion)
+    if last.startswith(ANSWER_PREFIX.strip()):
+        answer = last[len(ANSWER_PREFIX.strip()):].strip()
+        if _is_expression(answer):
+            return answer, "gsm8k"
+    boxed = _last_boxed(completion)
+    if boxed is not None:
+        return boxed, "boxed"
+    return None, "none"
+
+
+def _reference_final_answer(reference: str) -> str:
+    """The answer in a reference: the ``####`` line's text or the last box when it is a whole
+    solution (GSM8K, MATH), else the reference itself. References are trusted: no prose test."""
+    last = _last_line(reference)
+    if last.startswith(ANSWER_PREFIX.strip()) and last[len(ANSWER_PREFIX.strip()):].strip():
+        return last[len(ANSWER_PREFIX.strip()):].strip()
+    boxed = _last_boxed(reference)
+    return boxed if boxed is not None else reference.strip()
+
+
+# ---- comparing two answers ------------------------------------------------------------------------
+
+_PLAIN_NUMBER_RE = re.compile(r"([+-]?)\s*(\d{1,3}(?:,\d{3})+|\d+)?(?:\.(\d*))?")
+_TIMES_RE = re.compile(r"\\times|\\cdot|\\ast|[×·]")
+_ARITHMETIC_RE = re.compile(r"[\d.+\-*/()]+")  # digits, + - * / and brackets only
+_BINARY_OPERATOR_RE = re.compile(r"[\d.)][+\-*]")  # an operator after an operand: not a sign
+_COSTLY_RES = (
+    re.compile(r"\^\s*\{[^{}]*\^"),  # a tower of powers: 9^{9^{9}}
+    re.compile(r"\^\s*\(?\s*\d+\s*\)?\s*\^"),  # 9^9^9
+    re.compile(r"\^\s*[{(]?\s*\d{7,}"),  # an exponent of a million or more
+    re.compile(r"\d{6,}\s*!"),  # the factorial of a hundred thousand or more
+)
+_MAX_NESTING = 12
+
+
+def _plain_number(text: str) -> Fraction | None:
+    """``text`` as an exact number when it is a plain one: sign, digits (``1,000`` separators),
+    decimals, surrounding ``$``; else None. ``- 3``, ``$1,000``, ``14.0``, ``14.`` are plain."""
+    s = text.replace("\\$", "$").strip().strip("$").strip()
+    match = _PLAIN_NUMBER_RE.fullmatch(s)
+    if not match or not (match.group(2) or match.group(3)):
+        return None
+    sign, whole, frac = match.groups()
+    return Fraction(f"{sign}{(whole or '0').replace(',', '')}.{frac or '0'}")
+
+
+def _numbers_equal(a: Fraction, b: Fraction) -> bool:
+    if a.denominator == 1 and b.denominator == 1:
+        return a == b  # integers: exact, however large
+    return abs(a - b) <= DECIMAL_REL_TOL * max(abs(a), abs(b))
+
+
+def _unevaluated(predicted: str) -> bool:
+    """Is the answer (its value after the last ``=``) an unevaluated computation of plain numbers,
+    such as ``2+3*4`` or ``12 \\cdot 2``? Such an answer is never right: on the built-in task it is
+    the question itself, and math-verify would find it equal to the result. A fraction ``1/2`` or a
+    signed number ``- 3`` is not a computation."""
+    value = "".join(_TIMES_RE.sub("*", predicted.rsplit("=", 1)[-1].replace("$", "")).split())
+    return _ARITHMETIC_RE.fullmatch(value) is not None and _BINARY_OPERATOR_RE.search(value) is not None  # has a digit
+
+
+def _costly(predicted: str) -> bool:
+    """Could comparing this answer make sympy run for very long (a huge power or factorial, deep
+    nesting, a very long answer)? Those answers count as wrong without being compared; this matters
+    most off the main thread, where math-verify has no timeout."""
+    if len(predicted) > MAX_ANSWER_CHARS:
+        return True
+    text = predicted.replace("**", "^")
+    if any(pattern.search(text) for pattern in _COSTLY_RES):
+        return True
+    depth = deepest = 0
+    for ch in text:
+        depth += ch in "({["
+        depth -= ch in ")}]"
+        deepest = max(deepest, depth)
+    return deepest > _MAX_NESTING
+
+
+def _as_math(answer: str) -> str:
+    """An extracted answer as one inline LaTeX formula, the form math-verify's LaTeX extraction
+    finds (it looks for ``$..$``, ``\\(..\\)``, ``\\boxed{}``, not bare text)."""
+    body = re.sub(r"(?<!\\)\$", "", answer).replace("\n", " ").strip()
+    return f"${body}$"
+
+
+def _math_verify_equal(predicted: str, reference: str) -> bool:
+    """math-verify's judgement: is ``predicted`` mathematically the ``reference``?
+
+    math-verify limits each parse and each comparison with ``signal.alarm``, which only the main
+    thread may use (elsewhere it raises ValueError): on the main thread (the trainer in a Celery
+    ``--pool=solo`` worker, tests) the limit is ``MATH_VERIFY_TIMEOUT_S``; on any other thread it
+    runs with no limit (``parsing_timeout=None``, ``timeout_seconds=None``), and :func:`_costly`
+    is what keeps it short. Note ``signal.alarm`` cancels any alarm the caller had set.
+    An error or a timeout inside math-verify means "not equal".
+    """
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify.errors import TimeoutException
+
+    limit = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    config = [LatexExtractionConfig(), ExprExtractionConfig()]
+    try:
+        gold = parse(_as_math(reference), extraction_config=config, parsing_timeout=limit)
+        target = parse(_as_math(predicted), extraction_config=config, parsing_timeout=limit)
+        if not gold or not target:
+            return False
+        return bool(verify(gold, target, timeout_seconds=limit))  # gold first: verify is not symmetric
+    # any failure means not equal; math-verify's TimeoutException is a BaseException, not an Exception
+    except (Exception, TimeoutException):  # noqa: BLE001
+        return False
+
+
+def answers_match(predicted: str, reference: str) -> bool:
+    """Is ``predicted`` the same answer as ``reference``, mathematically?
+
+    1. Both plain numbers (``14``, ``-3``, ``- 3``, ``1,000``, ``14.0``, ``$18``): compared as
+       numbers, exactly for integers, within ``DECIMAL_REL_TOL`` (relative) for decimals. Pure
+       Python, no sympy: the built-in task's answers take this path.
+    2. A predicted unevaluated computation (``2+3*4``, ``x=7-2``) or an answer too costly to
+       compare (:func:`_costly`): not equal.
+    3. Otherwise math-verify parses both as LaTeX / plain expressions and compares them symbolically
+       and numerically: ``\\frac{1}{2}`` = ``1/2`` = ``0.5`` = ``\\dfrac12``, ``2\\sqrt{2}`` =
+       ``\\sqrt{8}``, intervals, sets (order-free), ``\\text{cm}`` units ignored. Its rules decide two
+       cases: a percentage matches both readings (``50\\%`` = ``50`` = ``0.5``), and a one-variable
+       assignment counts as its value (``x=3`` = ``3``; an equation's last right-hand side is taken
+       when the reference is not an equation). Its decimals are compared to 6 places.
+    Never raises on any input (math-verify's errors and timeouts count as not equal).
+    """
+    a, b = _plain_number(predicted), _plain_number(reference)
+    if a is not None and b is not None:
+        return _numbers_equal(a, b)
+    if not predicted.strip() or not reference.strip() or _costly(predicted) or _unevaluated(predicted):
+        return False
+    return _math_verify_equal(predicted, reference)
+
+
+def outcome_reward(
+    completion: str, reference_answer: str, format_weight: float = 0.0
+) -> tuple[float, dict[str, float]]:
+    """The verifier: 1.0 when the final answer equals the reference, else 0.0, plus a format reward.
+
+    total = correct + format_weight * formatted. Components: ``correct`` (the final answer matches,
+    :func:`answers_match`), ``formatted`` (a final answer was found, ``####`` line or ``\\boxed{}``,
+    :func:`extract_final_answer`) and, only when ``format_weight > 0``, ``format`` (its share of the
+    total). The reference may be a bare answer or a whole GSM8K / MATH solution (its ``####`` line
+    or its last box is the answer).
+    """
+    answer, _form = extract_final_answer(completion)
+    correct = float(answer is not None and answers_match(answer, _reference_final_answer(reference_answer)))
+    formatted = float(answer is not None)
+    components = {"correct": correct, "formatted": formatted}
+    total = correct
+    if format_weight > 0:
+        components["format"] = format_weight * formatted
+        total += components["format"]
+    return total, components
+
+
+# ---- steps ------------------------------------------------------------------------------------------
 
 def check_step(step: str, question: str, previous: list[str]) -> bool:
     """Is this step of a built-in solution right?
@@ -66,3 +294,82 @@ def check_step(step: str, question: str, previous: list[str]) -> bool:
 def split_steps(completion: str) -> list[str]:
     """The completion's reasoning steps (lines), without empty ones."""
     return [s for s in completion.split(STEP_DELIMITER) if s.strip()]
+
+
+def split_steps_by(completion: str, delimiter: str) -> list[str]:
+    """The completion's steps split at ``delimiter`` (``"\\n"``, ``"ки"``, ...), each stripped of
+    surrounding whitespace, empty ones dropped. ``split_steps_by(t, "\\n")`` is ``split_steps(t)``
+    with each line stripped."""
+    if not delimiter:
+        raise ValueError("the step delimiter is empty")
+    return [s.strip() for s in completion.split(delimiter) if s.strip()]
+
+
+# ---- Math-Shepherd ----------------------------------------------------------------------------------
+
+MATH_SHEPHERD_TAG = "ки"
+_FIRST_STEP_RE = re.compile(r"step 1\s*:", re.IGNORECASE)
+
+
+def parse_math_shepherd(
+    input_text: str, label_text: str, tag: str = MATH_SHEPHERD_TAG
+) -> tuple[str, list[str], list[float]]:
+    """One Math-Shepherd row (peiyi9979/Math-Shepherd, arXiv 2312.08935) as (question, steps, labels).
+
+    ``input`` is the question followed by a solution whose every step ends with the step tag
+    ``ки``; ``label`` is the same text with each tag replaced by ``+`` (a good step: rollouts from it
+    reach the right answer) or ``-`` (a bad one). Labels are 1.0 / 0.0, one per step.
+
+    Where the question ends: the rows write ``<question> Step 1: ... ки\\nStep 2: ... ки``, so the
+    question is the text before the first ``Step 1:`` (any case) and that step starts there; steps keep
+    their ``Step k:`` prefix, as the PRM sees them. A few rows have no ``Step 1:``: then the question
+    ends at its last ``?`` before the first tag. A row whose ``Step 1:`` comes only after a tag (a
+    stray tag inside the question, a known annotation slip in the dataset) is refused.
+    Raises ValueError, naming the problem, when the label text is not the input with each tag
+    replaced by one ``+`` / ``-``, when a label is anything else, when there is no tag, when text
+    follows the last tag, or when a step is empty.
+    """
+    if not tag:
+        raise ValueError("the step tag is empty")
+    parts = input_text.split(tag)  # parts[j] is the text before tag j; parts[-1] follows the last tag
+    if len(parts) == 1:
+        raise ValueError(f"the input has no step tag {tag!r}")
+    if parts[-1].strip():
+        raise ValueError(f"text after the last step tag {tag!r}: {parts[-1].strip()[:40]!r}")
+    labels, pos = [], 0
+    for j, part in enumerate(parts):
+        got = label_text[pos:pos + len(part)]
+        if got != part:
+            k = next((i for i, (x, y) in enumerate(zip(got, part)) if x != y), min(len(got), len(part)))
+            raise ValueError(f"the label text differs from the input at character {pos + k} (step {j + 1}): "
+                             f"{label_text[pos + k:pos + k + 20]!r} where the input has {part[k:k + 20]!r}")
+        pos += len(part)
+        if j == len(parts) - 1:
+            break
+        mark = label_text[pos:pos + 1]
+        if mark not in ("+", "-"):
+            raise ValueError(f"the label of step {j + 1} is {mark!r}, not '+' or '-'" if mark else
+                             f"the label text ends before the label of step {j + 1}")
+        labels.append(1.0 if mark == "+" else 0.0)
+        pos += 1
+    if pos != len(label_text):
+        raise ValueError(f"the label text goes on after the last step: {label_text[pos:pos + 20]!r}")
+
+    head = parts[0]
+    first = _FIRST_STEP_RE.search(head)
+    if first is not None:
+        question, first_step = head[:first.start()], head[first.start():]
+    elif any(_FIRST_STEP_RE.search(p) for p in parts[1:]):
+        raise ValueError(f"a step tag {tag!r} comes before 'Step 1:' (a tag inside the question?)")
+    elif "?" in head:
+        cut = head.rindex("?") + 1
+        question, first_step = head[:cut], head[cut:]
+    else:
+        raise ValueError("cannot tell where the question ends: no 'Step 1:' and no '?' before the first step tag")
+    steps = [first_step.strip()] + [p.strip() for p in parts[1:-1]]
+    if not question.strip():
+        raise ValueError("the question is empty")
+    for j, step in enumerate(steps):
+        if not step:
+            raise ValueError(f"step {j + 1} is empty")
+    return question.strip(), steps, labels

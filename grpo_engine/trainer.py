@@ -79,10 +79,28 @@ def make_accelerator(device: str | None, precision: str):
     return Accelerator(cpu=cpu, mixed_precision=resolve_precision(precision, device_type, bf16_ok))
 
 
+def prompt_formatter(tokenizer, template: str):
+    """The run's ``prompt_template`` as a function question -> prompt text.
+
+    chat: the tokenizer's chat template with the question as the user's turn and the assistant's turn
+    opened (the template adds any BOS itself); plain: the question on its own line, after the BOS token
+    when the tokenizer has one; auto: chat when the tokenizer has a chat template, else plain.
+    """
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    if template == "chat" and not has_chat:
+        raise ValueError("prompt_template: 'chat', but the model's tokenizer has no chat template; use 'plain'")
+    if template == "chat" or (template == "auto" and has_chat):
+        return lambda q: tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                                       add_generation_prompt=True)
+    bos = tokenizer.bos_token or ""
+    return lambda q: bos + format_prompt(q)
+
+
 def _encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.Tensor]:
-    """Left-padded prompt batch: input_ids and attention_mask, both (B, P)."""
-    enc = tokenizer([format_prompt(q) for q in questions], return_tensors="pt", padding=True,
-                    add_special_tokens=False)
+    """Left-padded prompt batch: input_ids and attention_mask, both (B, P). The prompt text comes from
+    ``tokenizer.grpo_prompt`` (set by train() from the run's prompt_template), else the plain template."""
+    fmt = getattr(tokenizer, "grpo_prompt", format_prompt)
+    enc = tokenizer([fmt(q) for q in questions], return_tensors="pt", padding=True, add_special_tokens=False)
     return {k: v.to(device) for k, v in enc.items()}
 
 
@@ -158,7 +176,8 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
     return correct / max(1, len(examples))
 
 
-def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool) -> dict[str, list]:
+def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
+          format_weight: float = 0.0) -> dict[str, list]:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
 
     Returns lists of N: ``texts``, ``tokens`` (each token's text, EOS included), ``outcome``
@@ -171,7 +190,8 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
     for i, ex in enumerate(examples):
         tokens = tokenizer.batch_decode([[t] for t in completions[i, : lengths[i]].tolist()])
         out["tokens"].append(tokens)
-        out["outcome"].append(outcome_reward(texts[i], ex["answer"]))
+        out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight) if format_weight
+                              else outcome_reward(texts[i], ex["answer"]))
         if process:
             steps, ends = step_boundaries(tokens[: lengths[i] - int(ended[i])])
             out["steps"].append(steps)
@@ -265,6 +285,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     recorder.log(f"loading model {spec.model!r} on {dev} "
                  f"({'bf16 mixed precision' if accelerator.mixed_precision == 'bf16' else 'fp32'})")
     policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
+    tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
     recorder.log(f"loading dataset {spec.dataset!r}")
     train_set, heldout = load_dataset(spec.dataset)
     if spec.batch_size > len(train_set):
@@ -382,7 +403,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             G = spec.group_size
             lengths = mask.sum(dim=1).long().tolist()
             rows = [batch[i // G] for i in range(N)]
-            judged = judge(tokenizer, completions, mask, ended, rows, spec.supervision == "process")
+            judged = judge(tokenizer, completions, mask, ended, rows, spec.supervision == "process", spec.format_reward)
             texts, token_texts, outcome = judged["texts"], judged["tokens"], judged["outcome"]
             components = [dict(c) for _, c in outcome]
             correct = torch.tensor([c["correct"] for c in components])

@@ -5,7 +5,8 @@ processes) and the embedded one (SQLite store and SQLite broker), each with a sh
 (GRPO_LEASE_SECONDS=4) and one checkpoint directory shared by all workers. A run of 36 steps is
 launched through gradio_client; three times a worker is killed with SIGKILL mid-run and a fresh one
 started: it notices the dead worker's stale lease, puts the run back in the queue and resumes it
-from its last checkpoint. A last fresh worker finishes the run.
+from its last checkpoint. A last fresh worker finishes the run. Before the first kill the dashboard
+itself is restarted: the run keeps training meanwhile.
 """
 from __future__ import annotations
 
@@ -52,6 +53,16 @@ def run_with_kills(tmp_path, env: dict[str, str], database_url: str) -> None:
                 assert run["status"] in ("queued", "running"), f"{run}\n{logs()}"
                 assert time.monotonic() < deadline, f"step {target} not reached: {run}\n{logs()}"
                 time.sleep(0.2)
+            if target == KILL_AT[0]:  # the dashboard restarted mid-run: the run goes on untouched
+                server.stop()
+                server, url = start_server(tmp_path / "data", env)
+                client = Client(url, verbose=False)
+                before = client.predict(run_id, api_name="/get_run")
+                assert before["status"] == "running" and before["attempts"] == 1, before
+                deadline = time.monotonic() + 60
+                while client.predict(run_id, api_name="/get_run")["step"] <= before["step"]:
+                    assert time.monotonic() < deadline, logs()
+                    time.sleep(0.2)
             worker.proc.send_signal(signal.SIGKILL)
             worker.proc.wait()
             killed_at.append(client.predict(run_id, api_name="/get_run")["step"])
