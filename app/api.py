@@ -25,10 +25,10 @@ import pandas as pd
 from app import store
 from app.auth import mask_secrets, mask_url
 from app.db import session_scope
-from app.paths import check_spec_paths
+from app.paths import check_spec_paths, is_local_path
 from app.settings import get_settings
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.data import read_dataset_file
+from grpo_engine.config import BUILTIN_DATASET, SpecError, validate_spec
+from grpo_engine.data import builtin_examples, read_dataset_file
 from workers.celery_app import RUN_TASK, celery_app, queue_for
 
 
@@ -317,3 +317,26 @@ def upload_dataset(file: Any) -> dict:
         shutil.copyfile(source, partial)
         partial.replace(stored)  # a reader never sees a half-written file
     return {"dataset": str(stored), "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
+
+
+def preview_dataset(dataset: Any) -> dict:
+    """The first rows of the dataset a run spec names, as the run will read them; returns
+    ``{dataset, rows, preview}`` like /upload_dataset. The built-in dataset, or a local file (inside
+    GRPO_PATH_ROOTS, read and checked: a bad file is refused naming the file and line). A Hugging Face
+    id is not previewed (the worker resolves it): refused with a message saying so."""
+    if not isinstance(dataset, str) or not dataset.strip():
+        raise ApiError("dataset: give the built-in name, or the path of a .jsonl, .csv or .parquet file")
+    dataset = dataset.strip()
+    if dataset == BUILTIN_DATASET:
+        train, heldout = builtin_examples()
+        return {"dataset": dataset, "rows": len(train) + len(heldout), "preview": train[:PREVIEW_ROWS]}
+    if not is_local_path(dataset):
+        raise ApiError(f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are "
+                       "previewed")
+    try:
+        check_spec_paths({"dataset": dataset}, get_settings().path_roots)
+    except SpecError as e:
+        raise ApiError(str(e)) from None
+    rows = read_dataset_file(Path(dataset).expanduser(), name=dataset)
+    return {"dataset": dataset, "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
+

@@ -173,8 +173,14 @@ def upload_dataset(file: dict) -> dict:
     return _call(api.upload_dataset, file)
 
 
+def preview_dataset(dataset: str) -> dict:
+    """The first rows of a dataset as a run reads it: 'builtin-arith' or a local file's path (inside the path
+    roots). Returns {dataset, rows, preview}; a bad file is refused naming the file and line."""
+    return _call(api.preview_dataset, dataset)
+
+
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, list_groups, get_group, cancel_run, compare_runs,
-             export_run, upload_dataset)
+             export_run, upload_dataset, preview_dataset)
 
 
 # ---- rendering: plain functions from API dicts to table rows, HTML and figures ----
@@ -341,13 +347,16 @@ def groups_frame(groups: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
-def upload_preview_html(result: dict) -> str:
-    """What an upload stored: its path and row count, and its first rows (each cell cut to 60 characters)."""
+def upload_preview_html(result: dict, uploaded: bool = True) -> str:
+    """A dataset's path and row count, and its first rows (each cell cut to 60 characters): what an upload
+    stored, or (``uploaded`` False) what the dataset field names."""
     def cell(text: str) -> str:
         return html.escape(text if len(text) <= 60 else text[:57] + "...")
     rows = "".join(f"<tr><td>{cell(r['question'])}</td><td>{cell(r['answer'])}</td><td>{cell(r['solution'])}</td></tr>"
                    for r in result["preview"])
-    return (f'<div class="ok">Stored {result["rows"]} rows as {html.escape(result["dataset"])}</div>'
+    head = (f'Stored {result["rows"]} rows as {html.escape(result["dataset"])}' if uploaded
+            else f'{html.escape(result["dataset"])}: {result["rows"]} rows; the first {len(result["preview"])}:')
+    return (f'<div class="ok">{head}</div>'
             f'<table class="upload-preview"><tr><th>question</th><th>answer</th><th>solution</th></tr>{rows}</table>')
 
 
@@ -594,6 +603,16 @@ def build_ui() -> gr.Blocks:
 
         dataset_box = form[[f.name for f in FIELDS].index("dataset")]
         dataset_upload.upload(upload, dataset_upload, [dataset_box, upload_info], **PRIVATE)
+
+        def preview(dataset):
+            try:
+                return upload_preview_html(api.preview_dataset(dataset), uploaded=False)
+            except api.ApiError as e:
+                return f'<div class="error">{html.escape(str(e))}</div>'
+
+        for event in (dataset_box.blur, dataset_box.submit):  # a path typed in: its first rows
+            event(preview, dataset_box, upload_info, **PRIVATE)
+        demo.load(preview, dataset_box, upload_info, **PRIVATE)  # the default dataset's rows on opening
 
         def relaunch(run_id):
             if run_id is None:

@@ -60,6 +60,8 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
 
     # 1. the launch form: a few fields, then Launch
     page.click("#tab-launch-button")
+    expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-arith: ")  # the dataset's first rows
+    expect(page.locator("#dataset-upload-info table tr")).to_have_count(6)  # a header and 5 rows
     for field, value in FORM.items():
         box = page.locator(f"#spec-{field} input, #spec-{field} textarea").first
         box.fill(value)

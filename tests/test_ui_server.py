@@ -6,6 +6,7 @@ through app.store from this process, the way a worker writes it.
 """
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from workers.celery_app import RUN_TASK
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
 ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group", "/cancel_run",
-             "/compare_runs", "/export_run", "/upload_dataset"}
+             "/compare_runs", "/export_run", "/upload_dataset", "/preview_dataset"}
 
 
 def _free_port() -> int:
@@ -327,3 +328,30 @@ def test_group_html_shows_normalised_rewards_and_the_rm_score_beside_the_verifie
     assert page.count('class="norm">+1.000<') == 1 and page.count('class="norm">-1.000<') == 1  # 0.4 / (0.4 + eps')
     assert "verifier ✓ correct" in page and "verifier ✗ wrong" in page
     assert '<span class="rm-score">RM 0.900</span>' in page
+
+
+@pytest.mark.slow
+def test_preview_dataset_shows_the_first_rows_of_each_format(server, client, tmp_path):
+    import pandas as pd
+
+    data_dir = Path(server[1].split("///", 1)[1]).parent  # the server's data dir: a path root
+    rows = [{"question": f"{i}+1", "answer": str(i + 1), "solution": ""} for i in range(8)]
+    paths = {".jsonl": data_dir / "p.jsonl", ".csv": data_dir / "p.csv", ".parquet": data_dir / "p.parquet"}
+    paths[".jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pd.DataFrame(rows).to_csv(paths[".csv"], index=False)
+    pd.DataFrame(rows).to_parquet(paths[".parquet"], index=False)
+    for path in paths.values():
+        shown = client.predict(str(path), api_name="/preview_dataset")
+        assert shown["rows"] == 8 and [r["question"] for r in shown["preview"]] == ["0+1", "1+1", "2+1", "3+1", "4+1"]
+    builtin = client.predict("builtin-arith", api_name="/preview_dataset")
+    assert builtin["rows"] > 100 and len(builtin["preview"]) == 5
+    (data_dir / "bad.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2"}\n')
+    with pytest.raises(AppError, match=r"bad.jsonl: line 2 needs the fields 'question' and 'answer'"):
+        client.predict(str(data_dir / "bad.jsonl"), api_name="/preview_dataset")
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(paths[".jsonl"].read_text())
+    with pytest.raises(AppError, match="outside the directories runs may read"):
+        client.predict(str(outside), api_name="/preview_dataset")
+    with pytest.raises(AppError, match="not a local file"):
+        client.predict("openai/gsm8k", api_name="/preview_dataset")
+
