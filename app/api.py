@@ -337,6 +337,8 @@ def preview_dataset(dataset: Any) -> dict:
         check_spec_paths({"dataset": dataset}, get_settings().path_roots)
     except SpecError as e:
         raise ApiError(str(e)) from None
+    if Path(dataset).expanduser().is_dir():
+        raise ApiError(f"dataset: {dataset!r} is a dataset directory; only files and '{BUILTIN_DATASET}' are previewed")
     rows = read_dataset_file(Path(dataset).expanduser(), name=dataset)
     return {"dataset": dataset, "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
 

@@ -5,7 +5,9 @@ A run spec's ``model``, ``reward_model`` and ``dataset`` are each a built-in nam
 must resolve, after ``~``, ``..`` and symlinks, inside one of the roots (GRPO_PATH_ROOTS; by default
 the data directory and the directory the process started in, plus the uploads directory), so a run
 spec cannot make a worker read files elsewhere on its machine. Then it must exist, a model directory
-must hold a ``config.json``, and a dataset file must read cleanly (grpo_engine.data.read_dataset_file).
+must hold a ``config.json``, a dataset file must read cleanly (grpo_engine.data.read_dataset_file, from
+the spec's question / answer / solution columns), and a dataset directory (a Hugging Face dataset saved
+locally, read by the ``datasets`` library) must hold data files.
 
 The dashboard checks at launch (app.api.launch_run) and the worker checks again before training,
 with its own roots. Pure Python: no torch, no Gradio.
@@ -20,6 +22,13 @@ from grpo_engine.data import read_dataset_file
 PATH_KEYS = ("model", "reward_model", "dataset")  # the run-spec keys that may name a local path
 FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")  # a value ending so is a file, never a Hugging Face id
 BUILTIN_NAMES = (BUILTIN_MODEL, BUILTIN_DATASET)
+DATA_DIR_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow")  # what a Hugging Face dataset directory holds
+
+
+def spec_fields(config: dict) -> tuple[str, str, str]:
+    """The dataset columns a run spec reads the question, answer and solution from."""
+    return (config.get("question_field") or "question", config.get("answer_field") or "answer",
+            config.get("solution_field") or "solution")
 
 
 def is_local_path(value: str) -> bool:
@@ -57,11 +66,15 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
                                  f"({', '.join(map(str, roots))}; set GRPO_PATH_ROOTS to change them)")
         if not path.exists():
             raise SpecError(key, f"{value!r} does not exist")
-        if key == "dataset":
+        if key == "dataset" and path.is_dir():
+            if not any(f.suffix.lower() in DATA_DIR_SUFFIXES for f in path.rglob("*") if f.is_file()):
+                raise SpecError(key, f"{value!r} is not a dataset file, nor a dataset directory (one that holds "
+                                     f"{', '.join(DATA_DIR_SUFFIXES)} files)")
+        elif key == "dataset":
             if not path.is_file():
-                raise SpecError(key, f"{value!r} is not a file (a dataset file is .jsonl, .csv or .parquet)")
+                raise SpecError(key, f"{value!r} is not a dataset file (a dataset file is .jsonl, .csv or .parquet)")
             try:
-                read_dataset_file(path, name=value)
+                read_dataset_file(path, name=value, fields=spec_fields(config))
             except ValueError as e:
                 raise SpecError(key, str(e)) from None
         elif not (path / "config.json").is_file():

@@ -36,7 +36,20 @@ FIELDS: tuple[Field, ...] = (
     Field("model", str, BUILTIN_MODEL,
           f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), or a Hugging Face model id or local directory with a causal LM."),
     Field("dataset", str, BUILTIN_DATASET,
-          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), or a local .jsonl, .csv or .parquet file with 'question' and 'answer' fields (or one uploaded in the Launch tab)."),
+          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), a local .jsonl, .csv or "
+          ".parquet file (or one uploaded in the Launch tab), or a Hugging Face dataset: a hub id such as "
+          "'openai/gsm8k' or a local dataset directory (see dataset_config, dataset_split, eval_split)."),
+    Field("dataset_config", str, "",
+          "Hugging Face datasets: the configuration to load (e.g. 'main' for openai/gsm8k); empty = the default.",),
+    Field("dataset_split", str, "train", "Hugging Face datasets: the split to train on."),
+    Field("eval_split", str, "",
+          "Hugging Face datasets: the split held out for eval/accuracy (e.g. 'test'); empty = the last 10% (at most "
+          "200) of the training rows, as for files."),
+    Field("question_field", str, "question", "The dataset column that holds the question (the prompt)."),
+    Field("answer_field", str, "answer",
+          "The dataset column that holds the reference answer: the answer itself, or a whole solution that ends in "
+          "'#### <answer>' or holds \\boxed{...} (GSM8K's 'answer', MATH's 'solution')."),
+    Field("solution_field", str, "solution", "The dataset column with a step-by-step reference solution (optional)."),
     Field("supervision", str, "outcome",
           "'outcome': one reward per output (paper 4.1.2); 'process': one reward per reasoning step (4.1.3).",
           choices=("outcome", "process")),
@@ -111,6 +124,12 @@ class RunSpec:
     name: str
     model: str
     dataset: str
+    dataset_config: str
+    dataset_split: str
+    eval_split: str
+    question_field: str
+    answer_field: str
+    solution_field: str
     supervision: str
     reward: str
     reward_model: str
@@ -217,7 +236,7 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         value = field.default if raw is None else _coerce(field, raw)
         _check_range(field, value)
         values[field.name] = value
-    for key in ("model", "dataset"):
+    for key in ("model", "dataset", "dataset_split", "question_field", "answer_field", "solution_field"):
         if not values[key]:
             raise SpecError(key, "must not be empty")
     if values["reward_model"] and values["reward"] != "model":

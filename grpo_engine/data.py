@@ -167,26 +167,30 @@ def _text(data: bytes, name: str) -> str:
     return text
 
 
-def _example(row: dict, where: str, name: str) -> dict:
-    """One example from a row that has the keys 'question' and 'answer' (and maybe 'solution').
+FIELDS = ("question", "answer", "solution")  # an example's keys; a dataset's own column names map onto them
+
+
+def _example(row: dict, where: str, name: str, fields: tuple[str, str, str] = FIELDS) -> dict:
+    """One example from a row that has the columns ``fields`` (question, answer and maybe solution; by
+    default named so), as ``{"question", "answer", "solution"}``.
 
     Text or numbers are accepted (an answer is often written as a number); an empty or missing value of
-    'question' or 'answer' is refused, naming ``where`` ("line 3", "row 3").
+    the question or answer column is refused, naming ``where`` ("line 3", "row 3") and the column.
     """
     example = {}
-    for key in ("question", "answer", "solution"):
-        value = row.get(key)
+    for key, column in zip(FIELDS, fields):
+        value = row.get(column)
         if value is None or value != value:  # missing, null, or NaN (an empty Parquet cell)
             value = ""
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise ValueError(f"{name}: {where}: '{key}' must be text or a number, got {type(value).__name__}")
+            raise ValueError(f"{name}: {where}: '{column}' must be text or a number, got {type(value).__name__}")
         example[key] = str(value)
         if key != "solution" and not example[key].strip():
-            raise ValueError(f"{name}: {where} has an empty '{key}'")
+            raise ValueError(f"{name}: {where} has an empty '{column}'")
     return example
 
 
-def _read_jsonl(data: bytes, name: str) -> list[dict]:
+def _read_jsonl(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
     """One JSON object per line; blank lines are skipped."""
     rows = []
     for lineno, line in enumerate(_text(data, name).split("\n"), start=1):
@@ -199,20 +203,20 @@ def _read_jsonl(data: bytes, name: str) -> list[dict]:
             raise ValueError(f"{name}: line {lineno} is not valid JSON ({reason})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{name}: line {lineno} is not a JSON object (it is a {type(row).__name__})")
-        if "question" not in row or "answer" not in row:
-            raise ValueError(f"{name}: line {lineno} needs the fields 'question' and 'answer'")
-        rows.append(_example(row, f"line {lineno}", name))
+        if fields[0] not in row or fields[1] not in row:
+            raise ValueError(f"{name}: line {lineno} needs the fields '{fields[0]}' and '{fields[1]}'")
+        rows.append(_example(row, f"line {lineno}", name, fields))
     return rows
 
 
-def _missing_columns(columns: list[str], name: str) -> None:
-    missing = [k for k in ("question", "answer") if k not in columns]
+def _missing_columns(columns: list[str], name: str, fields: tuple[str, str, str] = FIELDS) -> None:
+    missing = [k for k in fields[:2] if k not in columns]
     if missing:
-        raise ValueError(f"{name}: needs the columns 'question' and 'answer'; missing {', '.join(map(repr, missing))} "
+        raise ValueError(f"{name}: needs the columns '{fields[0]}' and '{fields[1]}'; missing {', '.join(map(repr, missing))} "
                          f"(found: {', '.join(map(repr, columns)) or 'none'})")
 
 
-def _read_csv(data: bytes, name: str) -> list[dict]:
+def _read_csv(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
     """A header line naming the columns, then one row per line (quoted fields may span lines; a row's line is
     the one it ends on)."""
     reader = csv.DictReader(io.StringIO(_text(data, name), newline=""), strict=True)
@@ -220,21 +224,21 @@ def _read_csv(data: bytes, name: str) -> list[dict]:
     try:
         columns = [c.strip() for c in reader.fieldnames or []]
         reader.fieldnames = columns
-        _missing_columns(columns, name)
+        _missing_columns(columns, name, fields)
         for row in reader:
-            fields = len(columns) + len(row.get(None) or []) - sum(v is None for v in row.values())
-            if fields != len(columns):
-                raise ValueError(f"{name}: line {reader.reader.line_num} has {fields} field{'s' if fields != 1 else ''}, "
+            n_fields = len(columns) + len(row.get(None) or []) - sum(v is None for v in row.values())
+            if n_fields != len(columns):
+                raise ValueError(f"{name}: line {reader.reader.line_num} has {n_fields} field{'s' if n_fields != 1 else ''}, "
                                  f"the header has {len(columns)}")
             if not any(row.values()):  # a line of empty fields (",,")
                 continue
-            rows.append(_example(row, f"line {reader.reader.line_num}", name))
+            rows.append(_example(row, f"line {reader.reader.line_num}", name, fields))
     except csv.Error as exc:
         raise ValueError(f"{name}: line {reader.reader.line_num} is not valid CSV ({exc})") from None
     return rows
 
 
-def _read_parquet(data: bytes, name: str) -> list[dict]:
+def _read_parquet(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
     """A Parquet table with the columns 'question' and 'answer' (and maybe 'solution'); rows count from 1."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -243,16 +247,17 @@ def _read_parquet(data: bytes, name: str) -> list[dict]:
         table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ValueError(f"{name}: not a valid Parquet file ({str(exc).splitlines()[0]})") from None
-    _missing_columns(table.column_names, name)
-    columns = {k: table.column(k).to_pylist() for k in ("question", "answer", "solution") if k in table.column_names}
-    return [_example({k: v[i] for k, v in columns.items()}, f"row {i + 1}", name) for i in range(table.num_rows)]
+    _missing_columns(table.column_names, name, fields)
+    columns = {k: table.column(k).to_pylist() for k in fields if k in table.column_names}
+    return [_example({k: v[i] for k, v in columns.items()}, f"row {i + 1}", name, fields) for i in range(table.num_rows)]
 
 
 READERS = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
 
 
-def read_dataset_file(path: str | Path, name: str | None = None) -> list[dict]:
-    """The rows ``{"question", "answer", "solution"}`` of a .jsonl, .csv or .parquet file.
+def read_dataset_file(path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
+    """The rows ``{"question", "answer", "solution"}`` of a .jsonl, .csv or .parquet file, read from its
+    columns ``fields`` (the question's, the answer's and the optional solution's; by default so named).
 
     ``question`` and ``answer`` are required and not empty, ``solution`` is optional. Anything wrong is a
     ValueError starting with ``name`` (default: the path) and, where there is one, the line or row:
@@ -273,29 +278,65 @@ def read_dataset_file(path: str | Path, name: str | None = None) -> list[dict]:
         raise ValueError(f"{name}: cannot read it ({exc.strerror or exc})") from None
     if not data.strip():
         raise ValueError(f"{name}: the file is empty")
-    rows = reader(data, name)
+    rows = reader(data, name, fields)
     if len(rows) < MIN_ROWS:
         raise ValueError(f"{name}: needs at least {MIN_ROWS} rows, found {len(rows)}")
     return rows
 
 
-def load_dataset(name: str) -> tuple[list[dict], list[dict]]:
-    """Load ``name`` as (train, heldout) example lists.
+def _split_off_heldout(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(train, heldout): the last 10% of the rows (at least 1, at most HELDOUT_SIZE) are held out."""
+    n_held = max(1, min(HELDOUT_SIZE, len(rows) // 10))
+    return rows[:-n_held], rows[-n_held:]
 
-    ``builtin-arith``: the built-in task. A local ``.jsonl``, ``.csv`` or ``.parquet`` file (read by
-    :func:`read_dataset_file`): its last 10% (at least 1, at most 200) is held out.
+
+def _hub_rows(name: str, config: str, split: str, fields: tuple[str, str, str]) -> list[dict]:
+    """The rows of one split of a Hugging Face dataset (a hub id, or a local dataset directory), through
+    the ``datasets`` library; a dataset that cannot be loaded is a ValueError saying why."""
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - a dependency
+        raise ValueError("Hugging Face datasets need the 'datasets' package") from None
+    try:
+        table = datasets.load_dataset(name, config or None, split=split)
+    except Exception as exc:  # unreachable hub, unknown id, config or split: one readable line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"dataset {name!r} (config {config or 'default'!r}, split {split!r}) could not be loaded: "
+                         f"{first[:300]}") from None
+    missing = [k for k in fields[:2] if k not in table.column_names]
+    if missing:
+        raise ValueError(f"dataset {name!r}: no column {', '.join(map(repr, missing))} (its columns: "
+                         f"{', '.join(map(repr, table.column_names))}); set question_field / answer_field")
+    return [_example(row, f"row {i + 1} of split {split!r}", name, fields) for i, row in enumerate(table)]
+
+
+def load_dataset(name: str, *, config: str = "", split: str = "train", eval_split: str = "",
+                 fields: tuple[str, str, str] = FIELDS) -> tuple[list[dict], list[dict]]:
+    """Load ``name`` as (train, heldout) example lists ``{"question", "answer", "solution"}``.
+
+    - ``builtin-arith``: the built-in task (its own fixed held-out split).
+    - a local ``.jsonl``, ``.csv`` or ``.parquet`` file (:func:`read_dataset_file`), read from the columns
+      ``fields``: its last 10% (at least 1, at most 200) is held out.
+    - otherwise a Hugging Face dataset: a hub id such as ``openai/gsm8k`` (config ``main``) or a local
+      dataset directory, loaded with ``datasets``: ``split`` trains; ``eval_split`` (when given) is held
+      out, else the last 10% of ``split``, as for files.
     """
     if name == BUILTIN_DATASET:
         return builtin_examples()
     path = Path(name).expanduser()
     if path.suffix.lower() in DATASET_SUFFIXES and path.is_file():
-        rows = read_dataset_file(path)
-        n_held = max(1, min(HELDOUT_SIZE, len(rows) // 10))
-        return rows[:-n_held], rows[-n_held:]
-    raise ValueError(
-        f"dataset {name!r} not found: use '{BUILTIN_DATASET}' or a local .jsonl, .csv or .parquet file "
-        "(Hugging Face dataset ids are not supported in this version)"
-    )
+        return _split_off_heldout(read_dataset_file(path, fields=fields))
+    if path.suffix.lower() in DATASET_SUFFIXES:
+        raise ValueError(f"dataset {name!r}: no such file")
+    rows = _hub_rows(name, config, split, fields)
+    if eval_split:
+        heldout = _hub_rows(name, config, eval_split, fields)[:HELDOUT_SIZE]
+        if len(rows) < 1 or not heldout:
+            raise ValueError(f"dataset {name!r}: needs at least 1 row in split {split!r} and in {eval_split!r}")
+        return rows, heldout
+    if len(rows) < MIN_ROWS:
+        raise ValueError(f"dataset {name!r}: needs at least {MIN_ROWS} rows in split {split!r}, found {len(rows)}")
+    return _split_off_heldout(rows)
 
 
 def format_prompt(question: str) -> str:

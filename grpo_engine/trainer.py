@@ -287,7 +287,9 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
     tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
     recorder.log(f"loading dataset {spec.dataset!r}")
-    train_set, heldout = load_dataset(spec.dataset)
+    train_set, heldout = load_dataset(spec.dataset, config=spec.dataset_config, split=spec.dataset_split,
+                                      eval_split=spec.eval_split,
+                                      fields=(spec.question_field, spec.answer_field, spec.solution_field))
     if spec.batch_size > len(train_set):
         raise ValueError(f"batch_size {spec.batch_size} is larger than the dataset's {len(train_set)} training rows")
     if spec.lora_rank > 0:

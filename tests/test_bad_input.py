@@ -114,7 +114,7 @@ BAD_SPECS = [
     ("model_without_config", {"model": "{root}/empty-model"}, ["model", "empty-model", "no config.json"]),
     ("model_is_a_file", {"model": "{root}/good.jsonl"}, ["model", "good.jsonl", "no config.json"]),
     ("dataset_missing", {"dataset": "{root}/missing.jsonl"}, ["dataset", "missing.jsonl", "does not exist"]),
-    ("dataset_is_a_directory", {"dataset": "{root}/model"}, ["dataset", "not a file"]),
+    ("dataset_is_a_directory", {"dataset": "{root}/model"}, ["dataset", "not a dataset file, nor a dataset directory"]),
 ]
 
 # (file in the root, words the message must hold besides the file's name)

@@ -94,3 +94,18 @@ def test_a_qwen2_run_on_a_parquet_file_through_the_dashboard(models, tmp_path, g
         assert len(samples) == 4 and all(len(s["tokens"]) == len(s["advantages"]) for s in samples)
     finally:
         server.stop()
+
+
+def test_a_run_on_a_hugging_face_dataset_directory_with_config_and_splits(tmp_path, grpo_cache_dir):
+    from app.paths import check_spec_paths
+    from tests.test_rewards_data import GSM8K_LIKE, write_hub_style_dataset
+
+    root = write_hub_style_dataset(tmp_path / "gsm8k")
+    raw = {"dataset": str(root), "dataset_config": "main", "eval_split": "test", "steps_per_iteration": 2,
+           "batch_size": 2, "group_size": 4, "max_new_tokens": 16, "eval_every": 1}
+    check_spec_paths(raw, [tmp_path])  # a dataset directory inside the roots is accepted at launch
+    recorder = MemoryRecorder()
+    assert train(validate_spec(raw), recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    questions = {r["question"] for r in GSM8K_LIKE[:10]}
+    assert all(g.prompt in questions for g in recorder.group_log[2])  # trained on the train split
+    assert "eval/accuracy" in recorder.metrics[0]  # evaluated on the test split

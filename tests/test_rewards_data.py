@@ -1,6 +1,8 @@
 """The verifier, the step checker, the built-in dataset and the trainer's small token helpers."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -223,9 +225,63 @@ def test_load_dataset_holds_out_the_last_tenth_of_a_csv_or_parquet_file(tmp_path
     for name in ("d.parquet", "d.csv"):
         train, heldout = load_dataset(str(tmp_path / name))
         assert train == rows[:27] and heldout == rows[27:]
-    with pytest.raises(ValueError, match="dataset 'gsm8k' not found: use 'builtin-arith' or a local .jsonl, .csv or "
-                                         ".parquet file"):
-        load_dataset("gsm8k")
+    with pytest.raises(ValueError, match="dataset '.*missing.csv': no such file"):
+        load_dataset(str(tmp_path / "missing.csv"))
+
+
+GSM8K_LIKE = [{"question": f"Tom has {i} apples and buys {i + 2} more. How many?",
+               "answer": f"He has {i}+{i + 2}={2 * i + 2}.\n#### {2 * i + 2}"} for i in range(12)]
+
+
+def write_hub_style_dataset(root):
+    """A dataset directory laid out as on the Hugging Face Hub (openai/gsm8k's shape): a config 'main'
+    with train and test splits, declared in the README's YAML header."""
+    import json
+
+    (root / "main").mkdir(parents=True)
+    for split, rows in (("train", GSM8K_LIKE[:10]), ("test", GSM8K_LIKE[10:])):
+        (root / "main" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train.jsonl\n"
+        "  - split: test\n    path: main/test.jsonl\n---\n")
+    return root
+
+
+def test_a_hugging_face_dataset_with_config_split_and_eval_split(tmp_path):
+    root = write_hub_style_dataset(tmp_path / "gsm8k")
+    train, heldout = load_dataset(str(root), config="main", split="train", eval_split="test")
+    assert [r["question"] for r in train] == [r["question"] for r in GSM8K_LIKE[:10]]
+    assert [r["question"] for r in heldout] == [r["question"] for r in GSM8K_LIKE[10:]]
+    assert train[3]["answer"] == GSM8K_LIKE[3]["answer"]  # the whole solution; the verifier reads its '#### 8'
+    assert outcome_reward("3+5=8\n#### 8", train[3]["answer"])[0] == 1.0
+    train, heldout = load_dataset(str(root), config="main")  # no eval split: the last tenth of train
+    assert len(train) == 9 and len(heldout) == 1
+    with pytest.raises(ValueError, match=r"split 'validation'\) could not be loaded"):
+        load_dataset(str(root), config="main", split="validation")
+    with pytest.raises(ValueError, match="no column 'problem'.*set question_field"):
+        load_dataset(str(root), config="main", fields=("problem", "answer", "solution"))
+
+
+def test_field_mapping_reads_other_column_names(tmp_path):
+    import pandas as pd
+
+    rows = [{"problem": f"{i}*2", "final": str(2 * i), "steps": f"{i}*2={2 * i}"} for i in range(1, 11)]
+    pd.DataFrame(rows).to_csv(tmp_path / "m.csv", index=False)
+    train, heldout = load_dataset(str(tmp_path / "m.csv"), fields=("problem", "final", "steps"))
+    assert train[0] == {"question": "1*2", "answer": "2", "solution": "1*2=2"} and len(heldout) == 1
+    with pytest.raises(ValueError, match="needs the columns 'question' and 'answer'"):
+        load_dataset(str(tmp_path / "m.csv"))
+
+
+def test_an_unreachable_hub_dataset_fails_with_a_message_saying_so():
+    import subprocess
+    import sys
+
+    code = ("from grpo_engine.data import load_dataset\n"
+            "try:\n    load_dataset('nobody/no-such-dataset')\nexcept ValueError as e:\n    print(e)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # no hub here: fail at once, not after retries
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    assert out.startswith("dataset 'nobody/no-such-dataset' (config 'default', split 'train') could not be loaded: "), out
 
 
 @pytest.mark.parametrize("name,content,message", [

@@ -251,7 +251,7 @@ def test_paths_inside_the_roots_pass(roots):
     ("model", "{root}/empty-model", "has no config.json"),
     ("model", "{root}/data.jsonl", "has no config.json"),
     ("dataset", "{root}/missing.csv", "does not exist"),
-    ("dataset", "{root}/model", "is not a file"),
+    ("dataset", "{root}/model", "is not a dataset file, nor a dataset directory"),
     ("dataset", "{root}/bad.jsonl", "bad.jsonl: line 2 needs the fields 'question' and 'answer'"),
 ])
 def test_paths_outside_the_roots_or_unusable_are_refused_naming_the_key(roots, key, value, words):
