@@ -66,6 +66,9 @@ FIELDS: tuple[Field, ...] = (
     Field("format_reward", float, 0.0,
           "Outcome reward added when an output states a final answer in the expected form ('#### <answer>' or "
           "\\boxed{...}), right or wrong; 0 = none.", min=0.0, max=10.0),
+    Field("step_delimiter", str, "\\n",
+          "Process supervision: the text that ends a reasoning step in an output, with \\n for a newline (the "
+          "default) and \\t for a tab; e.g. Math-Shepherd's step tag 'ки'.",),
     Field("group_size", int, 8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024),
     Field("batch_size", int, 8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096),
     Field("clip_eps", float, 0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True),
@@ -117,6 +120,11 @@ class SpecError(ValueError):
         super().__init__(f"{key}: {message}" if key else message)
 
 
+def decode_delimiter(value: str) -> str:
+    """A ``step_delimiter`` as text: the escapes \\n and \\t (as a form or JSON holds them) made real."""
+    return value.replace("\\n", "\n").replace("\\t", "\t")
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """A validated run spec; one attribute per key of ``FIELDS``."""
@@ -135,6 +143,7 @@ class RunSpec:
     reward_model: str
     prompt_template: str
     format_reward: float
+    step_delimiter: str
     group_size: int
     batch_size: int
     clip_eps: float
@@ -236,7 +245,7 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         value = field.default if raw is None else _coerce(field, raw)
         _check_range(field, value)
         values[field.name] = value
-    for key in ("model", "dataset", "dataset_split", "question_field", "answer_field", "solution_field"):
+    for key in ("model", "dataset", "step_delimiter", "dataset_split", "question_field", "answer_field", "solution_field"):
         if not values[key]:
             raise SpecError(key, "must not be empty")
     if values["reward_model"] and values["reward"] != "model":

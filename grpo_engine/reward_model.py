@@ -55,6 +55,7 @@ class RewardModel(torch.nn.Module):
     """
 
     autocast = staticmethod(contextlib.nullcontext)
+    delimiter = STEP_DELIMITER  # joins a PRM example's steps (the trainer sets the run's step_delimiter)
 
     def __init__(self, lm, tokenizer, kind: str):
         super().__init__()
@@ -89,7 +90,7 @@ class RewardModel(torch.nn.Module):
         output_start, starts, ends = len(ids), [], []
         for j, step in enumerate(steps):
             starts.append(len(ids))
-            ids += tok.encode((STEP_DELIMITER if j else "") + step, add_special_tokens=False)
+            ids += tok.encode((self.delimiter if j else "") + step, add_special_tokens=False)
             ends.append(len(ids) - 1)
         if tok.eos_token_id is not None:
             ids.append(tok.eos_token_id)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from . import checkpoint
-from .config import RunSpec
+from .config import RunSpec, decode_delimiter
 from .data import STEP_DELIMITER, format_prompt, load_dataset
 from .model import load_policy, resolve_model_path
 from .objective import grpo_loss, outcome_advantages, process_advantages
@@ -177,7 +177,7 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
 
 
 def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
-          format_weight: float = 0.0) -> dict[str, list]:
+          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> dict[str, list]:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
 
     Returns lists of N: ``texts``, ``tokens`` (each token's text, EOS included), ``outcome``
@@ -193,7 +193,7 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
         out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight) if format_weight
                               else outcome_reward(texts[i], ex["answer"]))
         if process:
-            steps, ends = step_boundaries(tokens[: lengths[i] - int(ended[i])])
+            steps, ends = step_boundaries(tokens[: lengths[i] - int(ended[i])], delimiter)
             out["steps"].append(steps)
             out["step_ends"].append(ends)
             out["verdicts"].append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
@@ -222,7 +222,8 @@ def sample_labelled(policy, tokenizer, questions: list[dict], spec: RunSpec, kin
         completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=spec.max_new_tokens,
                                temperature=spec.temperature, top_p=spec.top_p)
         mask, ended = completion_mask(completions, tokenizer.eos_token_id)
-        out += rm_examples(judge(tokenizer, completions, mask, ended, chunk, kind == "prm"), chunk, kind)
+        out += rm_examples(judge(tokenizer, completions, mask, ended, chunk, kind == "prm",
+                                 delimiter=decode_delimiter(spec.step_delimiter)), chunk, kind)
     return out
 
 
@@ -286,6 +287,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                  f"({'bf16 mixed precision' if accelerator.mixed_precision == 'bf16' else 'fp32'})")
     policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
     tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
+    delimiter = decode_delimiter(spec.step_delimiter)
     recorder.log(f"loading dataset {spec.dataset!r}")
     train_set, heldout = load_dataset(spec.dataset, config=spec.dataset_config, split=spec.dataset_split,
                                       eval_split=spec.eval_split,
@@ -309,6 +311,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, Path(cache_dir), log=recorder.log),
                                rm_kind, dev)
         rm.autocast = accelerator.autocast
+        rm.delimiter = delimiter
         rm_rng = random.Random(spec.seed + 1)
     else:
         rm_rng = None
@@ -405,7 +408,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             G = spec.group_size
             lengths = mask.sum(dim=1).long().tolist()
             rows = [batch[i // G] for i in range(N)]
-            judged = judge(tokenizer, completions, mask, ended, rows, spec.supervision == "process", spec.format_reward)
+            judged = judge(tokenizer, completions, mask, ended, rows, spec.supervision == "process", spec.format_reward,
+                           delimiter)
             texts, token_texts, outcome = judged["texts"], judged["tokens"], judged["outcome"]
             components = [dict(c) for _, c in outcome]
             correct = torch.tensor([c["correct"] for c in components])

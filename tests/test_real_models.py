@@ -109,3 +109,16 @@ def test_a_run_on_a_hugging_face_dataset_directory_with_config_and_splits(tmp_pa
     questions = {r["question"] for r in GSM8K_LIKE[:10]}
     assert all(g.prompt in questions for g in recorder.group_log[2])  # trained on the train split
     assert "eval/accuracy" in recorder.metrics[0]  # evaluated on the test split
+
+
+def test_a_hub_model_that_cannot_be_reached_fails_with_a_message_saying_so():
+    import os
+    import subprocess
+    import sys
+
+    code = ("from grpo_engine.model import load_causal_lm\n"
+            "try:\n    load_causal_lm('nobody/no-such-model')\nexcept FileNotFoundError as e:\n    print(e)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # no hub here: fail at once, not after the retries
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    assert out.startswith("could not load model 'nobody/no-such-model': We couldn't connect to "
+                          "'https://huggingface.co'"), out

@@ -217,3 +217,15 @@ def test_a_tokenizer_without_a_pad_token_pads_with_eos(grpo_cache_dir, tmp_path)
     (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
     result, rec = run(grpo_cache_dir, model=str(model_dir), steps_per_iteration=1, eval_every=0)
     assert result["status"] == "completed" and len(rec.metrics) == 1
+
+
+def test_process_supervision_splits_steps_at_the_configured_delimiter(grpo_cache_dir):
+    _, newline = run(grpo_cache_dir, supervision="process", steps_per_iteration=1, eval_every=0)
+    _, semicolon = run(grpo_cache_dir, supervision="process", steps_per_iteration=1, eval_every=0, step_delimiter=";")
+    lines = [s for g in newline.group_log[1] for s in g.samples]
+    whole = [s for g in semicolon.group_log[1] for s in g.samples]
+    assert max(len(s.step_end_indices) for s in lines) > 1  # the built-in model writes one step per line
+    assert all(len(s.step_end_indices) <= 1 for s in whole)  # and never a ';': each output is one step
+    for s in whole:
+        if s.step_end_indices:
+            assert "".join(s.tokens[: s.step_end_indices[0] + 1]).strip() == s.completion.strip()
