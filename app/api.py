@@ -25,7 +25,7 @@ import pandas as pd
 from app import store
 from app.auth import mask_secrets, mask_url
 from app.db import session_scope
-from app.paths import check_spec_paths, is_local_path
+from app.paths import check_spec_paths, is_local_path, spec_fields
 from app.settings import get_settings
 from grpo_engine.config import BUILTIN_DATASET, SpecError, validate_spec
 from grpo_engine.data import builtin_examples, read_dataset_file
@@ -319,11 +319,15 @@ def upload_dataset(file: Any) -> dict:
     return {"dataset": str(stored), "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
 
 
-def preview_dataset(dataset: Any) -> dict:
+def preview_dataset(dataset: Any, question_field: Any = None, answer_field: Any = None,
+                    solution_field: Any = None) -> dict:
     """The first rows of the dataset a run spec names, as the run will read them; returns
     ``{dataset, rows, preview}`` like /upload_dataset. The built-in dataset, or a local file (inside
-    GRPO_PATH_ROOTS, read and checked: a bad file is refused naming the file and line). A Hugging Face
-    id is not previewed (the worker resolves it): refused with a message saying so."""
+    GRPO_PATH_ROOTS, read and checked from the columns the ``*_field`` keys name, by default question,
+    answer, solution: a bad file is refused naming the file and line). A Hugging Face id is not
+    previewed (the worker resolves it): refused with a message saying so."""
+    fields = spec_fields({"question_field": question_field, "answer_field": answer_field,
+                          "solution_field": solution_field})
     if not isinstance(dataset, str) or not dataset.strip():
         raise ApiError("dataset: give the built-in name, or the path of a .jsonl, .csv or .parquet file")
     dataset = dataset.strip()
@@ -334,11 +338,12 @@ def preview_dataset(dataset: Any) -> dict:
         raise ApiError(f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are "
                        "previewed")
     try:
-        check_spec_paths({"dataset": dataset}, get_settings().path_roots)
+        check_spec_paths({"dataset": dataset, "question_field": fields[0], "answer_field": fields[1],
+                          "solution_field": fields[2]}, get_settings().path_roots)
     except SpecError as e:
         raise ApiError(str(e)) from None
     if Path(dataset).expanduser().is_dir():
         raise ApiError(f"dataset: {dataset!r} is a dataset directory; only files and '{BUILTIN_DATASET}' are previewed")
-    rows = read_dataset_file(Path(dataset).expanduser(), name=dataset)
+    rows = read_dataset_file(Path(dataset).expanduser(), name=dataset, fields=fields)
     return {"dataset": dataset, "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
 

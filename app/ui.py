@@ -173,10 +173,12 @@ def upload_dataset(file: dict) -> dict:
     return _call(api.upload_dataset, file)
 
 
-def preview_dataset(dataset: str) -> dict:
+def preview_dataset(dataset: str, question_field: str | None = None, answer_field: str | None = None,
+                    solution_field: str | None = None) -> dict:
     """The first rows of a dataset as a run reads it: 'builtin-arith' or a local file's path (inside the path
-    roots). Returns {dataset, rows, preview}; a bad file is refused naming the file and line."""
-    return _call(api.preview_dataset, dataset)
+    roots), from the columns the *_field arguments name (default question, answer, solution). Returns
+    {dataset, rows, preview}; a bad file is refused naming the file and line."""
+    return _call(api.preview_dataset, dataset, question_field, answer_field, solution_field)
 
 
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, list_groups, get_group, cancel_run, compare_runs,
@@ -604,15 +606,16 @@ def build_ui() -> gr.Blocks:
         dataset_box = form[[f.name for f in FIELDS].index("dataset")]
         dataset_upload.upload(upload, dataset_upload, [dataset_box, upload_info], **PRIVATE)
 
-        def preview(dataset):
+        def preview(dataset, *fields):
             try:
-                return upload_preview_html(api.preview_dataset(dataset), uploaded=False)
+                return upload_preview_html(api.preview_dataset(dataset, *fields), uploaded=False)
             except api.ApiError as e:
                 return f'<div class="error">{html.escape(str(e))}</div>'
 
-        for event in (dataset_box.blur, dataset_box.submit):  # a path typed in: its first rows
-            event(preview, dataset_box, upload_info, **PRIVATE)
-        demo.load(preview, dataset_box, upload_info, **PRIVATE)  # the default dataset's rows on opening
+        field_boxes = [form[[f.name for f in FIELDS].index(k)] for k in ("question_field", "answer_field", "solution_field")]
+        for event in (dataset_box.blur, dataset_box.submit, *(box.blur for box in field_boxes)):  # typed in: the first rows
+            event(preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)
+        demo.load(preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)  # the default dataset's rows on opening
 
         def relaunch(run_id):
             if run_id is None:

@@ -343,6 +343,12 @@ def test_preview_dataset_shows_the_first_rows_of_each_format(server, client, tmp
     for path in paths.values():
         shown = client.predict(str(path), api_name="/preview_dataset")
         assert shown["rows"] == 8 and [r["question"] for r in shown["preview"]] == ["0+1", "1+1", "2+1", "3+1", "4+1"]
+    mapped = data_dir / "mapped.csv"
+    pd.DataFrame([{"problem": r["question"], "final": r["answer"]} for r in rows]).to_csv(mapped, index=False)
+    shown = client.predict(str(mapped), "problem", "final", None, api_name="/preview_dataset")
+    assert shown["preview"][0] == {"question": "0+1", "answer": "1", "solution": ""}
+    with pytest.raises(AppError, match="needs the columns 'question' and 'answer'"):
+        client.predict(str(mapped), api_name="/preview_dataset")
     builtin = client.predict("builtin-arith", api_name="/preview_dataset")
     assert builtin["rows"] > 100 and len(builtin["preview"]) == 5
     (data_dir / "bad.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2"}\n')
