@@ -19,7 +19,7 @@ from pathlib import Path
 from grpo_engine.config import BUILTIN_DATASET, BUILTIN_MODEL, SpecError
 from grpo_engine.data import read_dataset_file
 
-PATH_KEYS = ("model", "reward_model", "dataset")  # the run-spec keys that may name a local path
+PATH_KEYS = ("model", "reward_model", "dataset", "rm_data")  # the run-spec keys that may name a local path
 FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")  # a value ending so is a file, never a Hugging Face id
 BUILTIN_NAMES = (BUILTIN_MODEL, BUILTIN_DATASET)
 DATA_DIR_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow")  # what a Hugging Face dataset directory holds
@@ -66,7 +66,10 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
                                  f"({', '.join(map(str, roots))}; set GRPO_PATH_ROOTS to change them)")
         if not path.exists():
             raise SpecError(key, f"{value!r} does not exist")
-        if key == "dataset" and path.is_dir():
+        if key == "rm_data":
+            if not path.is_file() or path.suffix.lower() not in (".jsonl", ".parquet"):
+                raise SpecError(key, f"{value!r} is not a .jsonl or .parquet file of Math-Shepherd rows")
+        elif key == "dataset" and path.is_dir():
             if not any(f.suffix.lower() in DATA_DIR_SUFFIXES for f in path.rglob("*") if f.is_file()):
                 raise SpecError(key, f"{value!r} is not a dataset file, nor a dataset directory (one that holds "
                                      f"{', '.join(DATA_DIR_SUFFIXES)} files)")

@@ -69,6 +69,11 @@ FIELDS: tuple[Field, ...] = (
     Field("step_delimiter", str, "\\n",
           "Process supervision: the text that ends a reasoning step in an output, with \\n for a newline (the "
           "default) and \\t for a tab; e.g. Math-Shepherd's step tag 'ки'.",),
+    Field("rm_data", str, "",
+          "reward: model with process supervision only. PRM training data in Math-Shepherd's format instead of labels "
+          "from the step checker: a local .jsonl or .parquet file, or a Hugging Face dataset id such as "
+          "'peiyi9979/Math-Shepherd', whose rows hold 'input' (steps each ending in the tag 'ки') and 'label' (each tag "
+          "replaced by + or -). The first training and each refresh draw rm_samples rows not used before."),
     Field("group_size", int, 8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024),
     Field("batch_size", int, 8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096),
     Field("clip_eps", float, 0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True),
@@ -144,6 +149,7 @@ class RunSpec:
     prompt_template: str
     format_reward: float
     step_delimiter: str
+    rm_data: str
     group_size: int
     batch_size: int
     clip_eps: float
@@ -250,6 +256,8 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
             raise SpecError(key, "must not be empty")
     if values["reward_model"] and values["reward"] != "model":
         raise SpecError("reward_model", "is only used with reward 'model'; leave it empty with reward 'rule'")
+    if values["rm_data"] and (values["reward"] != "model" or values["supervision"] != "process"):
+        raise SpecError("rm_data", "is PRM training data: only used with reward 'model' and supervision 'process'")
     if any(c.isspace() for c in values["reward_model"]):
         raise SpecError("reward_model",
                         f"must be a Hugging Face model id or a local directory, got {values['reward_model']!r}")

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from . import checkpoint
 from .config import RunSpec, decode_delimiter
-from .data import STEP_DELIMITER, format_prompt, load_dataset
+from .data import STEP_DELIMITER, format_prompt, load_dataset, load_math_shepherd
 from .model import load_policy, resolve_model_path
 from .objective import grpo_loss, outcome_advantages, process_advantages
 from .recorder import GroupRecord, Recorder, SampleRecord
@@ -228,17 +228,29 @@ def sample_labelled(policy, tokenizer, questions: list[dict], spec: RunSpec, kin
 
 
 def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokenizer, train_set: list[dict],
-                       heldout: list[dict], spec: RunSpec, rng: random.Random, device) -> dict[str, float]:
+                       heldout: list[dict], spec: RunSpec, rng: random.Random, device,
+                       data: tuple[list[RMExample], list[RMExample]] | None = None) -> dict[str, float]:
     """Train the RM on fresh labelled samples of the current policy mixed with a replay of ``history``.
 
     The first call (empty history) is the RM's initial training on the initial policy's outputs; later
     calls are Algorithm 1's refresh, and also measure the RM's accuracy on held-out fresh policy
     samples before it. Questions are drawn at random (with replacement). Appends the fresh samples to
     ``history``; returns the rm/* metrics.
+
+    ``data`` (rm_data: Math-Shepherd-labelled solutions, as (pool, held out)): the fresh examples are the
+    next rm_samples of the pool not used before (from the start again once all were used), and accuracy
+    is measured on the held-out ones, instead of sampling and labelling the policy's outputs.
     """
-    held = sample_labelled(policy, tokenizer, rng.choices(heldout, k=max(1, spec.rm_samples // 4)), spec, rm.kind, device)
-    metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}
-    fresh = sample_labelled(policy, tokenizer, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind, device)
+    if data is not None:
+        pool, held = data
+        start = len(history) % len(pool)  # every example drawn so far is in the history
+        fresh = (pool[start:] + pool[:start])[: spec.rm_samples]
+        metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}
+    else:
+        held = sample_labelled(policy, tokenizer, rng.choices(heldout, k=max(1, spec.rm_samples // 4)), spec, rm.kind,
+                               device)
+        metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}
+        fresh = sample_labelled(policy, tokenizer, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind, device)
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
     metrics["rm/loss"] = rm_fit(rm, mixed, spec.rm_learning_rate, rng)
     metrics["rm/accuracy_after"] = rm_accuracy(rm, held)
@@ -303,7 +315,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
     eos = tokenizer.eos_token_id
-    rm, rm_history, rm_name = None, [], ""
+    rm, rm_history, rm_name, rm_data = None, [], "", None
     if spec.reward == "model":  # a learned ORM (outcome) or PRM (process); its backbone starts from a causal LM
         rm_kind = "orm" if spec.supervision == "outcome" else "prm"
         rm_name = f"{rm_kind.upper()} from {(spec.reward_model or spec.model)!r}"
@@ -313,6 +325,14 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         rm.autocast = accelerator.autocast
         rm.delimiter = delimiter
         rm_rng = random.Random(spec.seed + 1)
+        if spec.rm_data:  # Math-Shepherd-labelled solutions instead of the step checker's labels
+            labelled, skipped = load_math_shepherd(spec.rm_data)
+            labelled = [RMExample(q, steps, labels) for q, steps, labels in labelled]
+            random.Random(spec.seed + 2).shuffle(labelled)
+            n_held = max(1, min(len(labelled) // 10, spec.rm_samples // 4))
+            rm_data = (labelled[:-n_held], labelled[-n_held:])
+            recorder.log(f"rm_data {spec.rm_data!r}: {len(labelled)} step-labelled solutions ({skipped} rows skipped), "
+                         f"{n_held} held out to measure the PRM")
     else:
         rm_rng = None
 
@@ -357,8 +377,10 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
 
     start_metrics = {}
     if rm is not None and step == 0:
-        start_metrics = train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec, rm_rng, dev)
-        recorder.log(f"{rm_name} trained on {len(rm_history)} labelled outputs of the initial policy: "
+        start_metrics = train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec, rm_rng, dev,
+                                           rm_data)
+        source = f"solutions of {spec.rm_data!r}" if rm_data else "labelled outputs of the initial policy"
+        recorder.log(f"{rm_name} trained on {len(rm_history)} {source}: "
                      f"loss {start_metrics['rm/loss']:.3f}, held-out accuracy {start_metrics['rm/accuracy_after']:.3f}")
     if spec.eval_every and step == 0:
         start_metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
@@ -502,7 +524,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             metrics["time/step"] = time.time() - t0
             if rm is not None and step == iteration * spec.steps_per_iteration:  # RM refresh (Algorithm 1)
                 metrics.update(train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec,
-                                                  rm_rng, dev))
+                                                  rm_rng, dev, rm_data))
                 recorder.log(f"iteration {iteration}: {rm_name} refreshed on {metrics['rm/train_examples']:.0f} "
                              f"examples ({metrics['rm/replayed']:.0f} replayed) in {time.time() - t0 - metrics['time/step']:.1f}s: "
                              f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_before']:.3f} -> "

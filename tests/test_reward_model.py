@@ -224,3 +224,40 @@ def test_reward_model_keys_validate_naming_the_key():
         with pytest.raises(SpecError) as info:
             validate_spec({"reward": "model", key: value})
         assert info.value.key == key and key in str(info.value)
+
+
+def write_math_shepherd(path, n: int = 40):
+    """Built-in questions with right and wrong solutions in Math-Shepherd's format: every step ends with
+    the tag 'ки'; the label text has '+' (the step checker accepts it) or '-' in its place."""
+    import json
+
+    from grpo_engine.data import builtin_examples, solve
+    from grpo_engine.rewards import check_step
+
+    rows = []
+    for k, ex in enumerate(builtin_examples()[0][:n]):
+        q = ex["question"]
+        steps, answer = solve(int(q[0]), q[1], int(q[2]), q[3], int(q[4]), respect_precedence=k % 2 == 0)
+        steps = steps + [f"#### {answer}"]
+        marks = ["+" if check_step(s, q, steps[:j]) else "-" for j, s in enumerate(steps)]
+        body = "".join(f"Step {j + 1}: {s} ки\n" for j, s in enumerate(steps))
+        label = "".join(f"Step {j + 1}: {s} {m}\n" for j, (s, m) in enumerate(zip(steps, marks)))
+        rows.append({"input": f"{q} {body}", "label": f"{q} {label}"})
+    rows.append({"input": "a row with no tag", "label": "a row with no tag"})  # skipped, as real slips are
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_prm_trains_on_math_shepherd_data(grpo_cache_dir, tmp_path):
+    data = write_math_shepherd(tmp_path / "shepherd.jsonl")
+    spec = validate_spec({"supervision": "process", "reward": "model", "rm_data": str(data), "rm_samples": 16,
+                          "iterations": 2, "steps_per_iteration": 1, "batch_size": 2, "group_size": 4,
+                          "eval_every": 0})
+    recorder = MemoryRecorder()
+    assert trainer.train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert any("40 step-labelled solutions (1 rows skipped), 4 held out" in m for m in recorder.messages)
+    first, refresh = recorder.metrics[0], recorder.metrics[-1]
+    assert first["step"] == 0 and first["rm/train_examples"] == 16 and 0.0 <= first["rm/accuracy_after"] <= 1.0
+    assert refresh["rm/train_examples"] == 16 + round(0.1 * 16) and "rm/accuracy_before" in refresh
+    with pytest.raises(SpecError, match="rm_data: is PRM training data"):
+        validate_spec({"rm_data": str(data)})
