@@ -83,6 +83,10 @@ FIELDS: tuple[Field, ...] = (
     Field("iterations", int, 1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000),
     Field("steps_per_iteration", int, 200, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000),
     Field("policy_updates_per_batch", int, 1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64),
+    Field("micro_batch_size", int, 0,
+          "Outputs per forward / backward pass in the policy update and for the reference's log-probs; the gradient "
+          "is accumulated over these micro-batches, so memory stays bounded whatever group_size x batch_size. "
+          "0 = all B x G at once.", min=0, max=1_000_000),
     Field("max_new_tokens", int, 32, "Longest completion sampled, in tokens; longer ones are cut and count as truncated.", min=1, max=32768),
     Field("temperature", float, 1.0, "Sampling temperature for the G outputs (evaluation is greedy).", min=0.0, max=10.0, min_exclusive=True),
     Field("top_p", float, 1.0, "Nucleus sampling: keep the smallest token set with this much probability.", min=0.0, max=1.0, min_exclusive=True),
@@ -158,6 +162,7 @@ class RunSpec:
     iterations: int
     steps_per_iteration: int
     policy_updates_per_batch: int
+    micro_batch_size: int
     max_new_tokens: int
     temperature: float
     top_p: float

@@ -456,29 +456,42 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 for c, r in zip(components, rewards.tolist()):
                     c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
             advantages = advantages.to(dev)
+            # micro-batches of sequences for every forward pass below (memory stays bounded whatever B x G)
+            chunks = [slice(i, min(i + (spec.micro_batch_size or N), N)) for i in range(0, N, spec.micro_batch_size or N)]
             with torch.no_grad():
-                ref_logp = ref_logprobs(prompt_ids, prompt_attn, completions, mask) if spec.kl_coef > 0 else None
+                ref_logp = torch.cat([ref_logprobs(prompt_ids[c], prompt_attn[c], completions[c], mask[c])
+                                      for c in chunks]) if spec.kl_coef > 0 else None
                 old_logp = None
                 if spec.policy_updates_per_batch > 1:  # with mu = 1, pi_old's log-probs equal the detached current ones
-                    old_logp = token_logprobs(policy, prompt_ids, prompt_attn, completions, mask)[0]
+                    old_logp = torch.cat([token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c])[0]
+                                          for c in chunks])
             t2 = time.time()
 
-            # 4. mu policy updates maximising J_GRPO
+            # 4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches:
+            #    the loss is a mean over the N outputs, so a micro-batch's mean counts with its share of them
             policy.train()
             losses, kls, clips, grad_norm, entropy = [], [], [], 0.0, 0.0
+            n_tokens = mask.sum().clamp(min=1).item()
             for _ in range(spec.policy_updates_per_batch):
-                logp, ent = token_logprobs(policy, prompt_ids, prompt_attn, completions, mask)
-                old = old_logp if old_logp is not None else logp.detach()
-                ref = ref_logp if ref_logp is not None else logp.detach()
-                loss, stats = grpo_loss(logp, old, ref, advantages, mask, spec.clip_eps, spec.kl_coef)
                 optimizer.zero_grad(set_to_none=True)
-                accelerator.backward(loss)
+                loss_sum = kl_sum = clip_sum = entropy_sum = 0.0
+                for c in chunks:
+                    logp, ent = token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c])
+                    old = old_logp[c] if old_logp is not None else logp.detach()
+                    ref = ref_logp[c] if ref_logp is not None else logp.detach()
+                    loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef)
+                    share, tokens = (c.stop - c.start) / N, mask[c].sum().item()
+                    accelerator.backward(loss * share)
+                    loss_sum += loss.item() * share
+                    kl_sum += stats["kl"].item() * tokens  # the stats are token means: weight them by tokens
+                    clip_sum += stats["clip_frac"].item() * tokens
+                    entropy_sum += (ent.detach() * mask[c]).sum().item()
                 grad_norm = accelerator.clip_grad_norm_(params, 1.0).item()
                 optimizer.step()
-                losses.append(loss.item())
-                kls.append(stats["kl"].item())
-                clips.append(stats["clip_frac"].item())
-                entropy = ((ent.detach() * mask).sum() / mask.sum().clamp(min=1)).item()
+                losses.append(loss_sum)
+                kls.append(kl_sum / n_tokens)
+                clips.append(clip_sum / n_tokens)
+                entropy = entropy_sum / n_tokens
             t3 = time.time()
 
             # 5. report

@@ -229,3 +229,16 @@ def test_process_supervision_splits_steps_at_the_configured_delimiter(grpo_cache
     for s in whole:
         if s.step_end_indices:
             assert "".join(s.tokens[: s.step_end_indices[0] + 1]).strip() == s.completion.strip()
+
+
+def test_micro_batches_accumulate_the_same_update(grpo_cache_dir):
+    """B x G = 8 outputs in micro-batches of 3, 3 and 2: step 1 (the same samples) gives the same loss, KL,
+    clip share, entropy and gradient norm as one batch of 8, with mu = 2 so the clip and old log-probs count."""
+    common = dict(steps_per_iteration=1, batch_size=2, group_size=4, eval_every=0, policy_updates_per_batch=2,
+                  max_new_tokens=32)
+    _, whole = run(grpo_cache_dir, **common)
+    _, micro = run(grpo_cache_dir, micro_batch_size=3, **common)
+    a, b = whole.metrics[0], micro.metrics[0]
+    assert a["grad_norm"] > 0
+    for key in ("reward_mean", "loss", "kl", "clip_frac", "entropy", "grad_norm"):
+        assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
