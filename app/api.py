@@ -25,7 +25,7 @@ import pandas as pd
 from app import store
 from app.auth import mask_secrets, mask_url
 from app.db import session_scope
-from app.paths import check_spec_paths, is_local_path, spec_fields
+from app.paths import check_spec_paths, is_local_path, resolve_inside, spec_fields
 from app.settings import get_settings
 from grpo_engine.config import BUILTIN_DATASET, SpecError, validate_spec
 from grpo_engine.data import builtin_examples, read_dataset_file
@@ -338,12 +338,14 @@ def preview_dataset(dataset: Any, question_field: Any = None, answer_field: Any 
         raise ApiError(f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are "
                        "previewed")
     try:
-        check_spec_paths({"dataset": dataset, "question_field": fields[0], "answer_field": fields[1],
-                          "solution_field": fields[2]}, get_settings().path_roots)
+        path = resolve_inside("dataset", dataset, get_settings().path_roots)
     except SpecError as e:
         raise ApiError(str(e)) from None
-    if Path(dataset).expanduser().is_dir():
+    if path.is_dir():
         raise ApiError(f"dataset: {dataset!r} is a dataset directory; only files and '{BUILTIN_DATASET}' are previewed")
-    rows = read_dataset_file(Path(dataset).expanduser(), name=dataset, fields=fields)
+    try:
+        rows = read_dataset_file(path, name=dataset, fields=fields)  # read once: its check and its preview
+    except ValueError as e:
+        raise ApiError(f"dataset: {e}") from None
     return {"dataset": dataset, "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
 

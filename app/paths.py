@@ -47,6 +47,20 @@ def _inside(path: Path, roots: list[Path]) -> bool:
     return any(path.is_relative_to(root) for root in roots)
 
 
+def resolve_inside(key: str, value: str, roots: list[Path] | tuple[Path, ...]) -> Path:
+    """The local path ``value`` of run-spec key ``key``, resolved (symlinks followed, '..' removed); a
+    SpecError naming the key when it lies outside every root (checked first, so nothing is said about
+    files elsewhere) or does not exist."""
+    roots = [Path(root).expanduser().resolve() for root in roots]
+    path = Path(value).expanduser().resolve()
+    if not _inside(path, roots):
+        raise SpecError(key, f"{value!r} is outside the directories runs may read "
+                             f"({', '.join(map(str, roots))}; set GRPO_PATH_ROOTS to change them)")
+    if not path.exists():
+        raise SpecError(key, f"{value!r} does not exist")
+    return path
+
+
 def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None:
     """Refuse a run spec whose local paths lie outside every root or cannot be used.
 
@@ -55,17 +69,11 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
     a directory with ``config.json`` (the models) or a dataset file that reads cleanly (the dataset).
     Raises SpecError naming the key.
     """
-    roots = [Path(root).expanduser().resolve() for root in roots]
     for key in PATH_KEYS:
         value = config.get(key) or ""
         if not is_local_path(value):
             continue
-        path = Path(value).expanduser().resolve()  # follows symlinks, removes '..'
-        if not _inside(path, roots):
-            raise SpecError(key, f"{value!r} is outside the directories runs may read "
-                                 f"({', '.join(map(str, roots))}; set GRPO_PATH_ROOTS to change them)")
-        if not path.exists():
-            raise SpecError(key, f"{value!r} does not exist")
+        path = resolve_inside(key, value, roots)
         if key == "rm_data":
             if not path.is_file() or path.suffix.lower() not in (".jsonl", ".parquet"):
                 raise SpecError(key, f"{value!r} is not a .jsonl or .parquet file of Math-Shepherd rows")

@@ -7,7 +7,7 @@ each token coloured by its advantage) and Compare (several runs' curves and conf
 
 The named endpoints (``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``,
 ``/list_groups``, ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``,
-``/upload_dataset``) wrap app.api one to one and are what
+``/upload_dataset``, ``/preview_dataset``) wrap app.api one to one and are what
 ``gradio_client`` calls; the UI's own listeners are private, so the API page lists only those.
 With users configured (app.auth) the page and every endpoint need a login.
 
@@ -485,6 +485,7 @@ def build_ui() -> gr.Blocks:
                     with gr.Row():
                         for field in FIELDS[start:start + 3]:
                             form.append(_field_input(field))
+                form_input = dict(zip((f.name for f in FIELDS), form))  # run-spec key -> its input
                 with gr.Row():
                     dataset_upload = gr.File(label="Upload a dataset (.jsonl, .csv, .parquet): fills in 'dataset'",
                                              file_types=[".jsonl", ".csv", ".parquet"], elem_id="dataset-upload",
@@ -603,7 +604,7 @@ def build_ui() -> gr.Blocks:
                 return gr.skip(), f'<div class="error">Not stored: {html.escape(str(e))}</div>'
             return result["dataset"], upload_preview_html(result)
 
-        dataset_box = form[[f.name for f in FIELDS].index("dataset")]
+        dataset_box = form_input["dataset"]
         dataset_upload.upload(upload, dataset_upload, [dataset_box, upload_info], **PRIVATE)
 
         def preview(dataset, *fields):
@@ -612,7 +613,7 @@ def build_ui() -> gr.Blocks:
             except api.ApiError as e:
                 return f'<div class="error">{html.escape(str(e))}</div>'
 
-        field_boxes = [form[[f.name for f in FIELDS].index(k)] for k in ("question_field", "answer_field", "solution_field")]
+        field_boxes = [form_input[k] for k in ("question_field", "answer_field", "solution_field")]
         for event in (dataset_box.blur, dataset_box.submit, *(box.blur for box in field_boxes)):  # typed in: the first rows
             event(preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)
         demo.load(preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)  # the default dataset's rows on opening

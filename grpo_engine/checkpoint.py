@@ -169,7 +169,7 @@ def load(checkpoint: Path, state: dict[str, Any], *, policy, optimizer, referenc
     _load_optimizer(optimizer, load_file(checkpoint / "optimizer.safetensors"), state["optimizer"])
     rng_tensors = load_file(checkpoint / "rng.safetensors")
     torch.set_rng_state(rng_tensors["torch"])
-    cuda = [rng_tensors[f"cuda.{i}"] for i in range(len(rng_tensors) - 1) if f"cuda.{i}" in rng_tensors]
+    cuda = [rng_tensors[f"cuda.{i}"] for i in range(sum(k.startswith("cuda.") for k in rng_tensors))]
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
     rng.setstate(_random_state_from_json(state["rng"]))

@@ -296,19 +296,18 @@ def load_math_shepherd(name: str, tag: str = "ки") -> tuple[list[tuple[str, li
         if not path.is_file():
             raise ValueError(f"rm_data {name!r}: no such file")
         if path.suffix.lower() == ".jsonl":
-            raw = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            raw = []
+            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+                try:
+                    raw += [json.loads(line)] if line.strip() else []
+                except ValueError as exc:
+                    raise ValueError(f"rm_data {name!r}: line {lineno} is not valid JSON ({exc})") from None
         else:
             import pyarrow.parquet as pq
 
             raw = pq.read_table(path).to_pylist()
     else:
-        import datasets
-
-        try:
-            raw = list(datasets.load_dataset(name, split="train"))
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ValueError(f"rm_data {name!r} could not be loaded: {first[:300]}") from None
+        raw = list(_load_hub_split(name, "", "train", what="rm_data"))
     examples, skipped = [], 0
     for i, row in enumerate(raw, start=1):
         if not isinstance(row, dict) or not isinstance(row.get("input"), str) or not isinstance(row.get("label"), str):
@@ -329,19 +328,23 @@ def _split_off_heldout(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return rows[:-n_held], rows[-n_held:]
 
 
-def _hub_rows(name: str, config: str, split: str, fields: tuple[str, str, str]) -> list[dict]:
-    """The rows of one split of a Hugging Face dataset (a hub id, or a local dataset directory), through
-    the ``datasets`` library; a dataset that cannot be loaded is a ValueError saying why."""
+def _load_hub_split(name: str, config: str, split: str, what: str = "dataset"):
+    """One split of a Hugging Face dataset (a hub id, or a local dataset directory), through the
+    ``datasets`` library; one that cannot be loaded (unreachable hub, unknown id, config or split) is a
+    ValueError naming ``what`` and saying why, in one line."""
+    import datasets
+
     try:
-        import datasets
-    except ImportError:  # pragma: no cover - a dependency
-        raise ValueError("Hugging Face datasets need the 'datasets' package") from None
-    try:
-        table = datasets.load_dataset(name, config or None, split=split)
-    except Exception as exc:  # unreachable hub, unknown id, config or split: one readable line
+        return datasets.load_dataset(name, config or None, split=split)
+    except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"dataset {name!r} (config {config or 'default'!r}, split {split!r}) could not be loaded: "
+        raise ValueError(f"{what} {name!r} (config {config or 'default'!r}, split {split!r}) could not be loaded: "
                          f"{first[:300]}") from None
+
+
+def _hub_rows(name: str, config: str, split: str, fields: tuple[str, str, str]) -> list[dict]:
+    """The rows of one split of a Hugging Face dataset, read from the columns ``fields``."""
+    table = _load_hub_split(name, config, split)
     missing = [k for k in fields[:2] if k not in table.column_names]
     if missing:
         raise ValueError(f"dataset {name!r}: no column {', '.join(map(repr, missing))} (its columns: "

@@ -256,7 +256,7 @@ def outcome_reward(
     total). The reference may be a bare answer or a whole GSM8K / MATH solution (its ``####`` line
     or its last box is the answer).
     """
-    answer, _form = extract_final_answer(completion)
+    answer = extract_final_answer(completion)[0]
     correct = float(answer is not None and answers_match(answer, _reference_final_answer(reference_answer)))
     formatted = float(answer is not None)
     components = {"correct": correct, "formatted": formatted}
@@ -294,15 +294,6 @@ def check_step(step: str, question: str, previous: list[str]) -> bool:
 def split_steps(completion: str) -> list[str]:
     """The completion's reasoning steps (lines), without empty ones."""
     return [s for s in completion.split(STEP_DELIMITER) if s.strip()]
-
-
-def split_steps_by(completion: str, delimiter: str) -> list[str]:
-    """The completion's steps split at ``delimiter`` (``"\\n"``, ``"ки"``, ...), each stripped of
-    surrounding whitespace, empty ones dropped. ``split_steps_by(t, "\\n")`` is ``split_steps(t)``
-    with each line stripped."""
-    if not delimiter:
-        raise ValueError("the step delimiter is empty")
-    return [s.strip() for s in completion.split(delimiter) if s.strip()]
 
 
 # ---- Math-Shepherd ----------------------------------------------------------------------------------

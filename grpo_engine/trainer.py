@@ -190,8 +190,7 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
     for i, ex in enumerate(examples):
         tokens = tokenizer.batch_decode([[t] for t in completions[i, : lengths[i]].tolist()])
         out["tokens"].append(tokens)
-        out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight) if format_weight
-                              else outcome_reward(texts[i], ex["answer"]))
+        out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight))
         if process:
             steps, ends = step_boundaries(tokens[: lengths[i] - int(ended[i])], delimiter)
             out["steps"].append(steps)
@@ -245,12 +244,11 @@ def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokeni
         pool, held = data
         start = len(history) % len(pool)  # every example drawn so far is in the history
         fresh = (pool[start:] + pool[:start])[: spec.rm_samples]
-        metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}
     else:
         held = sample_labelled(policy, tokenizer, rng.choices(heldout, k=max(1, spec.rm_samples // 4)), spec, rm.kind,
                                device)
-        metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}
         fresh = sample_labelled(policy, tokenizer, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind, device)
+    metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}  # before this (re)training
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
     metrics["rm/loss"] = rm_fit(rm, mixed, spec.rm_learning_rate, rng)
     metrics["rm/accuracy_after"] = rm_accuracy(rm, held)

@@ -19,6 +19,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_answers(url: str, proc: subprocess.Popen, output, ready=lambda: True, timeout: float = 90) -> None:
+    """Poll ``url`` until it answers 200 and ``ready()`` holds; fail with the process's ``output()`` if it
+    exits or ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"server exited:\n{output()}"
+        assert time.monotonic() < deadline, f"server not ready within {timeout:g} s:\n{output()}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200 and ready():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+
+
 def server_env(tmp: Path, **settings: str) -> dict[str, str]:
     """This environment without GRPO_* settings, with a SQLite store and broker in ``tmp``, plus ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
@@ -40,16 +56,7 @@ def running_server(tmp: Path, env: dict[str, str], command: list[str] | None = N
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, f"server exited:\n{log_path.read_text()}"
-            assert time.monotonic() < deadline, f"server did not answer:\n{log_path.read_text()}"
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.3)
+        wait_until_answers(url, proc, log_path.read_text)
         yield url, proc, log_path
     finally:
         proc.terminate()

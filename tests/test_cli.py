@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from celery import Celery
 from app import store
 from app.db import make_engine, session_scope, upgrade_database
 from grpo_engine.config import validate_spec
+from tests.servers import free_port, wait_until_answers
 from tests.test_worker import TINY_SPEC
 from workers.celery_app import RUN_TASK
 
@@ -96,12 +95,6 @@ def test_builtin_model_writes_a_loadable_model(tmp_path, grpo_cache_dir):
 # ---- serve ---------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _children(pid: int) -> list[int]:
     """Live (not zombie) processes whose parent is ``pid``."""
     found = []
@@ -133,7 +126,7 @@ def _wait_gone(pid: int, timeout: float) -> float:
 
 def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int, str]:
     """`grpo-dashboard serve` on a free port; returns (server, worker pid, url) once both are ready."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     log = open(data_dir.parent / "serve.log", "w")
     server = subprocess.Popen([COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)], cwd=ROOT,
@@ -142,17 +135,7 @@ def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int
     output = lambda: (data_dir.parent / "serve.log").read_text()  # noqa: E731
     worker_log = data_dir / "worker.log"
     seen = worker_log.stat().st_size if worker_log.exists() else 0  # a restart appends to the same log
-    deadline = time.monotonic() + 90
-    while True:
-        assert server.poll() is None, f"serve exited:\n{output()}"
-        assert time.monotonic() < deadline, f"serve not ready:\n{output()}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200 and worker_log.exists() and "ready." in worker_log.read_text()[seen:]:
-                    break
-        except OSError:
-            pass
-        time.sleep(0.3)
+    wait_until_answers(url, server, output, ready=lambda: worker_log.exists() and "ready." in worker_log.read_text()[seen:])
     (worker,) = _children(server.pid)
     assert f"open {url.rstrip('/')}" in output() and str(worker_log) in output()
     return server, worker, url

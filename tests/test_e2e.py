@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 import zipfile
 from pathlib import Path
@@ -25,6 +23,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from grpo_engine.recorder import METRICS
+from tests.servers import free_port, wait_until_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = str(Path(sys.executable).with_name("grpo-dashboard"))
@@ -32,12 +31,6 @@ REDIS_URL = os.environ.get("GRPO_TEST_E2E_REDIS_URL", "redis://127.0.0.1:6379/6"
 RUN_TIMEOUT = 240  # seconds from /launch_run to a finished status
 SPEC = {"name": "e2e", "steps_per_iteration": 4, "batch_size": 2, "group_size": 4, "eval_every": 2}
 ADV_EPS = 1e-4  # eps' of the advantage normalisation (GRPO_SPEC.md)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def clean_env(cache_dir: Path, **settings: str) -> dict[str, str]:
@@ -75,19 +68,12 @@ def start_server(data_dir: Path, env: dict[str, str]) -> tuple[Process, str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     server = Process(["serve", "--port", str(port), "--data-dir", str(data_dir)], env, data_dir / "serve.log")
-    deadline = time.monotonic() + 90
-    while True:
-        if server.proc.poll() is not None:
-            raise AssertionError(f"serve exited:\n{server.log()}")
-        if time.monotonic() > deadline:
-            server.stop()
-            raise AssertionError(f"serve did not answer within 90 s:\n{server.log()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return server, url
-        except OSError:
-            time.sleep(0.3)
+    try:
+        wait_until_answers(url, server.proc, server.log)
+    except AssertionError:
+        server.stop()
+        raise
+    return server, url
 
 
 def wait_finished(client: Client, run_id: int, logs, timeout: float = RUN_TIMEOUT) -> dict:

@@ -40,11 +40,11 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
-    if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError (CUDA), without importing torch here
+    """torch.OutOfMemoryError (CUDA; named, so torch is not imported here), MemoryError, or the CPU
+    allocator's RuntimeError."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
-    text = str(exc)
-    return isinstance(exc, (MemoryError, RuntimeError)) and (
-        isinstance(exc, MemoryError) or "out of memory" in text.lower() or "can't allocate memory" in text)
+    return isinstance(exc, RuntimeError) and ("out of memory" in str(exc).lower() or "can't allocate memory" in str(exc))
 
 
 def _finish(run_id: int, status: str, error: str | None = None, log: str | None = None,
