@@ -223,6 +223,7 @@ def test_export_groups_as_parquet_and_csv_and_config_as_json(server, client):
 def test_server_process_has_not_loaded_torch(server, client):
     """After serving every endpoint, no libtorch is mapped into the server process."""
     client.predict(api_name="/list_runs")
+    client.predict("builtin-arith", api_name="/preview_dataset")  # the engine's pure-Python data module, no torch
     maps = Path(f"/proc/{server[3].pid}/maps").read_text()
     assert "libtorch" not in maps
     check = "import sys, app.ui; assert 'torch' not in sys.modules, 'app.ui imported torch'"
