@@ -35,6 +35,7 @@ from .objective import grpo_loss, outcome_advantages, process_advantages
 from .recorder import GroupRecord, Recorder, SampleRecord
 from .reward_model import RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit, load_reward_model, replay_mix
 from .rewards import check_step, outcome_reward
+from .sampling import generate
 
 EVAL_BATCH = 256
 
@@ -104,18 +105,6 @@ def _encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.
     return {k: v.to(device) for k, v in enc.items()}
 
 
-@torch.no_grad()
-def generate(policy, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int, max_new_tokens: int,
-             greedy: bool, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
-    """Sample ``repeat`` completions per prompt (the prompt is encoded once). Returns (B*repeat, T)."""
-    ids = prompts["input_ids"].repeat_interleave(repeat, dim=0)  # (N, P)
-    attn = prompts["attention_mask"].repeat_interleave(repeat, dim=0)  # (N, P)
-    kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-    out = policy.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens,
-                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **kwargs)
-    return out[:, ids.shape[1]:]  # (N, T)
-
-
 def completion_mask(completions: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """1.0 on each completion's tokens up to and including its first EOS. (N, T) -> mask (N, T), ended (N,)."""
     is_eos = completions == eos_id
@@ -130,7 +119,7 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask) -> tuple[t
     ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
     attn = torch.cat([prompt_attn, mask.long()], dim=1)  # (N, P+T)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # left padding: positions start at each prompt
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids).logits  # (N, P+T, V)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits  # (N, P+T, V)
     logits = logits[:, prompt_ids.shape[1] - 1 : -1].float()  # (N, T, V): the logits that predict o_t
     logp_all = F.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)

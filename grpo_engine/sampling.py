@@ -1,0 +1,95 @@
+"""Fast batched sampling: a lean decode loop over a KV cache.
+
+GRPO spends most of its time sampling. ``generate`` does what ``transformers``' ``generate`` does for
+plain sampling (temperature, nucleus top-p) and greedy decoding, without its per-token machinery
+(logits processors, stopping criteria objects, input re-preparation):
+
+* the B prompts are encoded once (one prefill pass over B rows, only the last position's logits
+  computed); the KV cache is then repeated G times for the group's outputs;
+* left padding: position ids count from each prompt's first real token, the attention mask grows by
+  one column per new token;
+* every step feeds one token per sequence; a sequence that emitted EOS gets the pad token from then on;
+* the loop stops as soon as every sequence has ended (or at ``max_new_tokens``);
+* rows that have ended are dropped from the batch (and the cache) once they are at least a quarter of
+  it, so long tails of a few unfinished outputs do not pay for the finished ones.
+
+Shapes: B prompts, N = B * repeat sequences, P prompt tokens, T generated tokens (T <= max_new_tokens).
+"""
+from __future__ import annotations
+
+import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+PRUNE_SHARE = 0.25  # drop finished rows once they are at least this share of the rows still decoded
+# the KV cache's keyword: "cache" in recent transformers, "past_key_values" before
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering: keep the smallest set of tokens whose probability adds up to at least ``top_p``
+    (the most likely token always stays); the others get -inf. (N, V) -> (N, V)."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    drop_sorted = probs.cumsum(dim=-1) - probs >= top_p  # the mass of the likelier tokens already reaches top_p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def next_tokens(logits: torch.Tensor, greedy: bool, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row from next-token logits (N, V): the argmax, or a sample from
+    softmax(logits / temperature) restricted to the top-p nucleus. Returns (N,)."""
+    if greedy:
+        return logits.argmax(dim=-1)
+    probs = top_p_filter(logits.float() / temperature, top_p).softmax(dim=-1)
+    # inverse-CDF sampling: one uniform number per row (drawing one per vocabulary entry, as
+    # torch.multinomial or the exponential race do, costs more than the forward pass on a CPU)
+    cdf = probs.cumsum(dim=-1)  # (N, V)
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+    # the first token whose cumulative mass exceeds u: never one of probability 0
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=cdf.shape[1] - 1)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int, max_new_tokens: int,
+             greedy: bool, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+    """Sample ``repeat`` completions per prompt; the prompts are encoded once. Returns (B*repeat, T).
+
+    ``model``: a causal LM (or a LoRA-wrapped one), not a distributed wrapper. ``prompts``: left-padded
+    ``input_ids`` and ``attention_mask``, both (B, P). After a sequence's EOS its row holds the pad token.
+    """
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    attn = prompts["attention_mask"]
+    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
+    out = model(input_ids=prompts["input_ids"], attention_mask=attn, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
+    cache = getattr(out, CACHE)
+    logits = out.logits[:, -1].repeat_interleave(repeat, dim=0)  # (N, V)
+    if repeat > 1:
+        cache.batch_repeat_interleave(repeat)
+    attn = attn.repeat_interleave(repeat, dim=0)  # (N, P)
+    next_pos = positions[:, -1].repeat_interleave(repeat, dim=0) + 1  # (N,)
+    n = logits.shape[0]
+    result = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=logits.device)
+    rows = torch.arange(n, device=logits.device)  # which sequences the decoded batch still holds
+    ended = torch.zeros(n, dtype=torch.bool, device=logits.device)  # per decoded row: EOS emitted
+    length = 0
+    for t in range(max_new_tokens):
+        token = next_tokens(logits, greedy, temperature, top_p).masked_fill(ended, pad)  # (rows,)
+        result[rows, t] = token
+        length = t + 1
+        ended = ended | (token == eos)
+        n_live = len(rows) - int(ended.sum())
+        if n_live == 0 or length == max_new_tokens:
+            break
+        if n_live <= (1 - PRUNE_SHARE) * len(rows):  # drop the rows that have ended
+            keep = (~ended).nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, token, attn, next_pos, ended = rows[keep], token[keep], attn[keep], next_pos[keep], ended[keep]
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        out = model(input_ids=token.unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
+                    use_cache=True, **{CACHE: cache})
+        logits = out.logits[:, -1]
+        next_pos = next_pos + 1
+    return result[:, :length]
