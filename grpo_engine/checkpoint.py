@@ -9,7 +9,8 @@ loop needs to continue as if it had never stopped:
     reference.safetensors     the reference policy, when it is no longer the starting model
                               (full fine-tune after the first reference reset)
     reward_model.safetensors  the learned reward model's trained weights (reward: model)
-    rng.safetensors           torch's random states (CPU, and each CUDA device)
+    rng.safetensors           torch's random states (CPU, and each CUDA device); in a data-parallel
+                              run also every process's own (rank<r>.torch, rank<r>.cuda)
     state.json                step, iteration, Python random states, optimizer hyperparameters, the
                               reward model's labelled history; written last
 
@@ -92,12 +93,24 @@ def latest(run_dir: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+def process_random_state() -> dict[str, torch.Tensor]:
+    """This process's torch random states: the CPU generator's and, with CUDA, the current device's.
+    The processes of a data-parallel run each sample with their own; see ``save(process_states=)``."""
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
 def save(run_dir: Path, *, step: int, iteration: int, policy, optimizer, reference, lora: bool,
-         rng, rm=None, rm_rng=None, rm_history=None, keep: int = 2) -> Path:
+         rng, rm=None, rm_rng=None, rm_history=None, keep: int = 2,
+         process_states: list[dict[str, torch.Tensor]] | None = None) -> Path:
     """Write the checkpoint after ``step`` and keep only the newest ``keep``. Returns its directory.
 
     ``policy`` and ``reference`` are unwrapped modules (``reference`` None: LoRA, or still the starting
-    model); ``rng`` / ``rm_rng`` are the loop's random.Random objects.
+    model); ``rng`` / ``rm_rng`` are the loop's random.Random objects. ``process_states``: in a
+    data-parallel run, ``process_random_state()`` of every process (index = process rank); the main
+    process saves the checkpoint, and each process restores its own states from it.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     final = run_dir / f"step-{step:08d}"
@@ -123,6 +136,8 @@ def save(run_dir: Path, *, step: int, iteration: int, policy, optimizer, referen
     if torch.cuda.is_available():
         for i, state in enumerate(torch.cuda.get_rng_state_all()):
             rng_tensors[f"cuda.{i}"] = state
+    for rank, states in enumerate(process_states or []):
+        rng_tensors.update({f"rank{rank}.{name}": value for name, value in states.items()})
     save_file(rng_tensors, tmp / "rng.safetensors")
 
     # 3. state.json last: its presence marks the checkpoint complete
@@ -149,9 +164,11 @@ def read_state(checkpoint: Path) -> dict[str, Any]:
     return state
 
 
-def load(checkpoint: Path, state: dict[str, Any], *, policy, optimizer, reference, rng, rm=None, rm_rng=None) -> None:
+def load(checkpoint: Path, state: dict[str, Any], *, policy, optimizer, reference, rng, rm=None, rm_rng=None,
+         rank: int = 0) -> None:
     """Restore a checkpoint into the freshly built ``policy`` / ``optimizer`` / ``reference`` / ``rm``
-    (the same shapes as when it was saved) and the random states."""
+    (the same shapes as when it was saved) and the random states (``rank``: this process's in a
+    data-parallel run)."""
     device = next(policy.parameters()).device
     if state["adapter_only"]:
         missing, unexpected = policy.load_state_dict(load_file(checkpoint / "policy.safetensors", device=str(device)),
@@ -172,6 +189,12 @@ def load(checkpoint: Path, state: dict[str, Any], *, policy, optimizer, referenc
     cuda = [rng_tensors[f"cuda.{i}"] for i in range(sum(k.startswith("cuda.") for k in rng_tensors))]
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
+    if rank > 0:
+        if f"rank{rank}.torch" not in rng_tensors:
+            raise ValueError(f"checkpoint {checkpoint} holds no random state for process {rank}")
+        torch.set_rng_state(rng_tensors[f"rank{rank}.torch"])
+        if f"rank{rank}.cuda" in rng_tensors and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng_tensors[f"rank{rank}.cuda"])
     rng.setstate(_random_state_from_json(state["rng"]))
     if rm_rng is not None and state["rm_rng"] is not None:
         rm_rng.setstate(_random_state_from_json(state["rm_rng"]))

@@ -105,6 +105,10 @@ FIELDS: tuple[Field, ...] = (
     Field("device", str, "auto",
           "Which workers may take the run: 'gpu' = only workers with a CUDA GPU, 'cpu' = only workers without one "
           "(trains on the CPU), 'auto' = any worker (on its GPU if it has one).", choices=("auto", "gpu", "cpu")),
+    Field("devices", int, 1,
+          "Processes the run trains on, data-parallel through Accelerate: the worker launches this many, each on its "
+          "own GPU (or CPU processes with device 'cpu'); each samples and scores whole groups of batch_size / devices "
+          "questions, gradients are averaged, metrics combined. batch_size must be a multiple of it.", min=1, max=64),
     Field("checkpoint_every", int, 10,
           "Save a checkpoint (policy or LoRA adapter, optimizer, random states, reference, reward model) every this "
           "many steps; a run whose worker dies resumes from its last one. 0 = never (it restarts from step 1).",
@@ -172,6 +176,7 @@ class RunSpec:
     lora_rank: int
     precision: str
     device: str
+    devices: int
     checkpoint_every: int
     checkpoint_keep: int
     seed: int
@@ -263,6 +268,9 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         raise SpecError("reward_model", "is only used with reward 'model'; leave it empty with reward 'rule'")
     if values["rm_data"] and (values["reward"] != "model" or values["supervision"] != "process"):
         raise SpecError("rm_data", "is PRM training data: only used with reward 'model' and supervision 'process'")
+    if values["batch_size"] % values["devices"]:
+        raise SpecError("devices", f"batch_size {values['batch_size']} must be a multiple of devices "
+                                   f"{values['devices']}: each process takes whole groups of an equal share of the questions")
     if any(c.isspace() for c in values["reward_model"]):
         raise SpecError("reward_model",
                         f"must be a Hugging Face model id or a local directory, got {values['reward_model']!r}")

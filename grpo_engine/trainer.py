@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+from contextlib import nullcontext
 import random
 import shutil
 import time
@@ -32,6 +33,7 @@ from .config import RunSpec, decode_delimiter
 from .data import STEP_DELIMITER, format_prompt, load_dataset, load_math_shepherd
 from .model import load_policy, resolve_model_path
 from .objective import grpo_loss, outcome_advantages, process_advantages
+from .parallel import Processes
 from .recorder import GroupRecord, Recorder, SampleRecord
 from .reward_model import RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit, load_reward_model, replay_mix
 from .rewards import check_step, outcome_reward
@@ -280,10 +282,14 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     t_load = time.time()
     accelerator = make_accelerator(run_device(spec.device, device), spec.precision)
     dev = accelerator.device
+    procs = Processes(accelerator)  # one, or the data-parallel processes of a run with devices > 1
+    if procs.n != spec.devices:
+        raise ValueError(f"devices: the run asks for {spec.devices} processes but was started in {procs.n}")
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)
     recorder.log(f"loading model {spec.model!r} on {dev} "
-                 f"({'bf16 mixed precision' if accelerator.mixed_precision == 'bf16' else 'fp32'})")
+                 f"({'bf16 mixed precision' if accelerator.mixed_precision == 'bf16' else 'fp32'})"
+                 + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
     policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
     tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
     delimiter = decode_delimiter(spec.step_delimiter)
@@ -332,10 +338,12 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         # (LoRA after iteration 1: the saved policy is the base with the earlier adapters folded in plus the
         # current adapter, under the same parameter names as this freshly wrapped model)
         checkpoint.load(found[1], state, policy=accelerator.unwrap_model(policy), optimizer=optimizer,
-                        reference=reference, rng=rng, rm=rm, rm_rng=rm_rng)
+                        reference=reference, rng=rng, rm=rm, rm_rng=rm_rng, rank=procs.rank)
         if rm is not None:
             rm_history = [RMExample(**e) for e in state["rm_history"] or []]
         recorder.log(f"resuming from the checkpoint after step {step} (iteration {start_iteration})")
+    elif procs.rank > 0:  # each process samples with its own random stream (the main one keeps the run's seed)
+        torch.manual_seed(spec.seed + procs.rank)
     n_params = sum(p.numel() for p in params)
     recorder.log(f"ready in {time.time() - t_load:.1f}s: {n_params:,} trainable parameters, "
                  f"{len(train_set)} training / {len(heldout)} held-out questions")
@@ -344,33 +352,52 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     saved_step = step  # the step of the newest checkpoint on disk (0: none)
 
     def save_checkpoint(iteration: int) -> None:
+        """The main process saves the state, with every process's random states."""
         nonlocal saved_step
         t = time.time()
-        path = checkpoint.save(
-            checkpoint_dir, step=step, iteration=iteration, policy=accelerator.unwrap_model(policy),
-            optimizer=optimizer, reference=reference if iteration > 1 else None, lora=spec.lora_rank > 0,
-            rng=rng, rm=rm, rm_rng=rm_rng, rm_history=rm_history if rm is not None else None,
-            keep=spec.checkpoint_keep)
+        states = procs.gather([checkpoint.process_random_state()]) if procs.n > 1 else None
         saved_step = step
-        recorder.checkpoint(step, str(path))
-        recorder.log(f"checkpoint after step {step} saved in {time.time() - t:.1f}s")
+        if procs.main:
+            path = checkpoint.save(
+                checkpoint_dir, step=step, iteration=iteration, policy=accelerator.unwrap_model(policy),
+                optimizer=optimizer, reference=reference if iteration > 1 else None, lora=spec.lora_rank > 0,
+                rng=rng, rm=rm, rm_rng=rm_rng, rm_history=rm_history if rm is not None else None,
+                keep=spec.checkpoint_keep, process_states=states)
+            recorder.checkpoint(step, str(path))
+            recorder.log(f"checkpoint after step {step} saved in {time.time() - t:.1f}s")
+        procs.barrier()  # no process runs ahead of a checkpoint that is still being written
 
     def ref_logprobs(prompt_ids, prompt_attn, completions, mask):
         if reference is not None:
             with accelerator.autocast():
                 return token_logprobs(reference, prompt_ids, prompt_attn, completions, mask)[0]
-        with accelerator.unwrap_model(policy).disable_adapter():
-            return token_logprobs(policy, prompt_ids, prompt_attn, completions, mask)[0]
+        model = accelerator.unwrap_model(policy)
+        with model.disable_adapter():
+            return token_logprobs(model, prompt_ids, prompt_attn, completions, mask)[0]
+
+    def eval_accuracy() -> float:
+        """Held-out greedy accuracy; each process evaluates every n-th question."""
+        mine = heldout[procs.rank::procs.n]
+        correct = evaluate(accelerator.unwrap_model(policy), tokenizer, mine, spec.max_new_tokens, dev) * len(mine)
+        return procs.sum([correct])[0] / max(1, len(heldout))
+
+    def refresh_reward_model() -> dict[str, float]:
+        """Train (or refresh) the reward model on the main process; every process then gets its weights."""
+        metrics = {}
+        if procs.main:
+            metrics = train_reward_model(rm, rm_history, accelerator.unwrap_model(policy), tokenizer, train_set,
+                                         heldout, spec, rm_rng, dev, rm_data)
+        procs.broadcast_module(rm)
+        return procs.from_main(metrics)
 
     start_metrics = {}
     if rm is not None and step == 0:
-        start_metrics = train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec, rm_rng, dev,
-                                           rm_data)
+        start_metrics = refresh_reward_model()
         source = f"solutions of {spec.rm_data!r}" if rm_data else "labelled outputs of the initial policy"
         recorder.log(f"{rm_name} trained on {len(rm_history)} {source}: "
                      f"loss {start_metrics['rm/loss']:.3f}, held-out accuracy {start_metrics['rm/accuracy_after']:.3f}")
     if spec.eval_every and step == 0:
-        start_metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
+        start_metrics["eval/accuracy"] = eval_accuracy()
         recorder.log(f"step 0: eval/accuracy {start_metrics['eval/accuracy']:.3f}")
     if start_metrics:
         recorder.step(0, 0, start_metrics)
@@ -379,7 +406,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     for iteration in range(start_iteration, spec.iterations + 1):
         begins = step == (iteration - 1) * spec.steps_per_iteration  # False: resumed in the middle of it
         if iteration > 1 and begins and reference is not None:  # reference reset (Algorithm 1)
-            reference.load_state_dict(policy.state_dict())
+            reference.load_state_dict(accelerator.unwrap_model(policy).state_dict())
         elif iteration > 1 and begins:  # LoRA: fold the adapter into the base (the new reference), train a fresh adapter
             accelerator.free_memory()  # forgets the previous model and optimizer
             policy = _wrap_lora(accelerator.unwrap_model(policy).merge_and_unload(), spec.lora_rank)
@@ -387,7 +414,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
             policy, optimizer = accelerator.prepare(policy, optimizer)
         while step < iteration * spec.steps_per_iteration:
-            stop = recorder.should_stop()
+            stop = procs.from_main(recorder.should_stop())  # all processes stop at the same step
             if stop == "pause":
                 if checkpoint_dir is not None and spec.checkpoint_every and step > saved_step:
                     save_checkpoint(iteration)
@@ -399,11 +426,13 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             step += 1
             t0 = time.time()
 
-            # 1. sample B questions, G outputs each, from pi_old (the current policy, no grad)
-            batch = rng.sample(train_set, spec.batch_size)
+            # 1. sample B questions (this process's share of them), G outputs each, from pi_old (the current
+            #    policy, no grad)
+            batch = procs.share(rng.sample(train_set, spec.batch_size))
+            B = len(batch)
             prompts = _encode_prompts(tokenizer, [e["question"] for e in batch], dev)
             policy.eval()
-            completions = generate(policy, tokenizer, prompts, repeat=spec.group_size, greedy=False,
+            completions = generate(accelerator.unwrap_model(policy), tokenizer, prompts, repeat=spec.group_size, greedy=False,
                                    max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
                                    top_p=spec.top_p)  # (N, T)
             mask, ended = completion_mask(completions, eos)  # (N, T), (N,)
@@ -436,7 +465,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 step_rewards = scores if scores is not None else judged["verdicts"]
                 step_ends = judged["step_ends"]
                 adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T)
-                            for b in range(spec.batch_size)]  # each (G, T)
+                            for b in range(B)]  # each (G, T)
                 advantages = torch.cat(adv_rows).to(dev) * mask
                 rewards = torch.tensor([sum(r) / len(r) if r else 0.0 for r in step_rewards])
             if scores is not None:
@@ -450,55 +479,63 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                                       for c in chunks]) if spec.kl_coef > 0 else None
                 old_logp = None
                 if spec.policy_updates_per_batch > 1:  # with mu = 1, pi_old's log-probs equal the detached current ones
-                    old_logp = torch.cat([token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c])[0]
+                    model = accelerator.unwrap_model(policy)
+                    old_logp = torch.cat([token_logprobs(model, prompt_ids[c], prompt_attn[c], completions[c], mask[c])[0]
                                           for c in chunks])
             t2 = time.time()
 
             # 4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches:
-            #    the loss is a mean over the N outputs, so a micro-batch's mean counts with its share of them
+            #    the loss is a mean over the N outputs, so a micro-batch's mean counts with its share of them.
+            #    With several processes the gradients are averaged across them once, at the last micro-batch
+            #    (each process holds as many outputs, so the average is the whole batch's mean).
             policy.train()
-            losses, kls, clips, grad_norm, entropy = [], [], [], 0.0, 0.0
-            n_tokens = mask.sum().clamp(min=1).item()
+            grad_norm, entropy_sum, sums = 0.0, 0.0, []
             for _ in range(spec.policy_updates_per_batch):
                 optimizer.zero_grad(set_to_none=True)
                 loss_sum = kl_sum = clip_sum = entropy_sum = 0.0
-                for c in chunks:
-                    logp, ent = token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c])
-                    old = old_logp[c] if old_logp is not None else logp.detach()
-                    ref = ref_logp[c] if ref_logp is not None else logp.detach()
-                    loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef)
-                    share, tokens = (c.stop - c.start) / N, mask[c].sum().item()
-                    accelerator.backward(loss * share)
+                for k, c in enumerate(chunks):
+                    with accelerator.no_sync(policy) if k < len(chunks) - 1 else nullcontext():
+                        logp, ent = token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c])
+                        old = old_logp[c] if old_logp is not None else logp.detach()
+                        ref = ref_logp[c] if ref_logp is not None else logp.detach()
+                        loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef)
+                        share, tokens = (c.stop - c.start) / N, mask[c].sum().item()
+                        accelerator.backward(loss * share)
                     loss_sum += loss.item() * share
                     kl_sum += stats["kl"].item() * tokens  # the stats are token means: weight them by tokens
                     clip_sum += stats["clip_frac"].item() * tokens
                     entropy_sum += (ent.detach() * mask[c]).sum().item()
                 grad_norm = accelerator.clip_grad_norm_(params, 1.0).item()
                 optimizer.step()
-                losses.append(loss_sum)
-                kls.append(kl_sum / n_tokens)
-                clips.append(clip_sum / n_tokens)
-                entropy = entropy_sum / n_tokens
+                sums += [loss_sum, kl_sum, clip_sum]
             t3 = time.time()
 
-            # 5. report
+            # 5. report; with several processes, over the whole batch (values gathered in rank order)
+            mu = spec.policy_updates_per_batch
+            totals = procs.sum(sums + [entropy_sum, mask.sum().item()])
+            n_tokens = max(totals[-1], 1.0)
+            losses = [totals[3 * u] / procs.n for u in range(mu)]
+            kls = [totals[3 * u + 1] / n_tokens for u in range(mu)]
+            clips = [totals[3 * u + 2] / n_tokens for u in range(mu)]
             if spec.supervision == "outcome":
-                flat_group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(spec.batch_size)]
+                flat_group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(B)]
             else:  # process advantages normalise over all step rewards of the group
-                flat_group_rewards = [[r for i in range(b * G, (b + 1) * G) for r in step_rewards[i]]
-                                      for b in range(spec.batch_size)]
-            zero_std = sum(len(set(g)) <= 1 for g in flat_group_rewards) / spec.batch_size
+                flat_group_rewards = [[r for i in range(b * G, (b + 1) * G) for r in step_rewards[i]] for b in range(B)]
+            flat_group_rewards = procs.gather(flat_group_rewards)
+            outputs = procs.gather(list(zip(rewards.tolist(), correct.tolist(), lengths, ended.tolist())))
+            all_rewards = torch.tensor([o[0] for o in outputs])
+            zero_std = sum(len(set(g)) <= 1 for g in flat_group_rewards) / len(flat_group_rewards)
             metrics = {
-                "reward_mean": rewards.mean().item(),
-                "reward_std": rewards.std(unbiased=False).item(),
-                "correct_frac": correct.mean().item(),
+                "reward_mean": all_rewards.mean().item(),
+                "reward_std": all_rewards.std(unbiased=False).item(),
+                "correct_frac": sum(o[1] for o in outputs) / len(outputs),
                 "zero_std_frac": zero_std,
-                "loss": sum(losses) / len(losses),
-                "kl": sum(kls) / len(kls),
-                "clip_frac": sum(clips) / len(clips),
-                "entropy": entropy,
-                "completion_len": float(sum(lengths)) / N,
-                "truncated_frac": 1.0 - ended.float().mean().item(),
+                "loss": sum(losses) / mu,
+                "kl": sum(kls) / mu,
+                "clip_frac": sum(clips) / mu,
+                "entropy": totals[-2] / n_tokens,
+                "completion_len": float(sum(o[2] for o in outputs)) / len(outputs),
+                "truncated_frac": 1.0 - sum(o[3] for o in outputs) / len(outputs),
                 "learning_rate": optimizer.param_groups[0]["lr"],
                 "grad_norm": grad_norm if math.isfinite(grad_norm) else -1.0,
                 "time/sampling": t1 - t0,
@@ -508,7 +545,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             record = spec.record_every and (step % spec.record_every == 0 or step == spec.total_steps)
             groups = []
             adv_cpu = advantages.cpu()
-            for b in range(spec.batch_size if record else 0):
+            for b in range(B if record else 0):
                 samples = []
                 for i in range(b * G, (b + 1) * G):
                     samples.append(SampleRecord(
@@ -518,13 +555,12 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                         reward_components=components[i]))
                 groups.append(GroupRecord(prompt=batch[b]["question"], reference=batch[b]["answer"], samples=samples))
             if record:
-                recorder.groups(step, groups)
+                recorder.groups(step, procs.gather(groups))
             if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
-                metrics["eval/accuracy"] = evaluate(policy, tokenizer, heldout, spec.max_new_tokens, dev)
+                metrics["eval/accuracy"] = eval_accuracy()
             metrics["time/step"] = time.time() - t0
             if rm is not None and step == iteration * spec.steps_per_iteration:  # RM refresh (Algorithm 1)
-                metrics.update(train_reward_model(rm, rm_history, policy, tokenizer, train_set, heldout, spec,
-                                                  rm_rng, dev, rm_data))
+                metrics.update(refresh_reward_model())
                 recorder.log(f"iteration {iteration}: {rm_name} refreshed on {metrics['rm/train_examples']:.0f} "
                              f"examples ({metrics['rm/replayed']:.0f} replayed) in {time.time() - t0 - metrics['time/step']:.1f}s: "
                              f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_before']:.3f} -> "
@@ -537,11 +573,12 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                     and step < spec.total_steps):
                 save_checkpoint(iteration)
     recorder.log(f"finished {step} steps")
-    if checkpoint_dir is not None:  # the trained policy, for download; step checkpoints are no longer needed
+    if checkpoint_dir is not None and procs.main:  # the trained policy, for download; step checkpoints are no longer needed
         t = time.time()
         checkpoint.save_final(checkpoint_dir / "final", accelerator.unwrap_model(policy), tokenizer,
                               lora=spec.lora_rank > 0)
         for _, old in checkpoint.step_dirs(checkpoint_dir):
             shutil.rmtree(old, ignore_errors=True)
         recorder.log(f"final policy saved in {time.time() - t:.1f}s")
+    procs.barrier()
     return {"status": "completed", "step": step, "metrics": metrics}

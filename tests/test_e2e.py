@@ -22,6 +22,8 @@ import redis
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
+from app import store
+from app.db import session_scope
 from grpo_engine.recorder import METRICS
 from tests.servers import free_port, wait_until_answers
 
@@ -87,12 +89,13 @@ def wait_finished(client: Client, run_id: int, logs, timeout: float = RUN_TIMEOU
         time.sleep(1)
 
 
-def check_short_run(url: str, logs) -> Client:
-    """Launch SPEC through the API, wait for it, and check everything the API reports about it; returns the client."""
+def check_short_run(url: str, logs, spec: dict = SPEC) -> tuple[Client, int]:
+    """Launch ``spec`` (SPEC and more keys) through the API, wait for it, and check everything the API
+    reports about it; returns the client and the run id."""
     client = Client(url, verbose=False)
 
     # 1. launch and wait
-    launched = client.predict(SPEC, api_name="/launch_run")
+    launched = client.predict(spec, api_name="/launch_run")
     assert launched["status"] == "queued"
     run_id = launched["run_id"]
     run = wait_finished(client, run_id, logs)
@@ -136,7 +139,7 @@ def check_short_run(url: str, logs) -> Client:
 
     # 4. the trained policy: a zip of a Hugging Face model directory that transformers loads
     check_policy_export(client, run_id)
-    return client
+    return client, run_id
 
 
 def check_policy_export(client: Client, run_id: int) -> None:
@@ -160,8 +163,30 @@ def check_policy_export(client: Client, run_id: int) -> None:
 def test_embedded_server_runs_a_short_run(tmp_path, grpo_cache_dir):
     server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
     worker_log = tmp_path / "data" / "worker.log"
+    logs = lambda: f"{server.log()}\n--- worker ---\n{worker_log.read_text(errors='replace')}"  # noqa: E731
     try:
-        check_short_run(url, lambda: f"{server.log()}\n--- worker ---\n{worker_log.read_text(errors='replace')}")
+        check_short_run(url, logs)
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_embedded_server_runs_a_two_process_run_like_a_single_process_one(tmp_path, grpo_cache_dir):
+    """devices: 2 on this machine's CPU: the worker launches 2 processes through Accelerate (gloo). The run
+    passes the same checks as a single-process one, and records the same metrics and group fields."""
+    server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
+    worker_log = tmp_path / "data" / "worker.log"
+    logs = lambda: f"{server.log()}\n--- worker ---\n{worker_log.read_text(errors='replace')}"  # noqa: E731
+    try:
+        client, single = check_short_run(url, logs, {**SPEC, "seed": 1})
+        client, double = check_short_run(url, logs, {**SPEC, "seed": 1, "devices": 2, "device": "cpu"})
+        with session_scope(f"sqlite:///{tmp_path / 'data' / 'grpo.sqlite'}") as s:
+            assert any("2 data-parallel processes (MULTI_CPU)" in line for line in store.get_logs(s, double, 200))
+        for a, b in zip(client.predict(single, api_name="/get_metrics"), client.predict(double, api_name="/get_metrics")):
+            assert set(a) == set(b) and all(type(a[k]) is type(b[k]) for k in a)
+        one, two = (client.predict(client.predict(r, 4, api_name="/list_groups")[0]["group_id"], api_name="/get_group")
+                    for r in (single, double))
+        assert set(one) == set(two) and set(one["samples"][0]) == set(two["samples"][0])
     finally:
         server.stop()
 
@@ -194,7 +219,7 @@ def test_postgres_redis_server_with_a_separate_worker(tmp_path, grpo_cache_dir, 
         server, url = start_server(tmp_path / "data", env)
         assert "no embedded worker" in server.log()
         logs = lambda: f"{server.log()}\n--- worker ---\n{worker.log()}"  # noqa: E731
-        client = check_short_run(url, logs)
+        client, _ = check_short_run(url, logs)
         assert "ready." in worker.log()
         assert f"queues {redis_queue},{redis_queue}.cpu" in worker.log()  # no GPU here: the CPU class
 

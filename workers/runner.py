@@ -19,6 +19,7 @@ from app.db import session_scope
 from app.paths import check_spec_paths
 from app.settings import get_settings
 from grpo_engine.config import validate_spec
+from workers.distributed import run_processes
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt
 
 logger = logging.getLogger("grpo.worker")
@@ -118,7 +119,14 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
 
             spec = validate_spec(run["config"])
             check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
-            result = train(spec, recorder, settings.cache_dir, checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
+            if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
+                result = run_processes(run_id, spec, worker, lease.lost, interrupt)
+                recorder.stop_reason = result.get("stop_reason")
+                if result["status"] == "failed":
+                    return _finish(run_id, "failed", result["error"], log=result["log"], worker=worker)
+            else:
+                result = train(spec, recorder, settings.cache_dir,
+                               checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
         except store.LeaseLost:
             recorder.stop_reason = "lost"
             result = {"status": "stopped"}

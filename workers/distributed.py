@@ -1,0 +1,190 @@
+"""Runs with ``devices`` > 1: the worker launches the run's processes through Accelerate and watches them.
+
+The worker that claimed the run keeps its lease (its LeaseKeeper thread) and starts
+
+    python -m accelerate.commands.launch --multi_gpu --num_processes <devices> ... -m workers.distributed <run id> ...
+
+in a session of its own (a Ctrl-C in the worker's terminal reaches the worker only). Each process runs
+``grpo_engine.trainer.train``, data-parallel (see grpo_engine/parallel.py); on a worker without a GPU,
+or for a run with ``device: cpu``, the processes run on the CPU and talk over gloo. The main process
+(rank 0) records through a DBRecorder under the worker's name, so the lease fences its writes exactly
+as for a single-process run; the other processes record nothing.
+
+The worker and the processes talk through a control directory:
+
+    stop           written by the worker: "pause" (the worker is shutting down) or "lost" (another worker
+                   took the run over); the main process reads it at the next step boundary and every
+                   process stops there (after a checkpoint, for "pause")
+    result.json    written by the main process when training returns: status, step, stop reason
+    error-<r>.json written by process r when training raised: the one-line error and the traceback
+    launch.log     everything the processes printed
+
+The main process also stops (as "lost") when the worker that launched it is gone, so a killed worker
+leaves no process behind that keeps its lease alive.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from app import store
+from app.db import session_scope
+from app.settings import get_settings
+from grpo_engine.config import RunSpec, validate_spec
+from grpo_engine.recorder import Recorder
+from workers.recorder import DBRecorder
+
+POLL_SECONDS = 0.5  # how often the worker looks at its shutdown flag, its lease and the processes
+LOG_TAIL_LINES = 40  # lines of launch.log kept in the run's log when the processes fail without a message
+
+
+class MainProcessRecorder(DBRecorder):
+    """The main process's recorder: a DBRecorder that also stops when the worker says so (the stop file)
+    or is gone (``parent_pid`` no longer runs)."""
+
+    def __init__(self, run_id: int, worker: str, stop_file: Path, parent_pid: int):
+        super().__init__(run_id, worker=worker)
+        self.stop_file, self.parent_pid = stop_file, parent_pid
+
+    def should_stop(self) -> bool | str:
+        if self.stop_reason is None:
+            if self.stop_file.exists():
+                self.stop_reason = self.stop_file.read_text().strip() or "pause"
+            elif not _alive(self.parent_pid):
+                self.stop_reason = "lost"
+        return super().should_stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def on_cpu(spec: RunSpec) -> bool:
+    """Whether the run's processes train on the CPU: device 'cpu', or a worker without a CUDA GPU.
+    A GPU run needs one GPU per process (ValueError naming ``devices`` otherwise)."""
+    import torch
+
+    if spec.device == "cpu" or (spec.device == "auto" and not torch.cuda.is_available()):
+        return True
+    if spec.device == "gpu" and not torch.cuda.is_available():
+        raise ValueError("device: the run asks for 'gpu' but this worker has no CUDA GPU")
+    if torch.cuda.device_count() < spec.devices:
+        raise ValueError(f"devices: the run asks for {spec.devices} GPUs but this worker has "
+                         f"{torch.cuda.device_count()}")
+    return False
+
+
+def launch_command(run_id: int, spec: RunSpec, worker: str, control_dir: Path, cpu: bool) -> list[str]:
+    """The ``accelerate launch`` command line that starts the run's ``spec.devices`` processes."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(spec.devices),
+            "--num_machines", "1", "--main_process_port", str(_free_port()), "--mixed_precision", "no",
+            "--dynamo_backend", "no", "-m", "workers.distributed", str(run_id), "--worker", worker,
+            "--control-dir", str(control_dir), "--parent-pid", str(os.getpid()), *(["--cpu"] if cpu else [])]
+
+
+def run_processes(run_id: int, spec: RunSpec, worker: str, lease_lost: threading.Event,
+                  interrupt: threading.Event) -> dict:
+    """Launch the run's processes, relay the worker's stop signals to them, and return what the main
+    process reported: {status, step, stop_reason} (status completed / cancelled / paused / stopped), or
+    {status: failed, error, log} when they failed."""
+    cpu = on_cpu(spec)
+    control = Path(tempfile.mkdtemp(prefix=f"grpo-run-{run_id}-"))
+    env = dict(os.environ)
+    if cpu and "OMP_NUM_THREADS" not in env:  # the launcher would set 1: share the cores out instead
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.devices))
+    stop_file = control / "stop"
+    with open(control / "launch.log", "wb") as log:
+        proc = subprocess.Popen(launch_command(run_id, spec, worker, control, cpu), stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                reason = "lost" if lease_lost.is_set() else "pause" if interrupt.is_set() else None
+                if reason and not stop_file.exists():
+                    stop_file.write_text(reason)
+                time.sleep(POLL_SECONDS)
+        except BaseException:  # the worker itself is being stopped hard: take the processes with it
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+    try:
+        return _outcome(control, proc.returncode)
+    finally:
+        for f in control.iterdir():
+            f.unlink()
+        control.rmdir()
+
+
+def _outcome(control: Path, returncode: int) -> dict:
+    result = control / "result.json"
+    if returncode == 0 and result.exists():
+        return json.loads(result.read_text())
+    errors = sorted(control.glob("error-*.json"))
+    log = (control / "launch.log").read_text(errors="replace")
+    if errors:
+        error = json.loads(errors[0].read_text())
+        return {"status": "failed", "error": error["error"], "log": error["traceback"]}
+    tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+    return {"status": "failed", "error": f"the run's processes exited with status {returncode}", "log": tail}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One process of the run (started by ``accelerate launch``)."""
+    parser = argparse.ArgumentParser(description="one process of a data-parallel GRPO run")
+    parser.add_argument("run_id", type=int)
+    parser.add_argument("--worker", required=True, help="the name under which the worker holds the run's lease")
+    parser.add_argument("--control-dir", required=True, type=Path)
+    parser.add_argument("--parent-pid", required=True, type=int)
+    parser.add_argument("--cpu", action="store_true", help="train on the CPU (gloo) instead of one GPU per process")
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+
+    from grpo_engine.trainer import train
+    from workers.runner import _one_line
+
+    settings = get_settings()
+    with session_scope() as s:
+        config = store.get_run(s, args.run_id)["config"]
+    recorder: Recorder = Recorder()  # the other processes record nothing
+    if rank == 0:
+        recorder = MainProcessRecorder(args.run_id, args.worker, args.control_dir / "stop", args.parent_pid)
+    try:
+        result = train(validate_spec(config), recorder, settings.cache_dir, device="cpu" if args.cpu else None,
+                       checkpoint_dir=settings.checkpoint_dir / f"run-{args.run_id}")
+        outcome = {"status": result["status"], "step": result["step"],
+                   "stop_reason": getattr(recorder, "stop_reason", None)}
+    except store.LeaseLost:
+        outcome = {"status": "stopped", "step": None, "stop_reason": "lost"}
+    except Exception as exc:
+        (args.control_dir / f"error-{rank}.json").write_text(
+            json.dumps({"error": _one_line(exc), "traceback": traceback.format_exc()}))
+        traceback.print_exc()
+        return 1
+    if rank == 0:
+        (args.control_dir / "result.json").write_text(json.dumps(outcome))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
