@@ -183,7 +183,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if rank == 0:
         (args.control_dir / "result.json").write_text(json.dumps(outcome))
+    _leave_process_group()
     return 0
+
+
+def _leave_process_group() -> None:
+    """Wait for every process, then close the process group (a process that exits while another still
+    uses the group makes that one abort)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

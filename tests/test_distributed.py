@@ -1,0 +1,129 @@
+"""Runs with devices > 1: the worker's side (workers/distributed.py) launching 2 CPU processes through
+Accelerate (gloo), driven by ``execute_run`` in this process on a fresh SQLite store.
+
+The end-to-end test through the dashboard is in test_e2e.py; the engine's single-process behaviour is
+in test_trainer.py and test_checkpoint.py.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from app import store
+from app.db import session_scope
+from grpo_engine.config import validate_spec
+from workers.distributed import MainProcessRecorder
+from workers.recorder import interrupt
+from workers.runner import execute_run
+
+SPEC = {"steps_per_iteration": 30, "batch_size": 4, "group_size": 4, "max_new_tokens": 32, "eval_every": 10,
+        "checkpoint_every": 2, "devices": 2, "device": "cpu", "seed": 3}
+COMPARED = ("reward_mean", "reward_std", "correct_frac", "zero_std_frac", "loss", "kl", "clip_frac", "entropy",
+            "completion_len", "truncated_frac", "grad_norm", "eval/accuracy")
+
+
+@pytest.fixture
+def store_url(tmp_path, monkeypatch, grpo_cache_dir):
+    """The worker's settings: a migrated SQLite store, the SQLite broker and checkpoints under tmp_path."""
+    from app.db import upgrade_database
+
+    url = f"sqlite:///{tmp_path / 'grpo.sqlite'}"
+    monkeypatch.setenv("GRPO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_DATABASE_URL", url)
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(grpo_cache_dir))
+    upgrade_database(url)
+    return url
+
+
+def _create(url: str, spec: dict) -> int:
+    with session_scope(url) as s:
+        return store.create_run(s, validate_spec(spec).to_dict(), "test")
+
+
+def _metrics(url: str, run_id: int) -> list[dict]:
+    with session_scope(url) as s:
+        return [{k: m[k] for k in ("step", *COMPARED) if k in m} for m in store.get_metrics(s, run_id)]
+
+
+@pytest.mark.slow
+def test_two_processes_pause_and_resume_exactly(store_url, tmp_path):
+    """A 2-process run stopped by its worker's shutdown pauses with a checkpoint of both processes' random
+    states; resumed, it records step for step what an uninterrupted 2-process run records."""
+    whole = _create(store_url, SPEC)
+    assert execute_run(whole) == "completed"
+    expected = _metrics(store_url, whole)
+    assert [m["step"] for m in expected] == list(range(31))
+    with session_scope(store_url) as s:
+        assert len(store.list_groups(s, whole, 30)) == SPEC["batch_size"]  # both processes' groups, gathered
+
+    paused = _create(store_url, SPEC)
+
+    def shut_down_after_step_3():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if any(m["step"] >= 3 for m in _metrics(store_url, paused)):
+                interrupt.set()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=shut_down_after_step_3, daemon=True)
+    watcher.start()
+    try:
+        assert execute_run(paused) == "paused"
+    finally:
+        interrupt.clear()
+        watcher.join()
+    with session_scope(store_url) as s:
+        run = store.get_run(s, paused)
+        assert run["status"] == "queued" and 3 <= run["checkpoint_step"] < 30
+        logs = store.get_logs(s, paused, 200)
+    assert any("paused before step" in line for line in logs)
+    assert execute_run(paused) == "completed"
+    with session_scope(store_url) as s:
+        assert any("resuming from the checkpoint" in line for line in store.get_logs(s, paused, 200))
+    assert _metrics(store_url, paused) == expected
+    assert (tmp_path / "checkpoints" / f"run-{paused}" / "final" / "model" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_a_failing_process_fails_the_run_with_its_error(store_url):
+    run_id = _create(store_url, {**SPEC, "batch_size": 4000})  # more questions than the dataset has
+    assert execute_run(run_id) == "failed"
+    with session_scope(store_url) as s:
+        run = store.get_run(s, run_id)
+    assert run["error"].startswith("ValueError: batch_size 4000 is larger than the dataset's")
+
+
+def test_the_main_process_stops_when_told_or_when_its_worker_is_gone(store_url, tmp_path):
+    run_id = _create(store_url, SPEC)
+    stop_file = tmp_path / "stop"
+    live = MainProcessRecorder(run_id, "w", stop_file, parent_pid=os.getpid())
+    assert live.should_stop() is False
+    stop_file.write_text("pause")
+    assert live.should_stop() == "pause"
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    orphan = MainProcessRecorder(run_id, "w", tmp_path / "no-stop-file", parent_pid=gone.pid)
+    assert orphan.should_stop() == "lost"
+
+
+def test_devices_must_divide_the_batch_and_gpus_must_exist():
+    with pytest.raises(ValueError, match="devices: batch_size 6 must be a multiple of devices 4"):
+        validate_spec({"batch_size": 6, "devices": 4})
+    from workers.distributed import on_cpu
+
+    import torch
+
+    if not torch.cuda.is_available():
+        assert on_cpu(validate_spec({"devices": 2}))  # auto on a machine without a GPU: CPU processes
+        with pytest.raises(ValueError, match="device: the run asks for 'gpu'"):
+            on_cpu(validate_spec({"devices": 2, "device": "gpu"}))
+    else:
+        with pytest.raises(ValueError, match="devices: the run asks for 64 GPUs"):
+            on_cpu(validate_spec({"devices": 64, "batch_size": 64, "device": "gpu"}))
