@@ -230,9 +230,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
             super().step(step, iteration, metrics)
             if self.bar is not None:
-                shown = {k: f"{v:.3g}" for k, v in metrics.items() if k in PROGRESS_METRICS}
-                self.bar.set_postfix(shown, refresh=False)
-                self.bar.update(step - self.bar.n)
+                self.show(step, self.bar.total, metrics)
+
+        def show(self, step: int, total_steps: int, metrics: dict[str, float]) -> None:
+            """Move the bar to ``step`` (also called for the steps a data-parallel run's processes record)."""
+            if self.bar is None:
+                self.bar = tqdm(total=total_steps, unit="step", dynamic_ncols=True)
+            shown = {k: f"{v:.3g}" for k, v in metrics.items() if k in PROGRESS_METRICS}
+            self.bar.set_postfix(shown, refresh=False)
+            self.bar.update(step - self.bar.n)
 
         def should_stop(self) -> bool:
             if ctrl_c.is_set():

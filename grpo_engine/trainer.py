@@ -121,8 +121,11 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask) -> tuple[t
     ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
     attn = torch.cat([prompt_attn, mask.long()], dim=1)  # (N, P+T)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # left padding: positions start at each prompt
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits  # (N, P+T, V)
-    logits = logits[:, prompt_ids.shape[1] - 1 : -1].float()  # (N, T, V): the logits that predict o_t
+    T = completions.shape[1]
+    # only the T + 1 last positions go through the output layer (those before the prompt's last predict nothing)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
+                   logits_to_keep=T + 1).logits  # (N, T+1, V)
+    logits = logits[:, :-1].float()  # (N, T, V): the logits that predict o_t
     logp_all = F.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
     p = logp_all.detach()  # entropy is reported, not trained on: no graph for it
@@ -167,6 +170,16 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
     return correct / max(1, len(examples))
 
 
+def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
+    """The text of each token id decoded alone (as the group view shows it), remembered on the tokenizer:
+    a run decodes the same few thousand ids over and over."""
+    known = tokenizer.__dict__.setdefault("_grpo_token_texts", {})
+    new = sorted(ids - known.keys())
+    if new:
+        known.update(zip(new, tokenizer.batch_decode([[t] for t in new])))
+    return known
+
+
 def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
           format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> dict[str, list]:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
@@ -178,8 +191,10 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
     lengths = mask.sum(dim=1).long().tolist()
     texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
     out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
+    ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
+    text_of = token_texts(tokenizer, {t for row in ids for t in row})
     for i, ex in enumerate(examples):
-        tokens = tokenizer.batch_decode([[t] for t in completions[i, : lengths[i]].tolist()])
+        tokens = [text_of[t] for t in ids[i]]
         out["tokens"].append(tokens)
         out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight))
         if process:

@@ -45,9 +45,11 @@ def _run(args: list[str], cache_dir: Path, timeout: float = 300) -> subprocess.C
 
 
 @pytest.mark.slow
-def test_train_runs_a_spec_in_the_foreground(tmp_path, grpo_cache_dir):
+@pytest.mark.parametrize("devices", [1, 2])
+def test_train_runs_a_spec_in_the_foreground(tmp_path, grpo_cache_dir, devices):
+    """Also with 2 data-parallel CPU processes: the progress bar follows what their main process records."""
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({**TINY_SPEC, "name": "cli run"}))
+    spec.write_text(json.dumps({**TINY_SPEC, "name": "cli run", "devices": devices, "device": "cpu"}))
     result = _run(["train", str(spec), "--data-dir", str(tmp_path / "data")], grpo_cache_dir)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2/2" in result.stderr  # the progress bar reached the last step

@@ -12,9 +12,9 @@ as for a single-process run; the other processes record nothing.
 
 The worker and the processes talk through a control directory:
 
-    stop           written by the worker: "pause" (the worker is shutting down) or "lost" (another worker
-                   took the run over); the main process reads it at the next step boundary and every
-                   process stops there (after a checkpoint, for "pause")
+    stop           written by the worker: "pause" (the worker is shutting down), "lost" (another worker
+                   took the run over) or "cancel" (the CLI's Ctrl-C); the main process reads it at the next
+                   step boundary and every process stops there (after a checkpoint, for "pause")
     result.json    written by the main process when training returns: status, step, stop reason
     error-<r>.json written by process r when training raised: the one-line error and the traceback
     launch.log     everything the processes printed
@@ -32,7 +32,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -104,11 +103,14 @@ def launch_command(run_id: int, spec: RunSpec, worker: str, control_dir: Path, c
             "--control-dir", str(control_dir), "--parent-pid", str(os.getpid()), *(["--cpu"] if cpu else [])]
 
 
-def run_processes(run_id: int, spec: RunSpec, worker: str, lease_lost: threading.Event,
-                  interrupt: threading.Event) -> dict:
+def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder) -> dict:
     """Launch the run's processes, relay the worker's stop signals to them, and return what the main
     process reported: {status, step, stop_reason} (status completed / cancelled / paused / stopped), or
-    {status: failed, error, log} when they failed."""
+    {status: failed, error, log} when they failed.
+
+    ``recorder``: the worker's recorder for the run; its ``should_stop()`` (lease lost, worker shutting
+    down, cancelled) is relayed to the processes, and when it has a ``show(step, total, metrics)``
+    method (the CLI's progress bar) it is called for each step the main process records."""
     cpu = on_cpu(spec)
     control = Path(tempfile.mkdtemp(prefix=f"grpo-run-{run_id}-"))
     env = dict(os.environ)
@@ -118,11 +120,18 @@ def run_processes(run_id: int, spec: RunSpec, worker: str, lease_lost: threading
     with open(control / "launch.log", "wb") as log:
         proc = subprocess.Popen(launch_command(run_id, spec, worker, control, cpu), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        show, shown = getattr(recorder, "show", None), 0
         try:
             while proc.poll() is None:
-                reason = "lost" if lease_lost.is_set() else "pause" if interrupt.is_set() else None
+                reason = recorder.should_stop()
                 if reason and not stop_file.exists():
                     stop_file.write_text(reason)
+                if show is not None:
+                    with session_scope() as s:
+                        for m in store.get_metrics(s, run_id):
+                            if m["step"] > shown:
+                                shown = m["step"]
+                                show(shown, spec.total_steps, m)
                 time.sleep(POLL_SECONDS)
         except BaseException:  # the worker itself is being stopped hard: take the processes with it
             os.killpg(proc.pid, signal.SIGTERM)

@@ -120,7 +120,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
             spec = validate_spec(run["config"])
             check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
             if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
-                result = run_processes(run_id, spec, worker, lease.lost, interrupt)
+                result = run_processes(run_id, spec, worker, recorder)
                 recorder.stop_reason = result.get("stop_reason")
                 if result["status"] == "failed":
                     return _finish(run_id, "failed", result["error"], log=result["log"], worker=worker)
