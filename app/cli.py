@@ -245,7 +245,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 self.stop_reason = "cancel"
             return super().should_stop()
 
-    recorder = ProgressRecorder(run_id)
+    recorder = ProgressRecorder(run_id, background=True)
 
     def cancel_on_ctrl_c(signum, frame):
         """First Ctrl-C cancels the run at its next step; a second one stops at once."""

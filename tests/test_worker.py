@@ -77,6 +77,42 @@ def test_db_recorder_writes_every_event(sqlite_url):
     assert recorder.stop_reason == "cancel"
 
 
+def test_background_recorder_writes_in_order_and_surfaces_a_lost_lease(sqlite_url):
+    """The worker's recorder writes on a thread of its own: close() waits for every event; a write refused
+    because another worker took the lease is raised in the training loop at its next event."""
+    run_id = _create_run(sqlite_url, TINY_SPEC)
+    with session_scope(sqlite_url) as s:
+        assert store.claim_run(s, run_id, "w1", 60)
+    recorder = DBRecorder(run_id, sqlite_url, worker="w1", background=True)
+    recorder.start(40)
+    sample = SampleRecord(completion="4", tokens=["4"], reward=1.0, advantages=[0.7])
+    for step in range(1, 31):
+        recorder.groups(step, [GroupRecord(prompt="2+2=", reference="4", samples=[sample] * 4)])
+        recorder.step(step, 1, {"reward_mean": step / 100})
+        recorder.log(f"line {step}")
+    recorder.close()
+    with session_scope(sqlite_url) as s:
+        assert [m["step"] for m in store.get_metrics(s, run_id)] == list(range(1, 31))
+        assert store.get_logs(s, run_id, 100) == [f"line {k}" for k in range(1, 31)]
+        assert len(store.list_groups(s, run_id, 30)) == 1
+        assert store.get_run(s, run_id)["step"] == 30
+
+    lost = DBRecorder(run_id, sqlite_url, worker="w1", background=True)
+    with session_scope(sqlite_url) as s:  # another worker takes the run over
+        store.requeue_run(s, run_id, "w1")
+        assert store.claim_run(s, run_id, "w2", 60)
+    lost.step(31, 1, {"reward_mean": 1.0})
+    deadline = time.monotonic() + 10
+    with pytest.raises(store.LeaseLost):
+        while time.monotonic() < deadline:
+            lost.should_stop()
+            time.sleep(0.05)
+    with pytest.raises(store.LeaseLost):
+        lost.close()
+    with session_scope(sqlite_url) as s:
+        assert [m["step"] for m in store.get_metrics(s, run_id)][-1] == 30  # the refused step left nothing
+
+
 def test_execute_run_without_work(sqlite_url, monkeypatch):
     """Missing, finished and cancelled-while-queued runs end at once, without the engine."""
     monkeypatch.setenv("GRPO_DATABASE_URL", sqlite_url)

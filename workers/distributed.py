@@ -52,7 +52,7 @@ class MainProcessRecorder(DBRecorder):
     or is gone (``parent_pid`` no longer runs)."""
 
     def __init__(self, run_id: int, worker: str, stop_file: Path, parent_pid: int):
-        super().__init__(run_id, worker=worker)
+        super().__init__(run_id, worker=worker, background=True)
         self.stop_file, self.parent_pid = stop_file, parent_pid
 
     def should_stop(self) -> bool | str:
@@ -179,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         recorder = MainProcessRecorder(args.run_id, args.worker, args.control_dir / "stop", args.parent_pid)
     try:
-        result = train(validate_spec(config), recorder, settings.cache_dir, device="cpu" if args.cpu else None,
-                       checkpoint_dir=settings.checkpoint_dir / f"run-{args.run_id}")
+        try:
+            result = train(validate_spec(config), recorder, settings.cache_dir, device="cpu" if args.cpu else None,
+                           checkpoint_dir=settings.checkpoint_dir / f"run-{args.run_id}")
+        finally:
+            if isinstance(recorder, DBRecorder):
+                recorder.close()
         outcome = {"status": result["status"], "step": result["step"],
                    "stop_reason": getattr(recorder, "stop_reason", None)}
     except store.LeaseLost:

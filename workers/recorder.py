@@ -1,14 +1,22 @@
 """The engine's Recorder, implemented against the store: every event the engine reports becomes rows.
 
-One short transaction per event, so the dashboard sees each step as soon as it is done and a
-crash loses at most the event in flight. A recorder given a ``worker`` name writes only while that
-worker holds the run's lease (``app.store.LeaseLost`` otherwise). No torch here.
+One short transaction per event, so the dashboard sees each step as soon as it is done. A recorder
+given a ``worker`` name writes only while that worker holds the run's lease (``app.store.LeaseLost``
+otherwise). No torch here.
+
+The worker's recorders write in the background (``background=True``): the events go, in order, to a
+writer thread, so the training loop does not wait for the store (a step's groups are thousands of
+values). A failed write (a lost lease, a store error) is raised in the training loop at its next
+event; ``close()`` waits for every queued write. A crash loses at most the events still queued: the
+steps after the last checkpoint, which a resumed run records again anyway.
 """
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
+from collections.abc import Callable
 
 from app import store
 from app.db import session_scope
@@ -17,6 +25,7 @@ from grpo_engine.recorder import GroupRecord, Recorder
 logger = logging.getLogger("grpo.worker")
 
 CANCEL_POLL_SECONDS = 1.0  # the store is asked about cancellation at most this often
+QUEUED_WRITES = 16  # events a background writer may hold before the training loop waits for it
 
 # Set when the worker shuts down (Ctrl-C, SIGTERM, or the dashboard of an embedded worker stopped):
 # the running job pauses at its next step boundary, after saving a checkpoint, and goes back to the queue.
@@ -28,10 +37,11 @@ class DBRecorder(Recorder):
 
     ``worker``: the name of the worker holding the run's lease (None: no lease checks, e.g. tests).
     ``lease_lost``: an Event a LeaseKeeper sets when the lease was taken over; the run then stops.
+    ``background``: write on a writer thread (see the module's docstring); call ``close()`` at the end.
     """
 
     def __init__(self, run_id: int, database_url: str | None = None, worker: str | None = None,
-                 lease_lost: threading.Event | None = None):
+                 lease_lost: threading.Event | None = None, background: bool = False):
         self.run_id = run_id
         self.database_url = database_url
         self.worker = worker
@@ -39,43 +49,59 @@ class DBRecorder(Recorder):
         self.stop_reason: str | None = None  # "cancel", "pause" or "lost" once should_stop() said so
         self._last_poll = float("-inf")
         self._pending_groups: tuple[int, list[dict]] | None = None  # (step, groups) until step() comes
+        self._writer = _Writer(database_url) if background else None
+
+    def _write(self, write: Callable) -> None:
+        """Run ``write(session)`` in a transaction: now, or queued for the writer thread."""
+        if self._writer is not None:
+            self._writer.put(write)
+            return
+        with session_scope(self.database_url) as s:
+            write(s)
+
+    def close(self) -> None:
+        """Wait until every event is in the store; raise what a background write raised."""
+        if self._writer is not None:
+            self._writer.close()
 
     def start(self, total_steps: int) -> None:
-        with session_scope(self.database_url) as s:
-            store.mark_running(s, self.run_id, total_steps)
+        self._write(lambda s: store.mark_running(s, self.run_id, total_steps))
 
     def resume(self, step: int) -> None:
         """An earlier attempt's records after ``step`` are dropped: the steps are recorded again."""
-        with session_scope(self.database_url) as s:
-            store.truncate_after(s, self.run_id, step)
+        self._write(lambda s: store.truncate_after(s, self.run_id, step))
 
     def checkpoint(self, step: int, path: str) -> None:
-        with session_scope(self.database_url) as s:
-            store.record_checkpoint(s, self.run_id, step)
+        self._write(lambda s: store.record_checkpoint(s, self.run_id, step))
 
     def log(self, message: str) -> None:
         logger.info("run %s: %s", self.run_id, message)
-        with session_scope(self.database_url) as s:
-            store.append_log(s, self.run_id, message)
+        self._write(lambda s: store.append_log(s, self.run_id, message))
 
     def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
         """The step's metrics, and the groups reported for it, in one transaction (which also renews the lease)."""
         pending, self._pending_groups = self._pending_groups, None
-        with session_scope(self.database_url) as s:
+
+        def write(s) -> None:
             if pending is not None and pending[0] == step:
                 store.record_groups(s, self.run_id, step, pending[1])
             store.record_step(s, self.run_id, step, iteration, metrics, worker=self.worker)
 
+        self._write(write)
+
     def groups(self, step: int, groups: list[GroupRecord]) -> None:
         """Held until the step's metrics come (the engine reports groups first), then written with them."""
         if self._pending_groups is not None:  # groups of a step that never reported metrics: write them now
-            with session_scope(self.database_url) as s:
-                store.record_groups(s, self.run_id, *self._pending_groups)
+            orphan = self._pending_groups
+            self._write(lambda s: store.record_groups(s, self.run_id, *orphan))
         self._pending_groups = (step, [g.to_dict() for g in groups])
 
     def should_stop(self) -> bool | str:
         """Why the run should stop now, or False: "lost" (another worker took the run over), "pause"
-        (this worker is shutting down) or "cancel" (a user cancelled it in the store)."""
+        (this worker is shutting down) or "cancel" (a user cancelled it in the store). A failed
+        background write is raised here."""
+        if self._writer is not None:
+            self._writer.raise_error()
         if self.stop_reason is not None:
             return self.stop_reason
         if self.lease_lost.is_set():
@@ -91,6 +117,43 @@ class DBRecorder(Recorder):
                 if store.is_cancel_requested(s, self.run_id):
                     self.stop_reason = "cancel"
         return self.stop_reason or False
+
+
+class _Writer:
+    """A thread that runs queued writes in order, each in its own transaction. After a write fails, the
+    rest are dropped and the error is raised by the next ``put``, ``raise_error`` or ``close``."""
+
+    def __init__(self, database_url: str | None):
+        self.database_url = database_url
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue(QUEUED_WRITES)
+        self._thread = threading.Thread(target=self._run, name="recorder-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (write := self._queue.get()) is not None:
+            if self.error is None:
+                try:
+                    with session_scope(self.database_url) as s:
+                        write(s)
+                except BaseException as exc:  # surfaced in the training loop
+                    self.error = exc
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def put(self, write: Callable) -> None:
+        self.raise_error()
+        if not self._thread.is_alive():
+            raise RuntimeError("the recorder was closed")
+        self._queue.put(write)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self.raise_error()
 
 
 class LeaseKeeper:

@@ -112,7 +112,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
             store.append_log(s, run_id, f"attempt {attempt}: worker {worker} takes the run over")
 
     with LeaseKeeper(run_id, worker, settings.lease_seconds / 4) as lease:
-        recorder = recorder or DBRecorder(run_id)
+        recorder = recorder or DBRecorder(run_id, background=True)
         recorder.worker, recorder.lease_lost = worker, lease.lost
         try:
             from grpo_engine.trainer import train  # torch is imported here, in the worker only
@@ -125,8 +125,11 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
                 if result["status"] == "failed":
                     return _finish(run_id, "failed", result["error"], log=result["log"], worker=worker)
             else:
-                result = train(spec, recorder, settings.cache_dir,
-                               checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
+                try:
+                    result = train(spec, recorder, settings.cache_dir,
+                                   checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
+                finally:
+                    recorder.close()  # everything recorded is in the store before the run's status changes
         except store.LeaseLost:
             recorder.stop_reason = "lost"
             result = {"status": "stopped"}
