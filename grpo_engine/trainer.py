@@ -13,7 +13,12 @@
 With ``reward: model`` the reward model is first trained, before step 1, on outputs of the initial
 policy labelled by the verifier (ORM) or the step checker (PRM).
 
-Shapes: B questions, G outputs each, N = B*G sequences, P prompt tokens, T completion tokens.
+Run in several processes (``devices`` > 1, launched by the worker through Accelerate), every process
+runs this loop on its share of the B questions (whole groups, see parallel.py): gradients are averaged,
+metrics and groups gathered, and only the main process records and checkpoints.
+
+Shapes: B questions (in one process: its B / devices), G outputs each, N = B*G sequences, P prompt
+tokens, T completion tokens.
 """
 from __future__ import annotations
 

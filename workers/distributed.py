@@ -56,12 +56,18 @@ class MainProcessRecorder(DBRecorder):
         self.stop_file, self.parent_pid = stop_file, parent_pid
 
     def should_stop(self) -> bool | str:
+        """As DBRecorder's, except that a lost lease found by a background write is a stop reason (all the
+        processes then stop at this step boundary together) rather than an exception in this one."""
         if self.stop_reason is None:
             if self.stop_file.exists():
                 self.stop_reason = self.stop_file.read_text().strip() or "pause"
             elif not _alive(self.parent_pid):
                 self.stop_reason = "lost"
-        return super().should_stop()
+        try:
+            return super().should_stop()
+        except store.LeaseLost:
+            self.stop_reason = "lost"
+            return self.stop_reason
 
 
 def _alive(pid: int) -> bool:
@@ -147,7 +153,7 @@ def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder)
 
 def _outcome(control: Path, returncode: int) -> dict:
     result = control / "result.json"
-    if returncode == 0 and result.exists():
+    if result.exists():  # the main process finished (the others may have been stopped after it)
         return json.loads(result.read_text())
     errors = sorted(control.glob("error-*.json"))
     log = (control / "launch.log").read_text(errors="replace")
@@ -187,13 +193,15 @@ def main(argv: list[str] | None = None) -> int:
                 recorder.close()
         outcome = {"status": result["status"], "step": result["step"],
                    "stop_reason": getattr(recorder, "stop_reason", None)}
-    except store.LeaseLost:
-        outcome = {"status": "stopped", "step": None, "stop_reason": "lost"}
+    except store.LeaseLost:  # the main process left the loop alone: no process waits for the others
+        (args.control_dir / "result.json").write_text(json.dumps({"status": "stopped", "step": None,
+                                                                  "stop_reason": "lost"}))
+        return 3  # non-zero: the launcher stops the other processes at once
     except Exception as exc:
         (args.control_dir / f"error-{rank}.json").write_text(
             json.dumps({"error": _one_line(exc), "traceback": traceback.format_exc()}))
         traceback.print_exc()
-        return 1
+        return 1  # the launcher stops the other processes
     if rank == 0:
         (args.control_dir / "result.json").write_text(json.dumps(outcome))
     _leave_process_group()
