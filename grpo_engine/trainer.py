@@ -45,6 +45,7 @@ from .rewards import check_step, outcome_reward
 from .sampling import generate
 
 EVAL_BATCH = 256
+ENTROPY_CHUNK = 8  # completion positions whose entropy is computed at once
 
 
 def resolve_precision(precision: str, device_type: str, bf16_supported: bool) -> str:
@@ -131,10 +132,10 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask) -> tuple[t
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
                    logits_to_keep=T + 1).logits  # (N, T+1, V)
     logits = logits[:, :-1].float()  # (N, T, V): the logits that predict o_t
-    logp_all = F.log_softmax(logits, dim=-1)
+    logp_all = F.log_softmax(logits, dim=-1)  # (N, T, V)
     logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
-    p = logp_all.detach()  # entropy is reported, not trained on: no graph for it
-    entropy = -(p.exp() * p).sum(-1)  # (N, T)
+    with torch.no_grad():  # entropy is reported, not trained on; a few positions at a time bound the memory
+        entropy = torch.cat([-(chunk.exp() * chunk).sum(-1) for chunk in logp_all.split(ENTROPY_CHUNK, dim=1)], dim=1)
     return logp, entropy
 
 
