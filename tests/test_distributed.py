@@ -97,6 +97,7 @@ def test_a_failing_process_fails_the_run_with_its_error(store_url):
     with session_scope(store_url) as s:
         run = store.get_run(s, run_id)
     assert run["error"].startswith("ValueError: batch_size 4000 is larger than the dataset's")
+    assert not [t for t in threading.enumerate() if t.name == "recorder-writer"]  # the worker's writer was closed
 
 
 def test_the_main_process_stops_when_told_or_when_its_worker_is_gone(store_url, tmp_path):

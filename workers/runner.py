@@ -115,21 +115,21 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
         recorder = recorder or DBRecorder(run_id, background=True)
         recorder.worker, recorder.lease_lost = worker, lease.lost
         try:
-            from grpo_engine.trainer import train  # torch is imported here, in the worker only
+            try:
+                from grpo_engine.trainer import train  # torch is imported here, in the worker only
 
-            spec = validate_spec(run["config"])
-            check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
-            if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
-                result = run_processes(run_id, spec, worker, recorder)
-                recorder.stop_reason = result.get("stop_reason")
-                if result["status"] == "failed":
-                    return _finish(run_id, "failed", result["error"], log=result["log"], worker=worker)
-            else:
-                try:
+                spec = validate_spec(run["config"])
+                check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
+                if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
+                    result = run_processes(run_id, spec, worker, recorder)
+                    recorder.stop_reason = result.get("stop_reason")
+                else:
                     result = train(spec, recorder, settings.cache_dir,
                                    checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
-                finally:
-                    recorder.close()  # everything recorded is in the store before the run's status changes
+            finally:
+                recorder.close()  # everything recorded is in the store before the run's status changes
+            if result["status"] == "failed":  # a data-parallel run's processes failed
+                return _finish(run_id, "failed", result["error"], log=result["log"], worker=worker)
         except store.LeaseLost:
             recorder.stop_reason = "lost"
             result = {"status": "stopped"}
