@@ -47,6 +47,10 @@ class Recorder:
         """Training continues after ``step`` (0: from the start): whatever was reported for later steps
         by an earlier, interrupted attempt is void and is reported again."""
 
+    def flush(self) -> None:
+        """Make everything reported so far durable. Called before a checkpoint is saved, so that a run
+        resumed from it never misses what was reported up to its step."""
+
     def checkpoint(self, step: int, path: str) -> None:
         """A checkpoint of the state after ``step`` was saved at ``path``."""
 

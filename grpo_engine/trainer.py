@@ -379,6 +379,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         states = procs.gather([checkpoint.process_random_state()]) if procs.n > 1 else None
         saved_step = step
         if procs.main:
+            recorder.flush()  # what was reported up to this step is recorded before the checkpoint exists
             path = checkpoint.save(
                 checkpoint_dir, step=step, iteration=iteration, policy=accelerator.unwrap_model(policy),
                 optimizer=optimizer, reference=reference if iteration > 1 else None, lora=spec.lora_rank > 0,

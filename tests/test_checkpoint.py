@@ -127,3 +127,31 @@ def test_final_policy_is_a_loadable_model_and_lora_also_an_adapter(grpo_cache_di
         with adapted.disable_adapter():  # the run trained: the adapter changes the starting model
             start_logits = adapted(input_ids=ids).logits
         assert not torch.allclose(start_logits, adapted(input_ids=ids).logits, atol=1e-4)
+
+
+def test_everything_reported_is_flushed_before_each_checkpoint(grpo_cache_dir, tmp_path):
+    """A recorder that writes in the background is flushed before a checkpoint is saved, so a run resumed
+    from that checkpoint never misses a step reported before it."""
+
+    class Events(MemoryRecorder):
+        def __init__(self):
+            super().__init__()
+            self.events = []
+
+        def step(self, step, iteration, metrics):
+            super().step(step, iteration, metrics)
+            self.events.append(("step", step))
+
+        def flush(self):
+            self.events.append(("flush", None))
+
+        def checkpoint(self, step, path):
+            assert checkpoint.latest(tmp_path / "run")[0] == step
+            self.events.append(("checkpoint", step))
+
+    recorder = Events()
+    train(validate_spec({**BASE, "eval_every": 0}), recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
+    assert [e for e in recorder.events if e[0] == "checkpoint"] == [("checkpoint", 2), ("checkpoint", 4)]
+    for k, event in enumerate(recorder.events):
+        if event[0] == "checkpoint":  # right before it: step k's report, then the flush
+            assert recorder.events[k - 2:k] == [("step", event[1]), ("flush", None)]

@@ -90,6 +90,10 @@ def test_background_recorder_writes_in_order_and_surfaces_a_lost_lease(sqlite_ur
         recorder.groups(step, [GroupRecord(prompt="2+2=", reference="4", samples=[sample] * 4)])
         recorder.step(step, 1, {"reward_mean": step / 100})
         recorder.log(f"line {step}")
+        if step == 10:
+            recorder.flush()  # the engine does this before a checkpoint: all ten steps are in the store now
+            with session_scope(sqlite_url) as s:
+                assert [m["step"] for m in store.get_metrics(s, run_id)] == list(range(1, 11))
     recorder.close()
     with session_scope(sqlite_url) as s:
         assert [m["step"] for m in store.get_metrics(s, run_id)] == list(range(1, 31))

@@ -7,8 +7,9 @@ otherwise). No torch here.
 The worker's recorders write in the background (``background=True``): the events go, in order, to a
 writer thread, so the training loop does not wait for the store (a step's groups are thousands of
 values). A failed write (a lost lease, a store error) is raised in the training loop at its next
-event; ``close()`` waits for every queued write. A crash loses at most the events still queued: the
-steps after the last checkpoint, which a resumed run records again anyway.
+event; ``flush()`` (which the engine calls before it saves a checkpoint) and ``close()`` wait for every
+queued write. So a crash loses at most the events still queued, all of them after the last checkpoint,
+and a resumed run records those steps again.
 """
 from __future__ import annotations
 
@@ -59,8 +60,13 @@ class DBRecorder(Recorder):
         with session_scope(self.database_url) as s:
             write(s)
 
+    def flush(self) -> None:
+        """Wait until every event so far is in the store; raise what a background write raised."""
+        if self._writer is not None:
+            self._writer.flush()
+
     def close(self) -> None:
-        """Wait until every event is in the store; raise what a background write raised."""
+        """Wait until every event is in the store and stop the writer; raise what a background write raised."""
         if self._writer is not None:
             self._writer.close()
 
@@ -138,6 +144,7 @@ class _Writer:
                         write(s)
                 except BaseException as exc:  # surfaced in the training loop
                     self.error = exc
+            self._queue.task_done()
 
     def raise_error(self) -> None:
         if self.error is not None:
@@ -148,6 +155,10 @@ class _Writer:
         if not self._thread.is_alive():
             raise RuntimeError("the recorder was closed")
         self._queue.put(write)
+
+    def flush(self) -> None:
+        self._queue.join()
+        self.raise_error()
 
     def close(self) -> None:
         if self._thread.is_alive():
