@@ -128,3 +128,20 @@ def test_devices_must_divide_the_batch_and_gpus_must_exist():
     else:
         with pytest.raises(ValueError, match="devices: the run asks for 64 GPUs"):
             on_cpu(validate_spec({"devices": 64, "batch_size": 64, "device": "gpu"}))
+
+
+@pytest.mark.slow
+def test_two_processes_with_lora_a_learned_reward_model_and_two_iterations(store_url, tmp_path):
+    """The paths that rebuild or share state across processes: LoRA folded into a new reference and a fresh
+    adapter prepared again at iteration 2, and the learned ORM trained on the main process then sent to
+    the other (its first training and its refresh)."""
+    spec = {**SPEC, "steps_per_iteration": 3, "iterations": 2, "lora_rank": 4, "reward": "model",
+            "rm_samples": 16, "eval_every": 0, "micro_batch_size": 4, "policy_updates_per_batch": 2}
+    run_id = _create(store_url, spec)
+    assert execute_run(run_id) == "completed"
+    with session_scope(store_url) as s:
+        metrics = store.get_metrics(s, run_id)
+    assert [m["step"] for m in metrics] == list(range(7))  # step 0: the RM's first training
+    assert "rm/accuracy_after" in metrics[0] and "rm/accuracy_before" in metrics[3]  # the refresh after iteration 1
+    assert all(m["clip_frac"] >= 0 and m["kl"] >= 0 for m in metrics[1:])
+    assert (tmp_path / "checkpoints" / f"run-{run_id}" / "final" / "adapter").is_dir()
