@@ -123,6 +123,9 @@ def builtin_model_dir(cache_dir: Path, log=print) -> Path:
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         create_builtin_model(tmp, log=log)
+        if not (tmp / "model.safetensors").exists():  # transformers saves on rank 0 only in a distributed launch
+            raise RuntimeError("the built-in model was not written; create it from the main process only")
+        shutil.rmtree(target, ignore_errors=True)  # an incomplete directory left by an older version
         tmp.rename(target)
     return target
 

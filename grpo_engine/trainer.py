@@ -311,6 +311,11 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     recorder.log(f"loading model {spec.model!r} on {dev} "
                  f"({'bf16 mixed precision' if accelerator.mixed_precision == 'bf16' else 'fp32'})"
                  + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
+    if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
+        if procs.main:
+            for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else [])}:
+                resolve_model_path(name, Path(cache_dir), log=recorder.log)
+        procs.barrier()
     policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
     tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
     delimiter = decode_delimiter(spec.step_delimiter)
