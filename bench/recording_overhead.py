@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from grpo_engine.recorder import Recorder
@@ -98,6 +99,14 @@ class StepTimer(Recorder):
     def should_stop(self) -> bool:
         return self._forward("should_stop")
 
+    def finish(self) -> None:
+        """After training: close ``inner`` (a background DBRecorder waits for its queued writes there) and
+        count that time in the last step."""
+        if hasattr(self.inner, "close"):
+            flushed = time.perf_counter()
+            self.inner.close()
+            self.step_seconds[-1] += time.perf_counter() - flushed
+
     def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
         self._forward("step", step, iteration, metrics)
         now = time.perf_counter()
@@ -107,28 +116,42 @@ class StepTimer(Recorder):
         self._last = now
 
 
+@contextmanager
+def store_recorder(spec, name: str):
+    """The worker's recorder on a fresh store: a DBRecorder writing in the background to a migrated SQLite
+    file in a temporary directory, where run ``name`` was created with ``spec``. Yields (recorder, store
+    URL, run id); the store is removed afterwards."""
+    from app import store
+    from app.db import make_engine, session_scope, upgrade_database
+    from workers.recorder import DBRecorder
+
+    data_dir = Path(tempfile.mkdtemp(prefix="grpo-bench-store-"))
+    url = f"sqlite:///{data_dir / 'grpo.sqlite'}"
+    try:
+        upgrade_database(url)
+        with session_scope(url) as s:
+            run_id = store.create_run(s, spec.to_dict(), name)
+        yield DBRecorder(run_id, database_url=url, background=True), url, run_id
+    finally:
+        make_engine(url).dispose()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def recorder_for(spec, record: bool, name: str):
+    """``store_recorder`` when ``record``, else a NoRecorder (as a context yielding the same triple)."""
+    return store_recorder(spec, name) if record else nullcontext((NoRecorder(), None, None))
+
+
 def run_once(spec, record: bool, cache_dir: Path) -> StepTimer:
     """train() once, recording in a fresh SQLite store (``record``) or nowhere."""
     from app import store
-    from app.db import make_engine, session_scope, upgrade_database
+    from app.db import session_scope
     from grpo_engine.trainer import train
-    from workers.recorder import DBRecorder
 
-    data_dir = Path(tempfile.mkdtemp(prefix="grpo-rec-overhead-"))
-    url = f"sqlite:///{data_dir / 'grpo.sqlite'}"
-    try:
-        if record:
-            upgrade_database(url)
-            with session_scope(url) as s:
-                run_id = store.create_run(s, spec.to_dict(), "recording-overhead")
-            timer = StepTimer(DBRecorder(run_id, database_url=url, background=True))  # as the worker records
-        else:
-            timer = StepTimer(NoRecorder())
+    with recorder_for(spec, record, "recording-overhead") as (inner, url, run_id):
+        timer = StepTimer(inner)
         result = train(spec, timer, cache_dir)
-        if record:  # the writes still queued at the end count in the last step
-            flushed = time.perf_counter()
-            timer.inner.close()
-            timer.step_seconds[-1] += time.perf_counter() - flushed
+        timer.finish()
         assert result["status"] == "completed", result
         if record:
             with session_scope(url) as s:
@@ -136,10 +159,6 @@ def run_once(spec, record: bool, cache_dir: Path) -> StepTimer:
                 assert [m["step"] for m in store.get_metrics(s, run_id)] == list(range(1, spec.total_steps + 1))
                 assert len(store.list_groups(s, run_id, spec.total_steps)) == spec.batch_size
         return timer
-    finally:
-        if record:
-            make_engine(url).dispose()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def percent(on: float, off: float) -> float:

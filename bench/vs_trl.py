@@ -64,7 +64,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: recording_overhead's recorders
-from recording_overhead import NoRecorder, StepTimer  # noqa: E402  (torch-free)
+from recording_overhead import StepTimer, recorder_for  # noqa: E402  (torch-free)
 
 RESULT = "VS_TRL_RESULT "  # a trial's stdout line with its JSON result (TRL prints its logs there too)
 CPU_CONFIGS = ("builtin", "llama25m")
@@ -160,32 +160,12 @@ def engine_trial(t: dict) -> dict:
             self.metrics.append({k: metrics[k] for k in ("completion_len", *PHASES)})
             super().step(step, iteration, metrics)
 
-    data_dir = url = None
-    if t["record"]:
-        from app import store
-        from app.db import make_engine, session_scope, upgrade_database
-        from workers.recorder import DBRecorder
-
-        data_dir = Path(tempfile.mkdtemp(prefix="grpo-vs-trl-store-"))
-        url = f"sqlite:///{data_dir / 'grpo.sqlite'}"
-        upgrade_database(url)
-        with session_scope(url) as s:
-            run_id = store.create_run(s, spec.to_dict(), "vs-trl")
-        timer = Timer(DBRecorder(run_id, database_url=url, background=True))  # as the worker records
-    else:
-        timer = Timer(NoRecorder())
-    try:
+    with recorder_for(spec, t["record"], "vs-trl") as (inner, _, _):  # the store, as the worker records
+        timer = Timer(inner)
         result = train(spec, timer, Path(t["cache_dir"]), device=None if cuda else "cpu")
-        if t["record"]:  # the writes still queued at the end count in the last step
-            flushed = time.perf_counter()
-            timer.inner.close()
-            timer.step_seconds[-1] += time.perf_counter() - flushed
+        timer.finish()  # the writes still queued at the end count in the last step
         peak = memory.peak()
         assert result["status"] == "completed", result
-    finally:
-        if data_dir is not None:
-            make_engine(url).dispose()
-            shutil.rmtree(data_dir, ignore_errors=True)
     n = spec.batch_size * spec.group_size
     return {
         "step_seconds": timer.step_seconds,
