@@ -746,10 +746,13 @@ def build_ui() -> gr.Blocks:
 
 
 def _field_input(field):
-    """The form input of one run-spec field: radio for choices, text for strings, else a number."""
+    """The form input of one run-spec field: radio for choices, a checkbox for booleans, text for strings, else a
+    number."""
     if field.choices:
         return gr.Radio(list(field.choices), value=field.default, label=field.name, info=field.help,
                         elem_id=f"spec-{field.name}")
+    if field.type is bool:
+        return gr.Checkbox(value=field.default, label=field.name, info=field.help, elem_id=f"spec-{field.name}")
     if field.type is str:
         return gr.Textbox(value=field.default, label=field.name, info=field.help, elem_id=f"spec-{field.name}")
     # no min/max/precision on the component: validate_spec is the one judge and names the key
