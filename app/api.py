@@ -5,7 +5,7 @@ apply to the browser form and to ``gradio_client``. Bad input raises :class:`Api
 with a message meant for the caller (a bad run spec names the key).
 
 A launch writes the run row first (status ``queued``) and then sends the job to the
-broker by task name, so this process never imports the engine or torch.
+broker by task name, so this process never imports torch (the engine's modules it uses are torch-free).
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from app.paths import check_spec_paths, is_local_path, resolve_inside, spec_fiel
 from app.settings import get_settings
 from grpo_engine.config import BUILTIN_DATASET, SpecError, validate_spec
 from grpo_engine.data import builtin_examples, read_dataset_file
+from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 from workers.celery_app import RUN_TASK, celery_app, queue_for
 
 
@@ -69,7 +70,8 @@ def launch_run(spec: dict | str | None) -> dict:
     """Validate a run spec, store the run (queued) and send it to the workers.
 
     ``spec`` is a JSON object, or its text. Returns ``{run_id, status}``. A refused spec (a bad value, a
-    local path outside GRPO_PATH_ROOTS or unusable, a bad dataset file) stores nothing.
+    local path outside GRPO_PATH_ROOTS or unusable, a bad dataset file, a local model too big for every
+    GPU of the live workers: :func:`check_fits_a_gpu`) stores nothing.
     """
     # 1. parse and validate (missing keys take defaults; a bad key is named)
     if isinstance(spec, str):
@@ -81,6 +83,7 @@ def launch_run(spec: dict | str | None) -> dict:
     try:
         config = validate_spec(spec).to_dict()
         check_spec_paths(config, settings.path_roots)  # local paths: inside the roots, usable
+        check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
     except SpecError as e:
         raise ApiError(str(e)) from None
     config["name"] = config["name"] or _default_name(config["model"])
@@ -100,6 +103,68 @@ def launch_run(spec: dict | str | None) -> dict:
             store.finish_run(s, run_id, "failed", error=error)
         raise ApiError(f"run {run_id} failed: {error}") from e
     return {"run_id": run_id, "status": "queued"}
+
+
+def _local_counts(value: str) -> tuple[int, list[tuple[int, int]]] | None:
+    """count_parameters of a local model directory; None for the built-in model, a Hugging Face id, a
+    directory without safetensors or one whose headers do not read (the worker reports that when it loads it)."""
+    if not is_local_path(value):
+        return None
+    try:
+        return count_parameters(Path(value).expanduser().resolve())
+    except (OSError, ValueError):
+        return None
+
+
+def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
+    """The memory of a validated run spec's weights (grpo_engine.memory), when its ``model`` is a local
+    directory with safetensors; else None. The reward model (reward: model) is the policy's weights when
+    ``reward_model`` is empty, or a local directory; a Hugging Face id there is left out (the estimate is
+    then a lower bound)."""
+    counts = _local_counts(config["model"])
+    if counts is None:
+        return None
+    params, linear = counts
+    rank = config["lora_rank"]
+    adapter = lora_trainable_params(linear, rank) if rank else 0
+    rm_params = 0
+    if config["reward"] == "model":
+        rm_counts = _local_counts(config["reward_model"]) if config["reward_model"] else counts
+        rm_params = rm_counts[0] if rm_counts else 0
+    return estimate_memory(params + adapter, adapter if rank else params, lora=rank > 0, bf16=bf16,
+                           rm_params=rm_params)
+
+
+def check_fits_a_gpu(config: dict) -> None:
+    """Refuse a run whose weights, gradients, optimizer state, reference and reward model (activations
+    aside) need more memory than any GPU of the live workers that would take it has: SpecError naming
+    ``model``, with the keys that make the run smaller.
+
+    Live workers: those that reported within 2 x GRPO_LEASE_SECONDS and consume the run's queue. A
+    ``device: gpu`` run is refused when none of their GPUs is big enough; a ``device: auto`` run only when
+    every one of them has a GPU and none is big enough (a CPU worker may take it); a ``device: cpu`` run,
+    or any run when no GPU worker is known, is accepted. bf16 unless ``precision`` is 'fp32' ('auto' is
+    bf16 on a GPU). Only local model directories are measured, from their safetensors headers: the
+    built-in model is tiny, and a Hugging Face id is not fetched here (it may be large, or the dashboard
+    offline); the worker checks those when it loads them.
+    """
+    if config["device"] == "cpu":
+        return
+    settings = get_settings()
+    queue = queue_for(config["device"], settings.queue)
+    with session_scope() as s:
+        workers = [w for w in store.live_workers(s, 2 * settings.lease_seconds) if queue in w["queues"]]
+    gpu_workers = [w for w in workers if w["gpus"]]
+    if not gpu_workers or (config["device"] == "auto" and len(gpu_workers) < len(workers)):
+        return
+    bf16 = config["precision"] != "fp32"
+    need = estimate_run_memory(config, bf16)
+    if need is None:
+        return
+    worker, gpu = max(((w["name"], g) for w in gpu_workers for g in w["gpus"]), key=lambda wg: wg[1]["memory"])
+    if need.total > gpu["memory"]:
+        where = f"the largest GPU of the live workers ({gpu['name']} on {worker})"
+        raise SpecError("model", too_big_message(need, gpu["memory"], where, lora=config["lora_rank"] > 0, bf16=bf16))
 
 
 def list_runs() -> list[dict]:

@@ -128,18 +128,30 @@ def _requeue_orphaned_runs() -> None:
         print(f"grpo-dashboard worker: resuming runs left running: {requeued}", flush=True)
 
 
-def _watch_leases(period: float) -> None:
-    """Every ``period`` seconds, requeue runs whose worker stopped renewing its lease (it died)."""
+def _watch_leases(period: float, queues: list[str]) -> None:
+    """Report this worker (its queues and GPUs) to the store now, then every ``period`` seconds report it
+    again and requeue runs whose worker stopped renewing its lease (it died). Runs in its own thread:
+    listing the GPUs imports torch, which the worker's start need not wait for."""
     import logging
 
-    from workers.runner import requeue_stale_runs
+    from workers.runner import local_gpus, report_worker, requeue_stale_runs
 
+    logger = logging.getLogger("grpo.worker")
+    try:
+        gpus = local_gpus()
+    except Exception:  # a broken CUDA install: this worker counts as one without a GPU
+        logger.warning("could not list the GPUs", exc_info=True)
+        gpus = []
     while True:
+        try:
+            report_worker(queues, gpus)
+        except Exception:
+            logger.warning("could not report this worker to the store", exc_info=True)
         time.sleep(period)
         try:
             requeue_stale_runs()
         except Exception:  # the store or broker hiccuped: try again next period
-            logging.getLogger("grpo.worker").warning("could not check for stale runs", exc_info=True)
+            logger.warning("could not check for stale runs", exc_info=True)
 
 
 def _device_class() -> str:
@@ -168,7 +180,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         _requeue_orphaned_runs()
         threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
     worker_shutting_down.connect(_interrupt_running_job, weak=False)
-    threading.Thread(target=_watch_leases, args=(settings.lease_seconds / 4,), name="lease-watch", daemon=True).start()
+    threading.Thread(target=_watch_leases, args=(settings.lease_seconds / 4, queues.split(",")), name="lease-watch",
+                     daemon=True).start()
     celery_app.worker_main([
         "worker",
         "--pool=solo",  # the job runs in the worker's main process: one training job at a time, no fork of torch

@@ -8,6 +8,7 @@ runs 1-n groups      the G outputs sampled for one question at one step, with re
 groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards
 runs 1-n run_logs    human-readable lines from the worker / engine
 Deleting a run deletes everything under it (ON DELETE CASCADE).
+workers              each worker process's queues and GPUs, and when it last reported (migration 0003)
 """
 from __future__ import annotations
 
@@ -139,3 +140,14 @@ class RunLog(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     message: Mapped[str] = mapped_column(Text)
+
+
+class Worker(Base):
+    """A worker process: the queues it consumes, its GPUs, and when it last reported (migration 0003)."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)  # hostname:pid, as run leases name it
+    queues: Mapped[str] = mapped_column(Text)  # comma-separated Celery queue names
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # [{"name": str, "memory": bytes}]; [] without a GPU
+    seen_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -17,6 +17,10 @@ Leases: the worker training a run holds its lease (runs.worker) and renews it (`
 ``record_step``); a lease older than GRPO_LEASE_SECONDS is stale and another worker may take the
 run over. Writes of a worker that lost its lease are refused (``LeaseLost``), so a step is never
 recorded by two workers.
+
+Workers: each worker process reports its queues and GPUs (``report_worker``) when it starts and at each
+of its stale-lease checks; ``live_workers`` are those seen recently, whose GPUs launch checks a run's
+memory against.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from app.models import Group, Metric, Run, RunLog, Sample
+from app.models import Group, Metric, Run, RunLog, Sample, Worker
 
 RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
 FINISHED_STATUSES = ("completed", "failed", "cancelled")
@@ -407,3 +411,29 @@ def get_logs(s: Session, run_id: int, limit: int = 200) -> list[str]:
     """The last ``limit`` log lines of a run, oldest first."""
     rows = s.scalars(select(RunLog.message).where(RunLog.run_id == run_id).order_by(RunLog.id.desc()).limit(limit))
     return list(rows)[::-1]
+
+
+# ---- workers --------------------------------------------------------------------------------
+
+
+def report_worker(s: Session, name: str, queues: list[str], gpus: list[dict[str, Any]]) -> None:
+    """Worker ``name`` (hostname:pid) is alive, consumes ``queues`` and has ``gpus`` ([{"name", "memory"}],
+    memory in bytes; [] without a GPU): insert its row, or update it with seen_at now (one upsert)."""
+    gpus = [{"name": str(gpu["name"]), "memory": int(gpu["memory"])} for gpu in gpus]
+    upsert = {"sqlite": sqlite_insert, "postgresql": postgresql_insert}[s.get_bind().dialect.name]
+    statement = upsert(Worker).values(name=name, queues=",".join(queues), gpus=gpus, seen_at=_now())
+    statement = statement.on_conflict_do_update(
+        index_elements=[Worker.name],
+        set_={"queues": statement.excluded.queues, "gpus": statement.excluded.gpus,
+              "seen_at": statement.excluded.seen_at},
+    )
+    s.execute(statement)
+
+
+def live_workers(s: Session, within_seconds: float) -> list[dict[str, Any]]:
+    """The workers that reported in the last ``within_seconds``, by name: ``{name, queues (list), gpus,
+    seen_at}``."""
+    since = _now() - timedelta(seconds=within_seconds)
+    rows = s.scalars(select(Worker).where(Worker.seen_at >= since).order_by(Worker.name))
+    return [{"name": w.name, "queues": [q for q in w.queues.split(",") if q], "gpus": w.gpus,
+             "seen_at": _iso(w.seen_at)} for w in rows]

@@ -26,7 +26,7 @@ from grpo_engine.config import validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = {"runs", "metrics", "groups", "samples", "run_logs"}
+TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers"}
 
 
 def new_run(url: str, **spec) -> int:
@@ -331,7 +331,7 @@ def test_alembic_command_line_reads_the_settings(tmp_path):
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
     subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
     current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0002 (head)" in current.stdout
+    assert "0003 (head)" in current.stdout
     engine = make_engine(env["GRPO_DATABASE_URL"])
     assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
     engine.dispose()

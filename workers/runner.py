@@ -81,6 +81,24 @@ def requeue_stale_runs(lease_seconds: float | None = None) -> list[int]:
     return [run["run_id"] for run in requeued]
 
 
+def local_gpus() -> list[dict]:
+    """This process's CUDA GPUs as torch sees them (after CUDA_VISIBLE_DEVICES): ``[{"name", "memory"}]``,
+    memory in bytes; [] without one. Imports torch: worker only."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    properties = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    return [{"name": p.name, "memory": int(p.total_memory)} for p in properties]
+
+
+def report_worker(queues: list[str], gpus: list[dict], worker: str = WORKER_NAME) -> None:
+    """Tell the store this worker is alive, which queues it consumes and which GPUs it has (the dashboard
+    checks at launch that a run's weights fit one of them)."""
+    with session_scope() as s:
+        store.report_worker(s, worker, queues, gpus)
+
+
 def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = WORKER_NAME) -> str:
     """Run the stored run ``run_id`` until it ends or pauses, and return what happened:
     completed / failed / cancelled (final), paused (back in the queue), held (another worker has it),
