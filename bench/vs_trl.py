@@ -8,7 +8,9 @@ Configurations (--configs, comma-separated; --gpu adds qwen05b):
   qwen05b   a ~494M-parameter Qwen2 (Qwen2.5-0.5B's shape: hidden 896, 24 layers, 14 heads, 2 KV heads,
             MLP 4864, vocabulary 151936, tied embeddings) with random weights and the built-in tokenizer
             (whose 1201 ids are the first rows of that vocabulary), bf16 autocast on the GPU (weights
-            and optimizer state fp32 on both sides: the engine's precision "bf16", TRL's bf16=True)
+            and optimizer state fp32 on both sides: the engine's precision "bf16", TRL's bf16=True);
+            bench/gpu_check.py runs it with ChatML's tokens and chat template added (<|im_end|> its EOS), both
+            sides then training on the chat-formatted prompt
 
 Both sides train on the built-in arithmetic questions (the same training split, the same prompt text
 ``question\\n``: the built-in tokenizer has no chat template and no BOS) with the engine's verifier as the
@@ -76,6 +78,10 @@ ARCH = {
     "qwen05b": ("Qwen2Config", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                                     num_attention_heads=14, num_key_value_heads=2, vocab_size=151936)),
 }
+CHATML = dict(  # Qwen2 instruct models' chat format (as tests/tiny_models.py's qwen2)
+    special=("<|im_start|>", "<|im_end|>"), eos="<|im_end|>",
+    template=("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"))
 PHASES = ("time/sampling", "time/scoring", "time/update")  # the engine's step phases, from its metrics
 CONSISTENT = 1.2  # repeats of one variant whose rates differ by more than this factor: a busy machine
 MB = 1e6
@@ -122,10 +128,11 @@ def engine_trial(t: dict) -> dict:
     from transformers import AutoTokenizer
 
     from grpo_engine.config import validate_spec
-    from grpo_engine.data import format_prompt, load_dataset
+    from grpo_engine.data import load_dataset
     from grpo_engine.trainer import train
 
     cuda = t["device"] == "cuda"
+    chat = t.get("chat", False)
     spec = validate_spec({
         "model": t["model_dir"], "dataset": "builtin-arith", "batch_size": t["batch_size"],
         "group_size": t["group_size"], "max_new_tokens": t["max_new_tokens"], "kl_coef": t["beta"],
@@ -133,10 +140,12 @@ def engine_trial(t: dict) -> dict:
         "top_p": t["top_p"], "learning_rate": t["learning_rate"], "steps_per_iteration": t["steps"],
         "iterations": 1, "eval_every": 0, "record_every": 1, "checkpoint_every": 0, "seed": t["seed"],
         "device": "gpu" if cuda else "cpu", "precision": "bf16" if cuda else "fp32",
+        "prompt_template": "chat" if chat else "auto",
     })
-    # prompt tokens of each question (for the FLOP estimate; the plain template, no BOS), counted before training
+    # prompt tokens of each question (for the FLOP estimate: the prompt text both sides get), counted before training
     tokenizer = AutoTokenizer.from_pretrained(t["model_dir"])
-    prompt_len = {e["question"]: len(tokenizer(format_prompt(e["question"]), add_special_tokens=False)["input_ids"])
+    prompt_len = {e["question"]: len(tokenizer(prompt_text(tokenizer, e["question"], chat),
+                                               add_special_tokens=False)["input_ids"])
                   for e in load_dataset("builtin-arith")[0]}
     memory = TrainingMemory(cuda)
 
@@ -185,7 +194,7 @@ def trl_trial(t: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_engine.data import format_prompt, load_dataset
+    from grpo_engine.data import load_dataset
     from grpo_engine.rewards import outcome_reward
 
     cuda = t["device"] == "cuda"
@@ -193,7 +202,8 @@ def trl_trial(t: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(t["model_dir"])  # pads on the left, pad token <pad>
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(t["model_dir"], use_safetensors=True)  # fp32, as the engine loads it
-    dataset = Dataset.from_list([{"prompt": format_prompt(e["question"]), "answer": e["answer"]}
+    chat = t.get("chat", False)
+    dataset = Dataset.from_list([{"prompt": prompt_text(tokenizer, e["question"], chat), "answer": e["answer"]}
                                  for e in load_dataset("builtin-arith")[0]])
     completion_tokens: list[int] = []
 
@@ -271,6 +281,18 @@ def trl_trial(t: dict) -> dict:
             "memory_before": memory.before, "memory_peak": peak}
 
 
+def prompt_text(tokenizer, question: str, chat: bool) -> str:
+    """The prompt text both sides train on: the plain template (``question\\n``), or with ``chat`` the tokenizer's
+    chat template with the question as the user's turn and the assistant's turn opened (the engine's
+    prompt_template "chat"; TRL gets the same text as a plain string prompt)."""
+    from grpo_engine.data import format_prompt
+
+    if not chat:
+        return format_prompt(question)
+    return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
 def run_trial(t: dict) -> dict:
     result = trl_trial(t) if t["variant"] == "trl" else engine_trial(t)
     if t["device"] == "cuda":
@@ -282,8 +304,11 @@ def run_trial(t: dict) -> dict:
 
 # ---- the models --------------------------------------------------------------------------------------
 
-def write_random_model(name: str, out_dir: Path, seed: int) -> None:
-    """A causal LM of ARCH[name] with random weights (seeded) and the built-in tokenizer, saved to out_dir."""
+def write_random_model(name: str, out_dir: Path, seed: int, chat: bool = False) -> None:
+    """A causal LM of ARCH[name] with random weights (seeded) and the built-in tokenizer, saved to out_dir.
+
+    ``chat``: the tokenizer also gets ChatML's special tokens and template, with <|im_end|> as its EOS, as
+    Qwen2 instruct models have them (bench/gpu_check.py's model)."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM
@@ -292,6 +317,10 @@ def write_random_model(name: str, out_dir: Path, seed: int) -> None:
 
     config_class, arch = ARCH[name]
     tokenizer = build_tokenizer()
+    if chat:
+        tokenizer.add_special_tokens({"additional_special_tokens": list(CHATML["special"])})
+        tokenizer.eos_token = CHATML["eos"]
+        tokenizer.chat_template = CHATML["template"]
     arch = {"vocab_size": len(tokenizer), **arch}
     config = getattr(transformers, config_class)(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                                  bos_token_id=None, tie_word_embeddings=True, **arch)
@@ -303,8 +332,8 @@ def write_random_model(name: str, out_dir: Path, seed: int) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int) -> tuple[str, int]:
-    """(local model directory, parameter count) of a configuration."""
+def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int, chat: bool = False) -> tuple[str, int]:
+    """(local model directory, parameter count) of a configuration (``chat``: see write_random_model)."""
     from transformers import AutoModelForCausalLM
 
     from grpo_engine.model import builtin_model_dir
@@ -313,7 +342,7 @@ def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int) -> tupl
         model_dir = builtin_model_dir(cache_dir, log=lambda message: print(f"  {message}", flush=True))
     else:
         model_dir = work_dir / name
-        write_random_model(name, model_dir, seed)
+        write_random_model(name, model_dir, seed, chat=chat)
     model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True)
     return str(model_dir), sum(p.numel() for p in model.parameters())  # tied embeddings counted once
 

@@ -7,6 +7,8 @@
 ``db_url``        each test once per backend (ids "sqlite" and "postgres")
 ``grpo_cache_dir`` one model cache for the whole session, with the built-in model built in it
                   (GRPO_TEST_CACHE_DIR if set, so CI and developers can keep it between sessions)
+
+Tests marked ``gpu`` are skipped, with a reason that says they were not run, where torch sees no CUDA GPU.
 """
 from __future__ import annotations
 
@@ -62,3 +64,19 @@ def grpo_cache_dir(tmp_path_factory) -> Path:
     cache = Path(os.environ.get("GRPO_TEST_CACHE_DIR") or tmp_path_factory.getbasetemp() / "grpo-cache")
     builtin_model_dir(cache, log=lambda message: None)  # builds it on first use (a file lock guards it)
     return cache
+
+
+GPU_SKIP_REASON = "not run: needs a CUDA GPU (torch.cuda.is_available() is False)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the ``gpu`` tests where torch sees no CUDA GPU (torch is imported only when there are some)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
