@@ -42,7 +42,7 @@ PANELS = (
     ("clip and entropy", ("clip_frac", "entropy")),
     ("lengths", ("completion_len", "truncated_frac")),
     ("optimizer", ("grad_norm", "learning_rate")),
-    ("timing (s)", ("time/sampling", "time/scoring", "time/update", "time/step")),
+    ("timing (s)", ("time/sampling", "time/scoring", "time/update", "time/step", "time/eval")),
     ("reward model", ("rm/accuracy_before", "rm/accuracy_after", "rm/loss")),
 )
 RM_COLUMNS = ["iteration", "step", "rm/loss", "accuracy before", "accuracy after", "change", "examples", "replayed"]

@@ -151,20 +151,38 @@ def resolve_model_path(model: str, cache_dir: Path, log=print) -> str:
 def load_causal_lm(path: str, what: str = "model"):
     """(causal LM, tokenizer) from a local directory or a Hugging Face id, safetensors weights only.
 
-    A missing local path or an unloadable id raises FileNotFoundError naming ``what`` and the path;
-    a tokenizer without a pad token uses EOS.
+    The weights are loaded in fp32 whatever dtype the checkpoint has. A missing local path or an unloadable
+    id raises FileNotFoundError naming ``what`` and the path; a tokenizer without a pad token uses EOS.
     """
     local = Path(path).expanduser()
     if not local.exists() and (path.startswith((".", "/", "~")) or os.sep in path and path.count("/") > 1):
         raise FileNotFoundError(f"{what} path {path!r} does not exist")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
+        # fp32 whatever the checkpoint's dtype (instruct models ship bf16, which transformers 5 would keep):
+        # AdamW's small updates vanish in bf16 weights; autocast runs the forward passes in bf16 instead
+        lm = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, torch_dtype=torch.float32)
     except OSError as exc:
         raise FileNotFoundError(f"could not load {what} {path!r}: {str(exc).splitlines()[0]}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return lm, tokenizer
+
+
+def disable_dropout(model) -> None:
+    """Turn off every dropout of ``model``: the ``nn.Dropout`` modules (GPT-2, Phi, ...) and the dropout
+    rates that attention modules keep as numbers (``attention_dropout`` in Llama, Qwen2, Mistral, ...).
+
+    GRPO compares log-probs of the same tokens under pi_theta, pi_old and pi_ref; with dropout on in the
+    training forward they differ by noise alone (the ratio is not 1 at the first update, the clip fires for
+    no reason, the KL is not 0 at the start), so peers train RL policies with dropout off.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for name, value in vars(module).items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
 
 
 def load_policy(model: str, cache_dir: Path, device: torch.device, log=print):

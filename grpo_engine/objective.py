@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 ADV_EPS = 1e-4  # eps' in the normalisations: keeps a division by a tiny std finite
-KL_LOG_CLAMP = 20.0  # the exponent of pi_ref/pi_theta is clamped to +-20 so one token cannot give inf
+KL_LINEAR_FROM = 10.0  # k3 beyond this log-ratio continues along its tangent: finite, and still pulling back
 
 
 def outcome_advantages(rewards: torch.Tensor, eps: float = ADV_EPS) -> torch.Tensor:
@@ -54,11 +54,20 @@ def process_advantages(
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """The k3 KL estimator (Eq. 4): pi_ref/pi_theta - log(pi_ref/pi_theta) - 1, per token, >= 0.
 
-    logp, ref_logp: (N, T) log-probs of the sampled tokens under pi_theta and pi_ref.
-    The log-ratio is clamped to +-KL_LOG_CLAMP. Example: pi_ref/pi_theta = 2 -> 2 - ln 2 - 1 = 0.3069.
+    logp, ref_logp: (N, T) log-probs of the sampled tokens under pi_theta and pi_ref. With x = ref_logp - logp,
+    k3(x) = e^x - x - 1. For x > KL_LINEAR_FROM (= c, the policy gives the token e^c times less than the
+    reference) e^x would overflow, so k3 continues along its tangent at c: k3(c) + (e^c - 1)(x - c). It stays
+    finite and convex, and its gradient -(e^c - 1) per token keeps pulling the policy back (a clamp of x would
+    make it a constant with zero gradient exactly when the policy has drifted furthest). For x < 0, e^x -> 0
+    and k3 is already about -x - 1.
+    Examples: pi_ref/pi_theta = 2 -> 2 - ln 2 - 1 = 0.3069; x = 30 -> e^10 - 11 + (e^10 - 1) * 20 = 462,524.8
+    with d k3 / d logp = -(e^10 - 1) = -22,025.5.
     """
-    log_ratio = (ref_logp - logp).clamp(-KL_LOG_CLAMP, KL_LOG_CLAMP)
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    x = ref_logp - logp
+    c = torch.full_like(x, KL_LINEAR_FROM)
+    inside = torch.minimum(x, c)  # e^x is only ever taken up to c
+    beyond = (x - c).clamp(min=0.0)
+    return torch.exp(inside) - inside - 1.0 + (torch.exp(c) - 1.0) * beyond
 
 
 def clipped_surrogate(

@@ -107,16 +107,17 @@ METRICS: dict[str, str] = {
     "truncated_frac": "share of completions cut at max_new_tokens without an EOS",
     "learning_rate": "policy learning rate used at this step",
     "grad_norm": "policy gradient norm before clipping (last of the mu updates)",
-    "time/step": "seconds for the whole step",
+    "time/step": "seconds for the step (sampling, scoring, update, recording; evaluation and an RM refresh apart)",
     "time/sampling": "seconds spent generating the G outputs per question",
     "time/scoring": "seconds spent on rewards, advantages and reference log-probs",
     "time/update": "seconds spent on the mu policy updates",
+    "time/eval": "seconds spent on the held-out evaluation, on the steps that have one",
     "eval/accuracy": "held-out greedy accuracy (exact final answer); at step 0, before training, and every eval_every steps",
 }
 
 # With ``reward: model``, the learned reward model's training, recorded at step 0 (its initial training on
-# the initial policy's labelled outputs; no accuracy_before) and on the last step of every iteration (the
-# refresh of Algorithm 1). Accuracy is over outputs (ORM) or steps (PRM): (score > 0.5) == label, on
+# the initial policy's labelled outputs; no accuracy_before) and on the last step of every iteration but the
+# last (the refresh of Algorithm 1; after the last iteration nothing would use it). Accuracy is over outputs (ORM) or steps (PRM): (score > 0.5) == label, on
 # fresh samples of the current policy on held-out questions, measured before and after the refresh.
 RM_METRICS: dict[str, str] = {
     "rm/loss": "reward model: mean binary cross-entropy of its last training epoch",

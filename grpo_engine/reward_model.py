@@ -30,8 +30,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .data import STEP_DELIMITER, format_prompt
+from .data import STEP_DELIMITER
 from .model import load_causal_lm
+from .tokenization import prompt_formatter
 
 FIT_EPOCHS = 2  # passes over the data at each (re)training
 FIT_BATCH = 32  # examples per RM update
@@ -50,18 +51,21 @@ class RMExample:
 class RewardModel(torch.nn.Module):
     """A causal LM's backbone (trained) + linear head + the frozen LM's likelihood prior.
 
-    ``kind`` is "orm" (read at EOS) or "prm" (read at each step's end). ``autocast`` is a factory of the
-    context its forward passes run in (the trainer sets Accelerate's, for mixed precision).
+    ``kind`` is "orm" (read at EOS) or "prm" (read at each step's end). ``prompt_template`` makes a question
+    the prompt the RM reads, as tokenization.prompt_formatter does for the policy (BOS first, chat template).
+    ``autocast`` is a factory of the context its forward passes run in (the trainer sets Accelerate's, for
+    mixed precision).
     """
 
     autocast = staticmethod(contextlib.nullcontext)
     delimiter = STEP_DELIMITER  # joins a PRM example's steps (the trainer sets the run's step_delimiter)
 
-    def __init__(self, lm, tokenizer, kind: str):
+    def __init__(self, lm, tokenizer, kind: str, prompt_template: str = "plain"):
         super().__init__()
         if kind not in ("orm", "prm"):
             raise ValueError(f"kind must be 'orm' or 'prm', got {kind!r}")
         self.tokenizer, self.kind = tokenizer, kind
+        self.prompt = prompt_formatter(tokenizer, prompt_template)
         self.backbone = copy.deepcopy(lm.base_model)  # the transformer without its LM head, trained
         self.prior = lm.eval().requires_grad_(False)  # the starting LM, frozen
         self.head = torch.nn.Linear(lm.config.hidden_size, 1)
@@ -86,7 +90,7 @@ class RewardModel(torch.nn.Module):
         step's end is a token boundary whatever the tokenizer.
         """
         tok = self.tokenizer
-        ids = tok.encode(format_prompt(question), add_special_tokens=False)
+        ids = tok.encode(self.prompt(question), add_special_tokens=False)
         output_start, starts, ends = len(ids), [], []
         for j, step in enumerate(steps):
             starts.append(len(ids))
@@ -135,11 +139,15 @@ class RewardModel(torch.nn.Module):
         return out
 
 
-def load_reward_model(path: str, kind: str, device: torch.device) -> RewardModel:
+def load_reward_model(path: str, kind: str, device: torch.device, prompt_template: str = "plain",
+                      prior_dtype: torch.dtype = torch.float32) -> RewardModel:
     """A reward model that starts from the causal LM at ``path`` (a local directory or a Hugging Face id;
-    safetensors only): its backbone and frozen prior are that LM's weights, its head is fresh."""
+    safetensors only): its backbone and frozen prior are that LM's weights, its head is fresh. The frozen
+    prior is kept in ``prior_dtype`` (bf16 under bf16 autocast: it only runs forward passes)."""
     lm, tokenizer = load_causal_lm(path, what="reward model")
-    return RewardModel(lm, tokenizer, kind).to(device)
+    rm = RewardModel(lm, tokenizer, kind, prompt_template).to(device)
+    rm.prior.to(prior_dtype)
+    return rm
 
 
 def fit(rm: RewardModel, examples: list[RMExample], lr: float, rng: random.Random,

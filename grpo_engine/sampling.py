@@ -8,7 +8,8 @@ plain sampling (temperature, nucleus top-p) and greedy decoding, without its per
   computed); the KV cache is then repeated G times for the group's outputs;
 * left padding: position ids count from each prompt's first real token, the attention mask grows by
   one column per new token;
-* every step feeds one token per sequence; a sequence that emitted EOS gets the pad token from then on;
+* every step feeds one token per sequence; a sequence that emitted an end token (the tokenizer's EOS or
+  any the model's generation config lists: instruct models have several) gets the pad token from then on;
 * the loop stops as soon as every sequence has ended (or at ``max_new_tokens``);
 * rows that have ended are dropped from the batch (and the cache) once they are at least a quarter of
   it, so long tails of a few unfinished outputs do not pay for the finished ones.
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .tokenization import end_token_ids
 
 PRUNE_SHARE = 0.25  # drop finished rows once they are at least this share of the rows still decoded
 # the KV cache's keyword: "cache" in recent transformers, "past_key_values" before
@@ -53,14 +56,17 @@ def next_tokens(logits: torch.Tensor, greedy: bool, temperature: float, top_p: f
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int, max_new_tokens: int,
-             greedy: bool, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+             greedy: bool, temperature: float = 1.0, top_p: float = 1.0,
+             end_ids: list[int] | None = None) -> torch.Tensor:
     """Sample ``repeat`` completions per prompt; the prompts are encoded once. Returns (B*repeat, T).
 
     ``model``: a causal LM (or a LoRA-wrapped one), not a distributed wrapper. ``prompts``: left-padded
-    ``input_ids`` and ``attention_mask``, both (B, P). After a sequence's EOS its row holds the pad token.
+    ``input_ids`` and ``attention_mask``, both (B, P). ``end_ids``: the tokens that end a completion
+    (default: ``end_token_ids(model, tokenizer)``). After a sequence's end token its row holds the pad token.
     """
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id
     attn = prompts["attention_mask"]
+    ends = torch.tensor(end_token_ids(model, tokenizer) if end_ids is None else end_ids, device=attn.device)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
     out = model(input_ids=prompts["input_ids"], attention_mask=attn, position_ids=positions, use_cache=True,
                 logits_to_keep=1)
@@ -79,7 +85,7 @@ def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int,
         token = next_tokens(logits, greedy, temperature, top_p).masked_fill(ended, pad)  # (rows,)
         result[rows, t] = token
         length = t + 1
-        ended = ended | (token == eos)
+        ended = ended | torch.isin(token, ends)
         n_live = len(rows) - int(ended.sum())
         if n_live == 0 or length == max_new_tokens:
             break

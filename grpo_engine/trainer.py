@@ -36,13 +36,15 @@ import torch.nn.functional as F
 from . import checkpoint
 from .config import RunSpec, decode_delimiter
 from .data import STEP_DELIMITER, format_prompt, load_dataset, load_math_shepherd
-from .model import load_policy, resolve_model_path
+from .memory import estimate_memory, too_big_message
+from .model import disable_dropout, load_policy, resolve_model_path
 from .objective import grpo_loss, outcome_advantages, process_advantages
 from .parallel import Processes
 from .recorder import GroupRecord, Recorder, SampleRecord
 from .reward_model import RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit, load_reward_model, replay_mix
 from .rewards import check_step, outcome_reward
 from .sampling import generate
+from .tokenization import completion_mask, end_token_ids, prompt_formatter, step_boundaries, token_pieces
 
 EVAL_BATCH = 256
 ENTROPY_CHUNK = 8  # completion positions whose entropy is computed at once
@@ -88,23 +90,6 @@ def make_accelerator(device: str | None, precision: str):
     return Accelerator(cpu=cpu, mixed_precision=resolve_precision(precision, device_type, bf16_ok))
 
 
-def prompt_formatter(tokenizer, template: str):
-    """The run's ``prompt_template`` as a function question -> prompt text.
-
-    chat: the tokenizer's chat template with the question as the user's turn and the assistant's turn
-    opened (the template adds any BOS itself); plain: the question on its own line, after the BOS token
-    when the tokenizer has one; auto: chat when the tokenizer has a chat template, else plain.
-    """
-    has_chat = bool(getattr(tokenizer, "chat_template", None))
-    if template == "chat" and not has_chat:
-        raise ValueError("prompt_template: 'chat', but the model's tokenizer has no chat template; use 'plain'")
-    if template == "chat" or (template == "auto" and has_chat):
-        return lambda q: tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                                       add_generation_prompt=True)
-    bos = tokenizer.bos_token or ""
-    return lambda q: bos + format_prompt(q)
-
-
 def _encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.Tensor]:
     """Left-padded prompt batch: input_ids and attention_mask, both (B, P). The prompt text comes from
     ``tokenizer.grpo_prompt`` (set by train() from the run's prompt_template), else the plain template."""
@@ -113,17 +98,15 @@ def _encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.
     return {k: v.to(device) for k, v in enc.items()}
 
 
-def completion_mask(completions: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """1.0 on each completion's tokens up to and including its first EOS. (N, T) -> mask (N, T), ended (N,)."""
-    is_eos = completions == eos_id
-    ended = is_eos.any(dim=1)
-    # number of EOS strictly before position t; a token is real while none came before it
-    before = torch.cumsum(is_eos.int(), dim=1) - is_eos.int()
-    return (before == 0).float(), ended
+def token_logprobs(model, prompt_ids, prompt_attn, completions, mask,
+                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(o_t | q, o_<t) of each completion token under the distribution it was sampled from, and the
+    per-token entropy of that distribution. Both (N, T).
 
-
-def token_logprobs(model, prompt_ids, prompt_attn, completions, mask) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(o_t | q, o_<t) of each completion token, and the per-token entropy. Both (N, T)."""
+    Outputs are drawn from softmax(logits / T) with T the sampling temperature, so the ratio to pi_old and
+    the KL to pi_ref are taken between those distributions: log pi(o_t) = log_softmax(logits / T)[o_t].
+    Example: logits [2, 0] at T = 2 -> log_softmax([1, 0]) = [-0.3133, -1.3133] (at T = 1: [-0.1269, -2.1269]).
+    """
     ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
     attn = torch.cat([prompt_attn, mask.long()], dim=1)  # (N, P+T)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # left padding: positions start at each prompt
@@ -132,6 +115,8 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask) -> tuple[t
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
                    logits_to_keep=T + 1).logits  # (N, T+1, V)
     logits = logits[:, :-1].float()  # (N, T, V): the logits that predict o_t
+    if temperature != 1.0:
+        logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)  # (N, T, V)
     logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
     with torch.no_grad():  # entropy is reported, not trained on; a few positions at a time bound the memory
@@ -139,27 +124,10 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask) -> tuple[t
     return logp, entropy
 
 
-def step_boundaries(token_texts: list[str], delimiter: str = STEP_DELIMITER) -> tuple[list[str], list[int]]:
-    """Split a completion into steps at ``delimiter``; return (steps, 0-based token index of each step's end).
-
-    A step ends at the token holding its last character (the delimiter itself belongs to no step).
-    """
-    text = "".join(token_texts)
-    ends_char = []  # char index (exclusive) where each token's text ends
-    pos = 0
-    for t in token_texts:
-        pos += len(t)
-        ends_char.append(pos)
-    steps, ends, start = [], [], 0
-    for piece in text.split(delimiter):
-        stop = start + len(piece)
-        if piece.strip():
-            last_char = stop - 1 - (len(piece) - len(piece.rstrip()))
-            tok = next(k for k, e in enumerate(ends_char) if e > last_char)
-            steps.append(piece.strip())
-            ends.append(tok)
-        start = stop + len(delimiter)
-    return steps, ends
+def completion_texts(tokenizer, completions, mask, ended) -> list[str]:
+    """Each completion's text: its tokens up to its end token (not included), special tokens left out."""
+    content = (mask.sum(dim=1).long() - ended.long()).tolist()  # (N,) tokens before the end token
+    return tokenizer.batch_decode([row[:n] for row, n in zip(completions.tolist(), content)], skip_special_tokens=True)
 
 
 @torch.no_grad()
@@ -171,7 +139,7 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
         chunk = examples[i : i + EVAL_BATCH]
         prompts = _encode_prompts(tokenizer, [e["question"] for e in chunk], device)
         comps = generate(policy, tokenizer, prompts, repeat=1, max_new_tokens=max_new_tokens, greedy=True)
-        texts = tokenizer.batch_decode(comps, skip_special_tokens=True)
+        texts = completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
         correct += sum(outcome_reward(t, e["answer"])[0] for t, e in zip(texts, chunk))
     return correct / max(1, len(examples))
 
@@ -190,21 +158,24 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
           format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> dict[str, list]:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
 
-    Returns lists of N: ``texts``, ``tokens`` (each token's text, EOS included), ``outcome``
-    ((reward, components) from the verifier) and, when ``process``, ``steps``, ``step_ends`` (0-based
-    token index of each step's end; EOS is no step) and ``verdicts`` (the step checker's, 1.0 / 0.0).
+    Returns lists of N: ``texts``, ``tokens`` (each token's text decoded alone, as the group view shows it;
+    the end token included), ``outcome`` ((reward, components) from the verifier) and, when ``process``,
+    ``steps`` (cut from the completion's text as decoded in context, see token_pieces), ``step_ends``
+    (0-based token index of each step's end; the end token is no step) and ``verdicts`` (the step
+    checker's, 1.0 / 0.0).
     """
     lengths = mask.sum(dim=1).long().tolist()
-    texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    texts = completion_texts(tokenizer, completions, mask, ended)
     out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
     ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
     text_of = token_texts(tokenizer, {t for row in ids for t in row})
+    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended.tolist())]) \
+        if process else []
     for i, ex in enumerate(examples):
-        tokens = [text_of[t] for t in ids[i]]
-        out["tokens"].append(tokens)
+        out["tokens"].append([text_of[t] for t in ids[i]])
         out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight))
         if process:
-            steps, ends = step_boundaries(tokens[: lengths[i] - int(ended[i])], delimiter)
+            steps, ends = step_boundaries(pieces[i], delimiter)
             out["steps"].append(steps)
             out["step_ends"].append(ends)
             out["verdicts"].append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
@@ -232,7 +203,7 @@ def sample_labelled(policy, tokenizer, questions: list[dict], spec: RunSpec, kin
         prompts = _encode_prompts(tokenizer, [e["question"] for e in chunk], device)
         completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=spec.max_new_tokens,
                                temperature=spec.temperature, top_p=spec.top_p)
-        mask, ended = completion_mask(completions, tokenizer.eos_token_id)
+        mask, ended = completion_mask(completions, end_token_ids(policy, tokenizer))
         out += rm_examples(judge(tokenizer, completions, mask, ended, chunk, kind == "prm",
                                  delimiter=decode_delimiter(spec.step_delimiter)), chunk, kind)
     return out
@@ -278,6 +249,23 @@ def _wrap_lora(policy, rank: int):
     return get_peft_model(policy, config)
 
 
+def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log) -> None:
+    """Log the estimated memory of the run's weights, gradients, optimizer state and reference (memory.py), and
+    refuse (ValueError naming the keys to change) a run on a GPU whose memory it exceeds. ``policy``: loaded,
+    LoRA-wrapped when the run uses LoRA. A learned reward model is counted as large as the policy when it starts
+    from the policy's weights; one from another model is loaded later and counted when it is."""
+    params = sum(p.numel() for p in policy.parameters())
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    rm_params = params - trainable * (spec.lora_rank > 0) if spec.reward == "model" and not spec.reward_model else 0
+    estimate = estimate_memory(params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params)
+    log(f"memory estimate (activations not included): {estimate.describe()}")
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        if estimate.total > props.total_memory:
+            raise ValueError(too_big_message(estimate, props.total_memory, f"this worker's GPU ({props.name})",
+                                             lora=spec.lora_rank > 0, bf16=bf16))
+
+
 def run_device(spec_device: str, device: str | None = None) -> str | None:
     """The device a run trains on: ``device`` when given (tests force "cpu"), else by the spec's
     ``device`` key: "cpu", "gpu" (refused on a machine without CUDA) or "auto" (None: a GPU if any)."""
@@ -317,6 +305,10 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 resolve_model_path(name, Path(cache_dir), log=recorder.log)
         procs.barrier()
     policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
+    disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
+    if spec.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    bf16 = accelerator.mixed_precision == "bf16"
     tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
     delimiter = decode_delimiter(spec.step_delimiter)
     recorder.log(f"loading dataset {spec.dataset!r}")
@@ -327,20 +319,24 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         raise ValueError(f"batch_size {spec.batch_size} is larger than the dataset's {len(train_set)} training rows")
     if spec.lora_rank > 0:
         policy = _wrap_lora(policy, spec.lora_rank)
+    check_memory(policy, spec, bf16, dev, recorder.log)
+    if spec.lora_rank > 0:
         reference = None  # the base model with the adapter disabled
-    else:
-        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    else:  # frozen: in bf16 under bf16 autocast, where its forward passes run in bf16 anyway
+        reference = copy.deepcopy(policy).eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
-    eos = tokenizer.eos_token_id
+    end_ids = end_token_ids(policy, tokenizer)  # the tokens that end a completion
     rm, rm_history, rm_name, rm_data = None, [], "", None
     if spec.reward == "model":  # a learned ORM (outcome) or PRM (process); its backbone starts from a causal LM
         rm_kind = "orm" if spec.supervision == "outcome" else "prm"
         rm_name = f"{rm_kind.upper()} from {(spec.reward_model or spec.model)!r}"
         recorder.log(f"loading the reward model: {rm_name}")
+        # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
         rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, Path(cache_dir), log=recorder.log),
-                               rm_kind, dev)
+                               rm_kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
+                               prior_dtype=torch.bfloat16 if bf16 else torch.float32)
         rm.autocast = accelerator.autocast
         rm.delimiter = delimiter
         rm_rng = random.Random(spec.seed + 1)
@@ -397,10 +393,10 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     def ref_logprobs(prompt_ids, prompt_attn, completions, mask):
         if reference is not None:
             with accelerator.autocast():
-                return token_logprobs(reference, prompt_ids, prompt_attn, completions, mask)[0]
+                return token_logprobs(reference, prompt_ids, prompt_attn, completions, mask, spec.temperature)[0]
         model = accelerator.unwrap_model(policy)
         with model.disable_adapter():
-            return token_logprobs(model, prompt_ids, prompt_attn, completions, mask)[0]
+            return token_logprobs(model, prompt_ids, prompt_attn, completions, mask, spec.temperature)[0]
 
     def eval_accuracy() -> float:
         """Held-out greedy accuracy; each process evaluates every n-th question."""
@@ -461,8 +457,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             policy.eval()
             completions = generate(accelerator.unwrap_model(policy), tokenizer, prompts, repeat=spec.group_size, greedy=False,
                                    max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
-                                   top_p=spec.top_p)  # (N, T)
-            mask, ended = completion_mask(completions, eos)  # (N, T), (N,)
+                                   top_p=spec.top_p, end_ids=end_ids)  # (N, T)
+            mask, ended = completion_mask(completions, end_ids)  # (N, T), (N,)
             prompt_ids = prompts["input_ids"].repeat_interleave(spec.group_size, dim=0)  # (N, P)
             prompt_attn = prompts["attention_mask"].repeat_interleave(spec.group_size, dim=0)  # (N, P)
             t1 = time.time()
@@ -485,7 +481,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             step_ends: list[list[int] | None] = [None] * N
             if spec.supervision == "outcome":
                 flat = [s[0] for s in scores] if scores is not None else [r for r, _ in outcome]
-                rewards = torch.tensor(flat).view(-1, G)  # (B, G)
+                rewards = torch.tensor(flat, device=dev).view(-1, G)  # (B, G)
                 advantages = outcome_advantages(rewards).view(-1, 1) * mask  # every token of o_i gets A_i
                 rewards = rewards.view(-1)
             else:
@@ -507,7 +503,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 old_logp = None
                 if spec.policy_updates_per_batch > 1:  # with mu = 1, pi_old's log-probs equal the detached current ones
                     model = accelerator.unwrap_model(policy)
-                    old_logp = torch.cat([token_logprobs(model, prompt_ids[c], prompt_attn[c], completions[c], mask[c])[0]
+                    old_logp = torch.cat([token_logprobs(model, prompt_ids[c], prompt_attn[c], completions[c], mask[c],
+                                                         spec.temperature)[0]
                                           for c in chunks])
             t2 = time.time()
 
@@ -522,7 +519,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 loss_sum = kl_sum = clip_sum = entropy_sum = 0.0
                 for k, c in enumerate(chunks):
                     with accelerator.no_sync(policy) if k < len(chunks) - 1 else nullcontext():
-                        logp, ent = token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c])
+                        logp, ent = token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c],
+                                                   spec.temperature)
                         old = old_logp[c] if old_logp is not None else logp.detach()
                         ref = ref_logp[c] if ref_logp is not None else logp.detach()
                         loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef)
@@ -583,13 +581,17 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 groups.append(GroupRecord(prompt=batch[b]["question"], reference=batch[b]["answer"], samples=samples))
             if record:
                 recorder.groups(step, procs.gather(groups))
+            metrics["time/step"] = time.time() - t0  # the step itself: evaluation and an RM refresh are timed apart
             if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
+                t_eval = time.time()
                 metrics["eval/accuracy"] = eval_accuracy()
-            metrics["time/step"] = time.time() - t0
-            if rm is not None and step == iteration * spec.steps_per_iteration:  # RM refresh (Algorithm 1)
+                metrics["time/eval"] = time.time() - t_eval
+            # RM refresh (Algorithm 1) at the end of every iteration but the last, after which nothing uses the RM
+            if rm is not None and step == iteration * spec.steps_per_iteration and iteration < spec.iterations:
+                t_refresh = time.time()
                 metrics.update(refresh_reward_model())
                 recorder.log(f"iteration {iteration}: {rm_name} refreshed on {metrics['rm/train_examples']:.0f} "
-                             f"examples ({metrics['rm/replayed']:.0f} replayed) in {time.time() - t0 - metrics['time/step']:.1f}s: "
+                             f"examples ({metrics['rm/replayed']:.0f} replayed) in {time.time() - t_refresh:.1f}s: "
                              f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_before']:.3f} -> "
                              f"{metrics['rm/accuracy_after']:.3f}")
             recorder.step(step, iteration, metrics)

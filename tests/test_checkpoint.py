@@ -88,9 +88,10 @@ def test_lora_resumes_exactly_across_the_reference_reset(grpo_cache_dir, tmp_pat
 
 def test_learned_reward_model_resumes_exactly(grpo_cache_dir, tmp_path):
     straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=3, reward="model", rm_samples=16,
-                                                   iterations=2, steps_per_iteration=2, eval_every=0)
+                                                   iterations=3, steps_per_iteration=2, eval_every=0)
     assert_same_metrics(straight, first, second, pause_at=3)
     assert "rm/accuracy_after" in metrics_by_step(second)[4]  # the refresh after iteration 2 ran after the resume
+    assert "rm/accuracy_after" not in metrics_by_step(second)[6]  # none after the last iteration
 
 
 def test_only_the_newest_checkpoints_are_kept_and_written_whole(grpo_cache_dir, tmp_path):

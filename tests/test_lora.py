@@ -45,7 +45,7 @@ def test_lora_run_completes_and_records_every_metric(lora_run):
     assert sorted(steps) == [1, 2, 3, 4]
     assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 1, 1]
     for s in (1, 2, 3, 4):
-        assert set(METRICS) - {"eval/accuracy"} <= set(steps[s]), set(METRICS) - set(steps[s])  # eval_every=0
+        assert set(METRICS) - {"eval/accuracy", "time/eval"} <= set(steps[s]), set(METRICS) - set(steps[s])  # eval_every=0
         assert all(math.isfinite(v) for v in steps[s].values())
     # the adapter starts as the identity (lora_B = 0): the policy is the reference at step 1
     assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)

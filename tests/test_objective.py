@@ -136,15 +136,30 @@ def test_kl_k3_is_never_negative():
     assert (kl_k3(logp, ref) >= 0).all()
 
 
-def test_kl_k3_clamp_keeps_huge_differences_finite():
-    logp = torch.tensor([[-1000.0, 0.0]], requires_grad=True)
-    ref = torch.tensor([[0.0, -1000.0]])
+def test_kl_k3_stays_finite_on_huge_differences_and_is_exact_below_the_linear_part():
+    logp = torch.tensor([[-1000.0, 0.0, -2.0]], requires_grad=True)
+    ref = torch.tensor([[0.0, -1000.0, 0.0]])
     kl = kl_k3(logp, ref)
-    # log-ratio clamped to +20 and -20: exp(20) - 20 - 1 and exp(-20) + 20 - 1
-    assert kl[0, 0].item() == pytest.approx(math.exp(20) - 21, rel=1e-6)
-    assert kl[0, 1].item() == pytest.approx(math.exp(-20) + 19, rel=1e-6)
+    # x = 1000: the tangent at 10; x = -1000: e^x - x - 1 = 999 exactly; x = 2: e^2 - 3 (below the tangent's start)
+    assert kl[0, 0].item() == pytest.approx(math.exp(10) - 11 + (math.exp(10) - 1) * 990, rel=1e-6)
+    assert kl[0, 1].item() == pytest.approx(999.0, rel=1e-6)
+    assert kl[0, 2].item() == pytest.approx(math.exp(2) - 3, rel=1e-6)
     kl.sum().backward()
     assert torch.isfinite(logp.grad).all()
+
+
+def test_kl_k3_at_a_log_ratio_of_30_still_pulls_the_policy_back():
+    """pi_ref/pi_theta = e^30: the value is the tangent's (462,524.8, GRPO_SPEC-style hand number) and the
+    gradient on logp is -(e^10 - 1), not 0: descending the KL raises the token's log-prob."""
+    logp = torch.tensor([-30.0], requires_grad=True)
+    kl = kl_k3(logp, torch.tensor([0.0]))
+    assert kl.item() == pytest.approx(462524.78, rel=1e-6)
+    kl.sum().backward()
+    assert logp.grad.item() == pytest.approx(-(math.exp(10) - 1), rel=1e-6)
+    # continuous where the tangent starts, and the same slope on both sides
+    x = torch.tensor([10.0 - 1e-3, 10.0 + 1e-3], dtype=torch.float64)
+    k = kl_k3(torch.zeros_like(x), x)
+    assert (k[1] - k[0]).item() == pytest.approx(2e-3 * (math.exp(10) - 1), rel=1e-3)
 
 
 # --- clipped surrogate and the loss (Eq. 3) --------------------------------------------------

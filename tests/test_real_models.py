@@ -11,7 +11,8 @@ from gradio_client import Client
 
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.trainer import prompt_formatter, train
+from grpo_engine.tokenization import prompt_formatter
+from grpo_engine.trainer import train
 from tests.test_e2e import clean_env, start_server, wait_finished
 from tests.tiny_models import write_tiny_model
 

@@ -151,17 +151,18 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
     assert set(start) == {"step", "iteration", "eval/accuracy"} | set(RM_METRICS) - {"rm/accuracy_before"}
     assert start["rm/train_examples"] == BASE["rm_samples"] and start["rm/replayed"] == 0
     replayed = round(0.1 * BASE["rm_samples"])
-    for s in (2, 4):  # the last step of each iteration carries its refresh
-        assert set(RM_METRICS) | set(METRICS) <= set(steps[s])
-        assert steps[s]["rm/replayed"] == replayed
-        assert steps[s]["rm/train_examples"] == BASE["rm_samples"] + replayed
-        assert 0.0 <= steps[s]["rm/accuracy_before"] <= 1.0 and 0.0 <= steps[s]["rm/accuracy_after"] <= 1.0
-        assert math.isfinite(steps[s]["rm/loss"]) and steps[s]["rm/loss"] >= 0.0
-    for s in (1, 3):
+    # the last step of iteration 1 carries its refresh; after the last iteration nothing would use one
+    assert set(RM_METRICS) | set(METRICS) <= set(steps[2])
+    assert steps[2]["rm/replayed"] == replayed
+    assert steps[2]["rm/train_examples"] == BASE["rm_samples"] + replayed
+    assert 0.0 <= steps[2]["rm/accuracy_before"] <= 1.0 and 0.0 <= steps[2]["rm/accuracy_after"] <= 1.0
+    assert math.isfinite(steps[2]["rm/loss"]) and steps[2]["rm/loss"] >= 0.0
+    for s in (1, 3, 4):
         assert not set(RM_METRICS) & set(steps[s])
+    assert set(METRICS) <= set(steps[4])  # eval_every 2: time/eval too
     assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 2, 2]
     refreshes = [m for m in rec.messages if "refreshed" in m]
-    assert len(refreshes) == 2 and refreshes[0].startswith("iteration 1: ORM") and "->" in refreshes[0]
+    assert len(refreshes) == 1 and refreshes[0].startswith("iteration 1: ORM") and "->" in refreshes[0]
     assert any("trained on 48 labelled outputs of the initial policy" in m for m in rec.messages)
 
     # r_i is the ORM's score; the verifier's verdict stays in the components and in correct_frac
@@ -178,10 +179,11 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
 
 
 def test_prm_run_gives_per_step_scores(grpo_cache_dir):
-    result, rec = run(grpo_cache_dir, supervision="process", steps_per_iteration=2)
+    result, rec = run(grpo_cache_dir, supervision="process", steps_per_iteration=1, iterations=2)
     assert result["status"] == "completed"
     steps = by_step(rec)
-    assert sorted(steps) == [0, 1, 2] and "rm/accuracy_after" in steps[0] and "rm/accuracy_before" in steps[2]
+    assert sorted(steps) == [0, 1, 2] and "rm/accuracy_after" in steps[0] and "rm/accuracy_before" in steps[1]
+    assert "rm/loss" not in steps[2]  # no refresh after the last iteration
     assert any(s.step_rewards for groups in rec.group_log.values() for g in groups for s in g.samples)
     for groups in rec.group_log.values():
         for g in groups:
@@ -256,7 +258,7 @@ def test_a_prm_trains_on_math_shepherd_data(grpo_cache_dir, tmp_path):
     recorder = MemoryRecorder()
     assert trainer.train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     assert any("40 step-labelled solutions (1 rows skipped), 4 held out" in m for m in recorder.messages)
-    first, refresh = recorder.metrics[0], recorder.metrics[-1]
+    first, refresh = recorder.metrics[0], recorder.metrics[1]  # the refresh after iteration 1 (none after the last)
     assert first["step"] == 0 and first["rm/train_examples"] == 16 and 0.0 <= first["rm/accuracy_after"] <= 1.0
     assert refresh["rm/train_examples"] == 16 + round(0.1 * 16) and "rm/accuracy_before" in refresh
     with pytest.raises(SpecError, match="rm_data: is PRM training data"):

@@ -16,7 +16,7 @@ from grpo_engine.data import (
     warmup_examples,
 )
 from grpo_engine.rewards import check_step, extract_answer, outcome_reward, split_steps
-from grpo_engine.trainer import completion_mask, step_boundaries
+from grpo_engine.tokenization import completion_mask, step_boundaries
 
 
 # --- the verifier (outcome reward) -----------------------------------------------------------

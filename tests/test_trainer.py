@@ -50,7 +50,8 @@ def test_outcome_run_completes_and_records_every_metric(outcome_run):
     assert 0.0 <= steps[0]["eval/accuracy"] <= 1.0
     for s in (2, 3):  # eval_every=2, and the last step
         assert set(METRICS) <= set(steps[s]), set(METRICS) - set(steps[s])
-    assert set(METRICS) - {"eval/accuracy"} <= set(steps[1]) and "eval/accuracy" not in steps[1]
+    assert set(METRICS) - {"eval/accuracy", "time/eval"} <= set(steps[1]) and "eval/accuracy" not in steps[1]
+    assert "time/eval" not in steps[1] and steps[2]["time/eval"] > 0
     for s in (1, 2, 3):
         assert steps[s]["iteration"] == 1
         assert all(math.isfinite(v) for v in steps[s].values())
