@@ -182,6 +182,9 @@ def test_embedded_server_runs_a_two_process_run_like_a_single_process_one(tmp_pa
         client, double = check_short_run(url, logs, {**SPEC, "seed": 1, "devices": 2, "device": "cpu"})
         with session_scope(f"sqlite:///{tmp_path / 'data' / 'grpo.sqlite'}") as s:
             assert any("2 data-parallel processes (MULTI_CPU)" in line for line in store.get_logs(s, double, 200))
+            # the run's log (the Run tab shows it) starts with the memory estimate
+            assert any(line.startswith("memory estimate (activations not included): policy ")
+                       for line in store.get_logs(s, single, 200))
         for a, b in zip(client.predict(single, api_name="/get_metrics"), client.predict(double, api_name="/get_metrics")):
             assert set(a) == set(b) and all(type(a[k]) is type(b[k]) for k in a)
         one, two = (client.predict(client.predict(r, 4, api_name="/list_groups")[0]["group_id"], api_name="/get_group")

@@ -266,3 +266,40 @@ def test_a_bf16_checkpoint_is_trained_in_fp32(tmp_path):
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
     loaded, _ = load_causal_lm(str(tmp_path / "bf16"))
     assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+
+
+# --- memory: a bf16 reference, gradient checkpointing, the estimate -----------------------------------------
+
+def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grpo_cache_dir, tmp_path):
+    from safetensors import safe_open
+
+    from grpo_engine import checkpoint
+    from tests.test_checkpoint import PauseAt
+
+    from grpo_engine.memory import estimate_memory
+    from grpo_engine.model import builtin_model_dir
+
+    spec = validate_spec({"precision": "bf16", "iterations": 2, "steps_per_iteration": 2, "batch_size": 2,
+                          "group_size": 4, "max_new_tokens": 12, "eval_every": 0, "checkpoint_every": 1})
+    recorder = PauseAt(3)  # pause after step 3, the first of iteration 2: its checkpoint holds the reset reference
+    assert train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)["status"] == "paused"
+    with safe_open(str(checkpoint.latest(tmp_path)[1] / "reference.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
+    with safe_open(str(checkpoint.latest(tmp_path)[1] / "policy.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}  # weights and optimizer stay fp32
+    (line,) = [m for m in recorder.messages if m.startswith("memory estimate")]
+    n = sum(p.numel() for p in load_causal_lm(str(builtin_model_dir(grpo_cache_dir)))[0].parameters())
+    assert line == f"memory estimate (activations not included): " + estimate_memory(n, n, lora=False, bf16=True).describe()
+
+
+def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
+    runs = []
+    for checkpointing in (False, True):
+        recorder = MemoryRecorder()
+        spec = validate_spec({"gradient_checkpointing": checkpointing, "steps_per_iteration": 2, "batch_size": 2,
+                              "group_size": 4, "max_new_tokens": 12, "eval_every": 0})
+        train(spec, recorder, grpo_cache_dir, device="cpu")
+        runs.append(recorder.metrics)
+    for plain, recomputed in zip(*runs):
+        for key in ("reward_mean", "loss", "kl", "grad_norm", "entropy"):
+            assert recomputed[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-7), key
