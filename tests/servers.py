@@ -19,6 +19,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_until_answers(url: str, proc: subprocess.Popen, output, ready=lambda: True, timeout: float = 90) -> None:
     """Poll ``url`` until it answers 200 and ``ready()`` holds; fail with the process's ``output()`` if it
     exits or ``timeout`` seconds pass first."""
@@ -59,9 +69,4 @@ def running_server(tmp: Path, env: dict[str, str], command: list[str] | None = N
         wait_until_answers(url, proc, log_path.read_text)
         yield url, proc, log_path
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,8 +26,8 @@ from app.models import Worker
 from grpo_engine.memory import (MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params,
                                 too_big_message)
 from tests.tiny_models import write_tiny_model
+from tests.servers import ROOT, stop_process
 
-ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-test"
 QWEN_05B = 494_032_768  # Qwen2.5-0.5B's parameters
 
@@ -300,9 +299,4 @@ def test_a_worker_process_reports_its_queues_and_gpus(sqlite_url, tmp_path):
             assert worker["queues"] == worker_queues(queue, "gpu" if gpus else "cpu")
             assert worker["gpus"] == gpus
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -24,7 +24,7 @@ from grpo_engine.sampling import generate
 from grpo_engine.tokenization import completion_mask, end_token_ids, step_boundaries, token_pieces
 from grpo_engine.trainer import _encode_prompts, token_logprobs, train
 from tests.device_guard import DeviceGuard, DeviceMixError
-from tests.test_real_models import ROWS, write_dataset
+from tests.test_real_models import write_dataset
 from tests.tiny_models import write_tiny_model
 
 
@@ -289,7 +289,7 @@ def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grp
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}  # weights and optimizer stay fp32
     (line,) = [m for m in recorder.messages if m.startswith("memory estimate")]
     n = sum(p.numel() for p in load_causal_lm(str(builtin_model_dir(grpo_cache_dir)))[0].parameters())
-    assert line == f"memory estimate (activations not included): " + estimate_memory(n, n, lora=False, bf16=True).describe()
+    assert line == "memory estimate (activations not included): " + estimate_memory(n, n, lora=False, bf16=True).describe()
 
 
 def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):

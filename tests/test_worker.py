@@ -12,7 +12,6 @@ fixture of conftest.py).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,8 +29,8 @@ from grpo_engine.recorder import GroupRecord, SampleRecord
 from workers.celery_app import RUN_TASK
 from workers.recorder import DBRecorder
 from workers.runner import execute_run
+from tests.servers import ROOT, stop_process
 
-ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("GRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
 RUN_TIMEOUT = 180  # seconds for a short run, from sending the task to a finished status
 TINY_SPEC = {"steps_per_iteration": 2, "batch_size": 2, "group_size": 2, "eval_every": 1, "max_new_tokens": 16}
@@ -183,12 +182,7 @@ def worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path):
         yield handle
     finally:
         handle.sender.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         if broker_url.startswith("redis"):
             client = redis.Redis.from_url(broker_url)
             for key in client.scan_iter(f"*{queue}*"):
