@@ -249,14 +249,16 @@ def _wrap_lora(policy, rank: int):
     return get_peft_model(policy, config)
 
 
-def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log) -> None:
+def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_params: int | None = None) -> None:
     """Log the estimated memory of the run's weights, gradients, optimizer state and reference (memory.py), and
     refuse (ValueError naming the keys to change) a run on a GPU whose memory it exceeds. ``policy``: loaded,
-    LoRA-wrapped when the run uses LoRA. A learned reward model is counted as large as the policy when it starts
-    from the policy's weights; one from another model is loaded later and counted when it is."""
+    LoRA-wrapped when the run uses LoRA. ``rm_params``: the learned reward model's parameters; None counts it as
+    large as the policy's base when it starts from the policy's weights (0 without one, or before a reward model
+    from another checkpoint is loaded: the check is then made again with it)."""
     params = sum(p.numel() for p in policy.parameters())
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    rm_params = params - trainable * (spec.lora_rank > 0) if spec.reward == "model" and not spec.reward_model else 0
+    if rm_params is None:
+        rm_params = params - trainable * (spec.lora_rank > 0) if spec.reward == "model" and not spec.reward_model else 0
     estimate = estimate_memory(params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params)
     log(f"memory estimate (activations not included): {estimate.describe()}")
     if dev.type == "cuda":
@@ -337,6 +339,9 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, Path(cache_dir), log=recorder.log),
                                rm_kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
                                prior_dtype=torch.bfloat16 if bf16 else torch.float32)
+        if spec.reward_model:  # the estimate again, with this reward model's size
+            check_memory(accelerator.unwrap_model(policy), spec, bf16, dev, recorder.log,
+                         rm_params=sum(p.numel() for p in rm.backbone.parameters()))
         rm.autocast = accelerator.autocast
         rm.delimiter = delimiter
         rm_rng = random.Random(spec.seed + 1)

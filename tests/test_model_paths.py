@@ -287,6 +287,9 @@ def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grp
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
     with safe_open(str(checkpoint.latest(tmp_path)[1] / "policy.safetensors"), "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}  # weights and optimizer stay fp32
+    resumed = MemoryRecorder()  # the bf16 reference loads back from the checkpoint and training goes on
+    assert train(spec, resumed, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)["status"] == "completed"
+    assert [m["step"] for m in resumed.metrics] == [4]
     (line,) = [m for m in recorder.messages if m.startswith("memory estimate")]
     n = sum(p.numel() for p in load_causal_lm(str(builtin_model_dir(grpo_cache_dir)))[0].parameters())
     assert line == "memory estimate (activations not included): " + estimate_memory(n, n, lora=False, bf16=True).describe()
@@ -303,3 +306,13 @@ def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
     for plain, recomputed in zip(*runs):
         for key in ("reward_mean", "loss", "kl", "grad_norm", "entropy"):
             assert recomputed[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-7), key
+
+
+def test_a_reward_model_from_another_checkpoint_is_counted_once_loaded(grpo_cache_dir, llama_dir, qwen_dir, tmp_path):
+    spec = validate_spec({"model": str(qwen_dir), "dataset": str(write_dataset(tmp_path / "d.jsonl")), "reward": "model",
+                          "reward_model": str(llama_dir), "rm_samples": 8, "steps_per_iteration": 1, "batch_size": 2,
+                          "group_size": 4, "max_new_tokens": 8, "eval_every": 0})
+    recorder = MemoryRecorder()
+    assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    first, second = [m for m in recorder.messages if m.startswith("memory estimate")]
+    assert "reward model" not in first and "reward model" in second
