@@ -15,7 +15,7 @@ class SampleRecord:
     """One of the G outputs of a group, as stored and shown."""
 
     completion: str  # decoded completion text (without padding / EOS)
-    tokens: list[str]  # decoded text of each completion token, same length as advantages
+    tokens: list[str]  # each completion token's text in context (they spell the completion), then the end token; as many as advantages
     reward: float  # reward r_i (outcome) or the mean of the step rewards (process)
     advantages: list[float]  # A_hat[i, t], one per token of the completion
     step_rewards: list[float] | None = None  # process supervision: one reward per step

@@ -145,8 +145,8 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
 
 
 def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
-    """The text of each token id decoded alone (as the group view shows it), remembered on the tokenizer:
-    a run decodes the same few thousand ids over and over."""
+    """The text of each token id decoded alone (the group view shows end tokens so), remembered on the
+    tokenizer: a run decodes the same few ids over and over."""
     known = tokenizer.__dict__.setdefault("_grpo_token_texts", {})
     new = sorted(ids - known.keys())
     if new:
@@ -158,21 +158,20 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
           format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> dict[str, list]:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
 
-    Returns lists of N: ``texts``, ``tokens`` (each token's text decoded alone, as the group view shows it;
-    the end token included), ``outcome`` ((reward, components) from the verifier) and, when ``process``,
-    ``steps`` (cut from the completion's text as decoded in context, see token_pieces), ``step_ends``
+    Returns lists of N: ``texts``, ``tokens`` (each token's text in context, see token_pieces, so that they
+    spell the text; then the end token's own text, as the group view shows them), ``outcome`` ((reward,
+    components) from the verifier) and, when ``process``, ``steps`` (cut from those texts), ``step_ends``
     (0-based token index of each step's end; the end token is no step) and ``verdicts`` (the step
     checker's, 1.0 / 0.0).
     """
-    lengths = mask.sum(dim=1).long().tolist()
-    texts = completion_texts(tokenizer, completions, mask, ended)
-    out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
+    lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
     ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
-    text_of = token_texts(tokenizer, {t for row in ids for t in row})
-    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended.tolist())]) \
-        if process else []
+    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
+    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended) if e})
+    texts = ["".join(p) for p in pieces]
+    out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
     for i, ex in enumerate(examples):
-        out["tokens"].append([text_of[t] for t in ids[i]])
+        out["tokens"].append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
         out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight))
         if process:
             steps, ends = step_boundaries(pieces[i], delimiter)

@@ -316,3 +316,21 @@ def test_a_reward_model_from_another_checkpoint_is_counted_once_loaded(grpo_cach
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     first, second = [m for m in recorder.messages if m.startswith("memory estimate")]
     assert "reward model" not in first and "reward model" in second
+
+
+def test_the_group_view_shows_each_tokens_text_in_context():
+    """What judge() records as a sample's tokens: the pieces that spell the completion, then the end token."""
+    from grpo_engine.trainer import judge
+
+    for tokenizer, text in ((sentencepiece_style_tokenizer(), "Natalia sold 48 clips\n#### 72"),
+                            (byte_level_tokenizer(), "the café sold 中文\n#### 72")):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        completions = torch.tensor([ids + [tokenizer.eos_token_id, tokenizer.pad_token_id], ids + ids[:2]])
+        mask, ended = completion_mask(completions, tokenizer.eos_token_id)
+        judged = judge(tokenizer, completions, mask, ended, [{"question": "q", "answer": "72"}] * 2, process=True)
+        first, second = judged["tokens"]
+        assert "".join(first[:-1]) == judged["texts"][0] == text and first[-1] == tokenizer.eos_token
+        assert len(first) == len(ids) + 1 and len(second) == len(ids) + 2  # one text per token
+        assert "".join(second) == judged["texts"][1] == tokenizer.decode(ids + ids[:2])  # cut at max_new_tokens
+        assert judged["outcome"][0][1]["correct"] == 1.0
+        assert judged["steps"][0] == text.split("\n")
