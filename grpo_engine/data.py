@@ -284,51 +284,13 @@ def read_dataset_file(path: str | Path, name: str | None = None, fields: tuple[s
     return rows
 
 
-def load_math_shepherd(name: str, tag: str = "ки") -> tuple[list[tuple[str, list[str], list[float]]], int]:
-    """Step-labelled PRM data in Math-Shepherd's format (rows with 'input' and 'label'; see
-    rewards.parse_math_shepherd): a local .jsonl or .parquet file, or a Hugging Face dataset id (its
-    'train' split). Returns ([(question, steps, labels)], rows skipped). A row that does not parse (the
-    dataset has a few annotation slips) is skipped; a source where most rows do not parse is refused."""
-    from .rewards import parse_math_shepherd
-
-    path = Path(name).expanduser()
-    if path.suffix.lower() in (".jsonl", ".parquet"):
-        if not path.is_file():
-            raise ValueError(f"rm_data {name!r}: no such file")
-        if path.suffix.lower() == ".jsonl":
-            raw = []
-            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-                try:
-                    raw += [json.loads(line)] if line.strip() else []
-                except ValueError as exc:
-                    raise ValueError(f"rm_data {name!r}: line {lineno} is not valid JSON ({exc})") from None
-        else:
-            import pyarrow.parquet as pq
-
-            raw = pq.read_table(path).to_pylist()
-    else:
-        raw = list(_load_hub_split(name, "", "train", what="rm_data"))
-    examples, skipped = [], 0
-    for i, row in enumerate(raw, start=1):
-        if not isinstance(row, dict) or not isinstance(row.get("input"), str) or not isinstance(row.get("label"), str):
-            raise ValueError(f"rm_data {name!r}: row {i} needs the text fields 'input' and 'label'")
-        try:
-            examples.append(parse_math_shepherd(row["input"], row["label"], tag))
-        except ValueError:
-            skipped += 1
-    if len(examples) < max(2, skipped):
-        raise ValueError(f"rm_data {name!r}: only {len(examples)} of {len(raw)} rows are Math-Shepherd rows "
-                         f"(question, steps each ending in {tag!r}, and the same text with each tag replaced by + or -)")
-    return examples, skipped
-
-
 def _split_off_heldout(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """(train, heldout): the last 10% of the rows (at least 1, at most HELDOUT_SIZE) are held out."""
     n_held = max(1, min(HELDOUT_SIZE, len(rows) // 10))
     return rows[:-n_held], rows[-n_held:]
 
 
-def _load_hub_split(name: str, config: str, split: str, what: str = "dataset"):
+def load_hub_split(name: str, config: str, split: str, what: str = "dataset"):
     """One split of a Hugging Face dataset (a hub id, or a local dataset directory), through the
     ``datasets`` library; one that cannot be loaded (unreachable hub, unknown id, config or split) is a
     ValueError naming ``what`` and saying why, in one line."""
@@ -344,7 +306,7 @@ def _load_hub_split(name: str, config: str, split: str, what: str = "dataset"):
 
 def _hub_rows(name: str, config: str, split: str, fields: tuple[str, str, str]) -> list[dict]:
     """The rows of one split of a Hugging Face dataset, read from the columns ``fields``."""
-    table = _load_hub_split(name, config, split)
+    table = load_hub_split(name, config, split)
     missing = [k for k in fields[:2] if k not in table.column_names]
     if missing:
         raise ValueError(f"dataset {name!r}: no column {', '.join(map(repr, missing))} (its columns: "

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 from . import checkpoint
 from .config import RunSpec, decode_delimiter
-from .data import STEP_DELIMITER, format_prompt, load_dataset, load_math_shepherd
+from .data import STEP_DELIMITER, format_prompt, load_dataset
+from .math_shepherd import load_math_shepherd
 from .memory import estimate_memory, too_big_message
 from .model import disable_dropout, load_policy, resolve_model_path
 from .objective import grpo_loss, outcome_advantages, process_advantages

@@ -255,12 +255,13 @@ def test_worker_cancels_a_running_run(worker, sqlite_url):
 def test_out_of_memory_errors_say_what_to_lower():
     import torch
 
-    from workers.runner import _one_line
+    from workers.errors import one_line
 
     for exc in (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
                 RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
                              "you tried to allocate 1099511627776 bytes"),
                 MemoryError()):
-        message = _one_line(exc)
+        message = one_line(exc)
         assert message.startswith("Out of memory") and "batch_size" in message and "lora_rank" in message, message
-    assert _one_line(ValueError("dataset 'x' not found\nmore")) == "ValueError: dataset 'x' not found"
+        assert "micro_batch_size" in message and "gradient_checkpointing" in message
+    assert one_line(ValueError("dataset 'x' not found\nmore")) == "ValueError: dataset 'x' not found"

@@ -41,6 +41,7 @@ from app.db import session_scope
 from app.settings import get_settings
 from grpo_engine.config import RunSpec, validate_spec
 from grpo_engine.recorder import Recorder
+from workers.errors import one_line
 from workers.recorder import DBRecorder
 
 POLL_SECONDS = 0.5  # how often the worker looks at its shutdown flag, its lease and the processes
@@ -176,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
 
     from grpo_engine.trainer import train
-    from workers.runner import _one_line
 
     settings = get_settings()
     with session_scope() as s:
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3  # non-zero: the launcher stops the other processes at once
     except Exception as exc:
         (args.control_dir / f"error-{rank}.json").write_text(
-            json.dumps({"error": _one_line(exc), "traceback": traceback.format_exc()}))
+            json.dumps({"error": one_line(exc), "traceback": traceback.format_exc()}))
         traceback.print_exc()
         return 1  # the launcher stops the other processes
     if rank == 0:

@@ -20,32 +20,13 @@ from app.paths import check_spec_paths
 from app.settings import get_settings
 from grpo_engine.config import validate_spec
 from workers.distributed import run_processes
+from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt
 
 logger = logging.getLogger("grpo.worker")
 
 FINISHED = ("completed", "failed", "cancelled")
 WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"  # this process, as the lease names it
-
-
-def _one_line(exc: BaseException) -> str:
-    """A readable one-line error for the run's error field: 'ValueError: first line of the message'.
-
-    Out-of-memory errors say what to change."""
-    text = str(exc).strip().splitlines()
-    first = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    if _is_out_of_memory(exc):
-        return (f"Out of memory ({first[:200]}). Lower batch_size, group_size or max_new_tokens, "
-                "or train a LoRA adapter (lora_rank > 0).")
-    return first
-
-
-def _is_out_of_memory(exc: BaseException) -> bool:
-    """torch.OutOfMemoryError (CUDA; named, so torch is not imported here), MemoryError, or the CPU
-    allocator's RuntimeError."""
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
-        return True
-    return isinstance(exc, RuntimeError) and ("out of memory" in str(exc).lower() or "can't allocate memory" in str(exc))
 
 
 def _finish(run_id: int, status: str, error: str | None = None, log: str | None = None,
@@ -152,7 +133,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
             recorder.stop_reason = "lost"
             result = {"status": "stopped"}
         except Exception as exc:
-            return _finish(run_id, "failed", _one_line(exc), log=traceback.format_exc(), worker=worker)
+            return _finish(run_id, "failed", one_line(exc), log=traceback.format_exc(), worker=worker)
         except BaseException as exc:  # a hard stop of this process: the run goes back to the queue
             with session_scope() as s:
                 store.append_log(s, run_id, f"the worker stopped ({type(exc).__name__}); the run is back in the queue")
