@@ -24,13 +24,13 @@ import pandas as pd
 
 from app import store
 from app.auth import mask_secrets, mask_url
+from app.broker import queue_for, send_run
 from app.db import session_scope
 from app.paths import check_spec_paths, is_local_path, resolve_inside, spec_fields
 from app.settings import get_settings
 from grpo_engine.config import BUILTIN_DATASET, SpecError, validate_spec
 from grpo_engine.data import builtin_examples, read_dataset_file
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
-from workers.celery_app import RUN_TASK, celery_app, queue_for
 
 
 class ApiError(ValueError):
@@ -94,9 +94,7 @@ def launch_run(spec: dict | str | None) -> dict:
 
     # 3. enqueue by name on the broker the settings name now
     try:
-        with celery_app.connection_for_write(settings.broker_url) as conn:
-            celery_app.send_task(RUN_TASK, args=[run_id], queue=queue_for(config["device"], settings.queue),
-                                 connection=conn)
+        send_run(run_id, config["device"])
     except Exception as e:  # any broker failure: the run can never start
         error = mask_secrets(f"could not reach the broker at {mask_url(settings.broker_url)}: {e}", settings)
         with session_scope() as s:

@@ -9,6 +9,7 @@ The schema comes only from the Alembic migrations (``upgrade_database``), never 
 from __future__ import annotations
 
 import functools
+import importlib.resources
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,6 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-import migrations
 from app.settings import get_settings
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -70,7 +70,9 @@ def session_scope(url: str | None = None) -> Iterator[Session]:
 def alembic_config(url: str | None = None) -> Config:
     """An Alembic config for the migrations package, pointed at ``url`` (default: the configured store)."""
     config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    # the scripts' directory, found as a package resource: the store runs them through Alembic, it does not
+    # import them (their env.py imports the store's models)
+    config.set_main_option("script_location", str(importlib.resources.files("migrations")))
     # Config values go through configparser interpolation: escape '%' (e.g. in encoded passwords).
     config.set_main_option("sqlalchemy.url", (url or get_settings().database_url).replace("%", "%%"))
     return config

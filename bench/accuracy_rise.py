@@ -62,7 +62,7 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
         if args.cache_dir:
             env["GRPO_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
-        cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--data-dir", data_dir]
+        cmd = [sys.executable, "-m", "grpo_dashboard.cli", "serve", "--port", str(port), "--data-dir", data_dir]
         server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         wait_http(url, 120)

@@ -12,7 +12,7 @@ from app import api, store
 from app.db import session_scope
 from grpo_engine.config import defaults
 from grpo_engine.recorder import GroupRecord, SampleRecord
-from workers.celery_app import RUN_TASK
+from app.broker import RUN_TASK
 
 QUEUE = "grpo-test"
 

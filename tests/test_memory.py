@@ -273,7 +273,7 @@ def test_launch_counts_the_learned_reward_model(launch_env, tiny_models):
 
 @pytest.mark.slow
 def test_a_worker_process_reports_its_queues_and_gpus(sqlite_url, tmp_path):
-    from workers.celery_app import worker_queues
+    from app.broker import worker_queues
     from workers.runner import local_gpus
 
     queue = f"grpo-test-{uuid.uuid4().hex[:12]}"
@@ -282,7 +282,7 @@ def test_a_worker_process_reports_its_queues_and_gpus(sqlite_url, tmp_path):
            "GRPO_LEASE_SECONDS": "4"}  # reports every second
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "grpo_dashboard.cli", "worker"], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         seen = []

@@ -312,7 +312,7 @@ def test_upload_refuses_a_file_over_the_limit_and_a_bad_file_naming_it(settings_
 
 
 def _cli(args: list[str], stdin: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "grpo_dashboard.cli", *args], cwd=ROOT, input=stdin, capture_output=True,
                           text=True, env=env, timeout=120)
 
 
@@ -442,7 +442,7 @@ def test_no_password_or_hash_appears_in_output_or_answers(postgres_url, tmp_path
     env = server_env(tmp_path, GRPO_DATABASE_URL=database_url, GRPO_BROKER_URL=broker_url, GRPO_EMBEDDED_WORKER="0",
                      GRPO_AUTH_USERS=f"alice:{hashed}")
     secrets = [db_password, broker_password, hashed, hashed.split("$")[3], USERS["alice"]]
-    command = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(tmp_path)]
+    command = [sys.executable, "-m", "grpo_dashboard.cli", "serve", "--data-dir", str(tmp_path)]
     with running_server(tmp_path, env, command) as (url, _, log_path):
         client = Client(url, auth=("alice", USERS["alice"]), verbose=False)
         with pytest.raises(AppError) as caught:

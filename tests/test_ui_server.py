@@ -24,7 +24,7 @@ from app.ui import (compare_figure, config_diff_html, group_html, metrics_figure
 from app.db import make_engine, session_scope, upgrade_database
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
-from workers.celery_app import RUN_TASK
+from app.broker import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"

@@ -1,7 +1,7 @@
 """The worker side: DBRecorder and execute_run against a real store, and real worker processes.
 
 Fast tests drive ``DBRecorder`` / ``execute_run`` in this process on a fresh SQLite store.
-Slow tests start ``python -m app.cli worker`` on a real broker (the embedded SQLite broker, and
+Slow tests start ``python -m grpo_dashboard.cli worker`` on a real broker (the embedded SQLite broker, and
 Redis at GRPO_TEST_REDIS_URL, default redis://127.0.0.1:6379/5, each test on its own queue), create
 a run with app.store, send the task by name as the dashboard does, and poll the store.
 A Redis server that does not answer fails the Redis tests; they are never skipped.
@@ -26,7 +26,7 @@ from app import store
 from app.db import session_scope
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord
-from workers.celery_app import RUN_TASK
+from app.broker import RUN_TASK
 from workers.recorder import DBRecorder
 from workers.runner import execute_run
 from tests.servers import ROOT, stop_process
@@ -171,7 +171,7 @@ def worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path):
            "GRPO_BROKER_URL": broker_url, "GRPO_QUEUE": queue, "GRPO_CACHE_DIR": str(grpo_cache_dir)}
     handle = Worker(broker_url, queue, tmp_path / "worker.log")
     with open(handle.log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "grpo_dashboard.cli", "worker"], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60

@@ -14,7 +14,7 @@ import os
 import socket
 import traceback
 
-from app import store
+from app import broker, store
 from app.db import session_scope
 from app.paths import check_spec_paths
 from app.settings import get_settings
@@ -39,13 +39,6 @@ def _finish(run_id: int, status: str, error: str | None = None, log: str | None 
     return status
 
 
-def send_run(run_id: int, config: dict) -> None:
-    """Send run ``run_id`` to the queue of its device class (by task name; no torch here)."""
-    from workers.celery_app import RUN_TASK, celery_app, queue_for
-
-    celery_app.send_task(RUN_TASK, args=[run_id], queue=queue_for(config.get("device", "auto"), get_settings().queue))
-
-
 def requeue_stale_runs(lease_seconds: float | None = None) -> list[int]:
     """Put back in the queue every run whose worker stopped renewing its lease (it died), and send
     each to its queue again; the next worker resumes it from its last checkpoint. Every worker calls
@@ -56,7 +49,7 @@ def requeue_stale_runs(lease_seconds: float | None = None) -> list[int]:
         for run in requeued:
             store.append_log(s, run["run_id"], f"worker {run['worker']} stopped renewing its lease; the run is "
                                                "back in the queue and resumes from its last checkpoint")
-            send_run(run["run_id"], run["config"])
+            broker.send_run(run["run_id"], run["config"].get("device", "auto"))
     for run in requeued:
         logger.warning("run %s: worker %s is gone; run requeued", run["run_id"], run["worker"])
     return [run["run_id"] for run in requeued]
@@ -101,7 +94,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
             store.finish_run(s, run_id, "cancelled")
             return "cancelled"
         if interrupt.is_set():  # this worker is shutting down: hand the job to the next worker
-            send_run(run_id, run["config"])
+            broker.send_run(run_id, run["config"].get("device", "auto"))
             return "deferred"
         if not store.claim_run(s, run_id, worker, settings.lease_seconds):
             logger.info("run %s is held by worker %s; this delivery is dropped", run_id, run["worker"])
@@ -138,7 +131,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
             with session_scope() as s:
                 store.append_log(s, run_id, f"the worker stopped ({type(exc).__name__}); the run is back in the queue")
                 if store.requeue_run(s, run_id, worker):
-                    send_run(run_id, run["config"])
+                    broker.send_run(run_id, run["config"].get("device", "auto"))
             raise
 
     if recorder.stop_reason == "lost":
@@ -151,7 +144,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
             store.append_log(s, run_id, f"the worker is shutting down: paused after step {result['step']}; "
                                         "the run is back in the queue")
             if store.requeue_run(s, run_id, worker):
-                send_run(run_id, run["config"])
+                broker.send_run(run_id, run["config"].get("device", "auto"))
         logger.info("run %s paused after step %s and requeued", run_id, result["step"])
         return "paused"
     return _finish(run_id, "completed", worker=worker)

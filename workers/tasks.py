@@ -5,7 +5,7 @@ the message is acknowledged when the run has ended, so a job whose worker died i
 """
 from __future__ import annotations
 
-from workers.celery_app import RUN_TASK, celery_app
+from app.broker import RUN_TASK, celery_app
 from workers.runner import execute_run
 
 

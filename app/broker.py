@@ -1,6 +1,8 @@
-"""The Celery application shared by the dashboard (which only sends tasks, by name) and the workers.
+"""The broker client: the Celery application shared by the dashboard and the workers, its queues, and
+``send_run``, the one place that sends a run to the workers (by task name).
 
-Importing this module imports neither torch nor the engine: the task body imports them when it runs.
+Importing this module imports neither torch nor the engine: the task (workers/tasks.py) imports them when
+it runs.
 """
 from __future__ import annotations
 
@@ -26,10 +28,16 @@ def worker_queues(base: str, device_class: str | None) -> list[str]:
     return [base] + [queue_for(c, base) for c in classes]
 
 
-def make_celery() -> Celery:
+def prepare_broker() -> None:
+    """Create the data directory where the embedded SQLite broker keeps its file. Called before connecting,
+    not on import: importing this module creates nothing (a refused ``train`` leaves no data directory)."""
     settings = get_settings()
     if settings.broker_url.startswith("sqla+sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
     app = Celery("grpo_dashboard", broker=settings.broker_url)
     app.conf.update(
         task_default_queue=settings.queue,
@@ -58,6 +66,7 @@ def declare_queues(names: list[str], attempts: int = 5) -> None:
     stops); a process that declares first, retrying on a collision, takes that race away."""
     from kombu import Exchange, Queue
 
+    prepare_broker()
     for name in names:
         for attempt in range(attempts):
             try:
@@ -68,3 +77,12 @@ def declare_queues(names: list[str], attempts: int = 5) -> None:
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.2 * (attempt + 1))
+
+
+def send_run(run_id: int, device: str) -> None:
+    """Send run ``run_id`` to the queue of its ``device`` class, on the broker the settings name now. A broker
+    that cannot be reached raises (kombu's error)."""
+    settings = get_settings()
+    prepare_broker()
+    with celery_app.connection_for_write(settings.broker_url) as conn:
+        celery_app.send_task(RUN_TASK, args=[run_id], queue=queue_for(device, settings.queue), connection=conn)

@@ -43,7 +43,7 @@ def _start_worker(log_path: Path) -> subprocess.Popen:
     """Start the embedded worker in its own session (Ctrl-C reaches only the server, which stops it)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker", "--embedded"],
+            [sys.executable, "-m", "grpo_dashboard.cli", "worker", "--embedded"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
@@ -75,7 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if settings.embedded_worker:
-            from workers.celery_app import declare_queues, worker_queues
+            from app.broker import declare_queues, worker_queues
 
             declare_queues(worker_queues(settings.queue, None))  # before the worker and the first launch race to
             log_path = settings.data_dir / "worker.log"
@@ -165,7 +165,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from celery.signals import worker_shutting_down
 
     from app import db
-    from workers.celery_app import celery_app, declare_queues, worker_queues
+    from app.broker import celery_app, declare_queues, worker_queues
 
     settings = get_settings()
     db.upgrade_database()
