@@ -16,7 +16,6 @@ import secrets
 import shutil
 import tempfile
 import zipfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +59,6 @@ def _require_run(s, run_id: int) -> dict:
     return run
 
 
-def _default_name(model: str) -> str:
-    """'<model>-<YYYYmmdd-HHMMSS>', using the last part of a model id or path."""
-    short = model.rstrip("/").rsplit("/", 1)[-1] or "run"
-    return f"{short}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
-
-
 def launch_run(spec: dict | str | None) -> dict:
     """Validate a run spec, store the run (queued) and send it to the workers.
 
@@ -86,7 +79,7 @@ def launch_run(spec: dict | str | None) -> dict:
         check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
     except SpecError as e:
         raise ApiError(str(e)) from None
-    config["name"] = config["name"] or _default_name(config["model"])
+    config["name"] = config["name"] or store.default_run_name(config["model"])
 
     # 2. the row comes first, so a worker that picks the job up finds it
     with session_scope() as s:

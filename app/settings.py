@@ -74,10 +74,6 @@ class Settings:
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 2**20)
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
 
 def get_settings() -> Settings:
     """Read the environment now (cheap; call it where settings are needed)."""

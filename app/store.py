@@ -44,6 +44,13 @@ class LeaseLost(RuntimeError):
     """The worker writing for a run no longer holds its lease (another worker took the run over)."""
 
 
+def default_run_name(model: str) -> str:
+    """The name of a run launched without one: '<model>-<YYYYmmdd-HHMMSS>' (UTC), from the last part of a model
+    id or path."""
+    short = model.rstrip("/").rsplit("/", 1)[-1] or "run"
+    return f"{short}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 

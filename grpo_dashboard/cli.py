@@ -220,7 +220,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade_database()
-    name = spec.name or f"{Path(spec.model).name} {time.strftime('%Y-%m-%d %H:%M')}"
+    name = spec.name or store.default_run_name(spec.model)
     with session_scope() as s:
         run_id = store.create_run(s, spec.to_dict(), name)
     print(f"run {run_id} ({name}) in {mask_url(settings.database_url)}", flush=True)

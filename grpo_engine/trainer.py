@@ -23,32 +23,29 @@ tokens, T completion tokens.
 from __future__ import annotations
 
 import copy
-import math
-from contextlib import nullcontext
 import random
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from . import checkpoint
 from .config import RunSpec, decode_delimiter
-from .data import STEP_DELIMITER, format_prompt, load_dataset
+from .data import load_dataset
 from .math_shepherd import load_math_shepherd
 from .memory import estimate_memory, too_big_message
 from .model import disable_dropout, load_policy, resolve_model_path
-from .objective import grpo_loss, outcome_advantages, process_advantages
 from .parallel import Processes
-from .recorder import GroupRecord, Recorder, SampleRecord
+from .recorder import Recorder
 from .reward_model import RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit, load_reward_model, replay_mix
-from .rewards import check_step, outcome_reward
+from .rewards import outcome_reward
 from .sampling import generate
-from .tokenization import completion_mask, end_token_ids, prompt_formatter, step_boundaries, token_pieces
+from .step import Learner, completion_texts, encode_prompts, grpo_step, judge, rm_examples
+from .tokenization import completion_mask, end_token_ids, prompt_formatter
 
 EVAL_BATCH = 256
-ENTROPY_CHUNK = 8  # completion positions whose entropy is computed at once
 
 
 def resolve_precision(precision: str, device_type: str, bf16_supported: bool) -> str:
@@ -91,46 +88,6 @@ def make_accelerator(device: str | None, precision: str):
     return Accelerator(cpu=cpu, mixed_precision=resolve_precision(precision, device_type, bf16_ok))
 
 
-def _encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.Tensor]:
-    """Left-padded prompt batch: input_ids and attention_mask, both (B, P). The prompt text comes from
-    ``tokenizer.grpo_prompt`` (set by train() from the run's prompt_template), else the plain template."""
-    fmt = getattr(tokenizer, "grpo_prompt", format_prompt)
-    enc = tokenizer([fmt(q) for q in questions], return_tensors="pt", padding=True, add_special_tokens=False)
-    return {k: v.to(device) for k, v in enc.items()}
-
-
-def token_logprobs(model, prompt_ids, prompt_attn, completions, mask,
-                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(o_t | q, o_<t) of each completion token under the distribution it was sampled from, and the
-    per-token entropy of that distribution. Both (N, T).
-
-    Outputs are drawn from softmax(logits / T) with T the sampling temperature, so the ratio to pi_old and
-    the KL to pi_ref are taken between those distributions: log pi(o_t) = log_softmax(logits / T)[o_t].
-    Example: logits [2, 0] at T = 2 -> log_softmax([1, 0]) = [-0.3133, -1.3133] (at T = 1: [-0.1269, -2.1269]).
-    """
-    ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
-    attn = torch.cat([prompt_attn, mask.long()], dim=1)  # (N, P+T)
-    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # left padding: positions start at each prompt
-    T = completions.shape[1]
-    # only the T + 1 last positions go through the output layer (those before the prompt's last predict nothing)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
-                   logits_to_keep=T + 1).logits  # (N, T+1, V)
-    logits = logits[:, :-1].float()  # (N, T, V): the logits that predict o_t
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)  # (N, T, V)
-    logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
-    with torch.no_grad():  # entropy is reported, not trained on; a few positions at a time bound the memory
-        entropy = torch.cat([-(chunk.exp() * chunk).sum(-1) for chunk in logp_all.split(ENTROPY_CHUNK, dim=1)], dim=1)
-    return logp, entropy
-
-
-def completion_texts(tokenizer, completions, mask, ended) -> list[str]:
-    """Each completion's text: its tokens up to its end token (not included), special tokens left out."""
-    content = (mask.sum(dim=1).long() - ended.long()).tolist()  # (N,) tokens before the end token
-    return tokenizer.batch_decode([row[:n] for row, n in zip(completions.tolist(), content)], skip_special_tokens=True)
-
-
 @torch.no_grad()
 def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, device) -> float:
     """Held-out greedy accuracy: the share of questions whose final answer is exactly right."""
@@ -138,58 +95,11 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
     correct = 0.0
     for i in range(0, len(examples), EVAL_BATCH):
         chunk = examples[i : i + EVAL_BATCH]
-        prompts = _encode_prompts(tokenizer, [e["question"] for e in chunk], device)
+        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device)
         comps = generate(policy, tokenizer, prompts, repeat=1, max_new_tokens=max_new_tokens, greedy=True)
         texts = completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
         correct += sum(outcome_reward(t, e["answer"])[0] for t, e in zip(texts, chunk))
     return correct / max(1, len(examples))
-
-
-def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
-    """The text of each token id decoded alone (the group view shows end tokens so), remembered on the
-    tokenizer: a run decodes the same few ids over and over."""
-    known = tokenizer.__dict__.setdefault("_grpo_token_texts", {})
-    new = sorted(ids - known.keys())
-    if new:
-        known.update(zip(new, tokenizer.batch_decode([[t] for t in new])))
-    return known
-
-
-def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
-          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> dict[str, list]:
-    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
-
-    Returns lists of N: ``texts``, ``tokens`` (each token's text in context, see token_pieces, so that they
-    spell the text; then the end token's own text, as the group view shows them), ``outcome`` ((reward,
-    components) from the verifier) and, when ``process``, ``steps`` (cut from those texts), ``step_ends``
-    (0-based token index of each step's end; the end token is no step) and ``verdicts`` (the step
-    checker's, 1.0 / 0.0).
-    """
-    lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
-    ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
-    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
-    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended) if e})
-    texts = ["".join(p) for p in pieces]
-    out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
-    for i, ex in enumerate(examples):
-        out["tokens"].append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
-        out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight))
-        if process:
-            steps, ends = step_boundaries(pieces[i], delimiter)
-            out["steps"].append(steps)
-            out["step_ends"].append(ends)
-            out["verdicts"].append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
-    return out
-
-
-def rm_examples(judged: dict[str, list], examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:
-    """The reward model's view of judged outputs: ORM the whole output labelled by the verifier,
-    PRM its steps labelled by the step checker (``labelled=False``: no labels, for scoring only)."""
-    if kind == "orm":
-        return [RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
-                for ex, text, (_, comps) in zip(examples, judged["texts"], judged["outcome"])]
-    return [RMExample(ex["question"], steps, verdicts if labelled else [])
-            for ex, steps, verdicts in zip(examples, judged["steps"], judged["verdicts"])]
 
 
 @torch.no_grad()
@@ -200,7 +110,7 @@ def sample_labelled(policy, tokenizer, questions: list[dict], spec: RunSpec, kin
     out = []
     for i in range(0, len(questions), spec.batch_size * spec.group_size):
         chunk = questions[i : i + spec.batch_size * spec.group_size]
-        prompts = _encode_prompts(tokenizer, [e["question"] for e in chunk], device)
+        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device)
         completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=spec.max_new_tokens,
                                temperature=spec.temperature, top_p=spec.top_p)
         mask, ended = completion_mask(completions, end_token_ids(policy, tokenizer))
@@ -280,39 +190,40 @@ def run_device(spec_device: str, device: str | None = None) -> str | None:
     return None
 
 
-def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None = None,
-          checkpoint_dir: Path | None = None) -> dict:
-    """Run GRPO as ``spec`` says, reporting to ``recorder``. Returns {status, step, metrics}.
+@dataclass
+class RewardModelState:
+    """A learned reward model's training: its examples so far (replayed at each refresh), its random stream,
+    and Math-Shepherd data when ``rm_data`` is given (pool, held out)."""
 
-    status is "completed"; "cancelled" when ``recorder.should_stop()`` said so at a step boundary; or
-    "paused" when it said "pause" (a checkpoint of the state was saved first, when checkpointing is on).
-    ``checkpoint_dir``: where the run's checkpoints live (None: none are saved). If it holds one, the
-    run resumes from the newest; every ``spec.checkpoint_every`` steps a new one is saved, and at the
-    end the trained policy is saved in ``checkpoint_dir/final`` (Hugging Face format).
-    """
-    t_load = time.time()
+    name: str
+    history: list[RMExample] = field(default_factory=list)
+    rng: random.Random | None = None
+    data: tuple[list[RMExample], list[RMExample]] | None = None
+
+
+def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None):
+    """Place the run (Accelerate), load the policy (fp32, dropout off), the dataset, the reference and the
+    optimizer, and the learned reward model (reward: model). Returns (learner, train set, held-out set,
+    RewardModelState or None)."""
     accelerator = make_accelerator(run_device(spec.device, device), spec.precision)
     dev = accelerator.device
     procs = Processes(accelerator)  # one, or the data-parallel processes of a run with devices > 1
     if procs.n != spec.devices:
         raise ValueError(f"devices: the run asks for {spec.devices} processes but was started in {procs.n}")
     torch.manual_seed(spec.seed)
-    rng = random.Random(spec.seed)
-    recorder.log(f"loading model {spec.model!r} on {dev} "
-                 f"({'bf16 mixed precision' if accelerator.mixed_precision == 'bf16' else 'fp32'})"
+    bf16 = accelerator.mixed_precision == "bf16"
+    recorder.log(f"loading model {spec.model!r} on {dev} ({'bf16 mixed precision' if bf16 else 'fp32'})"
                  + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
     if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
         if procs.main:
             for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else [])}:
-                resolve_model_path(name, Path(cache_dir), log=recorder.log)
+                resolve_model_path(name, cache_dir, log=recorder.log)
         procs.barrier()
-    policy, tokenizer = load_policy(spec.model, Path(cache_dir), dev, log=recorder.log)
+    policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log)
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    bf16 = accelerator.mixed_precision == "bf16"
     tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
-    delimiter = decode_delimiter(spec.step_delimiter)
     recorder.log(f"loading dataset {spec.dataset!r}")
     train_set, heldout = load_dataset(spec.dataset, config=spec.dataset_config, split=spec.dataset_split,
                                       eval_split=spec.eval_split,
@@ -329,32 +240,70 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
-    end_ids = end_token_ids(policy, tokenizer)  # the tokens that end a completion
-    rm, rm_history, rm_name, rm_data = None, [], "", None
-    if spec.reward == "model":  # a learned ORM (outcome) or PRM (process); its backbone starts from a causal LM
-        rm_kind = "orm" if spec.supervision == "outcome" else "prm"
-        rm_name = f"{rm_kind.upper()} from {(spec.reward_model or spec.model)!r}"
-        recorder.log(f"loading the reward model: {rm_name}")
-        # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
-        rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, Path(cache_dir), log=recorder.log),
-                               rm_kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
-                               prior_dtype=torch.bfloat16 if bf16 else torch.float32)
-        if spec.reward_model:  # the estimate again, with this reward model's size
-            check_memory(accelerator.unwrap_model(policy), spec, bf16, dev, recorder.log,
-                         rm_params=sum(p.numel() for p in rm.backbone.parameters()))
-        rm.autocast = accelerator.autocast
-        rm.delimiter = delimiter
-        rm_rng = random.Random(spec.seed + 1)
-        if spec.rm_data:  # Math-Shepherd-labelled solutions instead of the step checker's labels
-            labelled, skipped = load_math_shepherd(spec.rm_data)
-            labelled = [RMExample(q, steps, labels) for q, steps, labels in labelled]
-            random.Random(spec.seed + 2).shuffle(labelled)
-            n_held = max(1, min(len(labelled) // 10, spec.rm_samples // 4))
-            rm_data = (labelled[:-n_held], labelled[-n_held:])
-            recorder.log(f"rm_data {spec.rm_data!r}: {len(labelled)} step-labelled solutions ({skipped} rows skipped), "
-                         f"{n_held} held out to measure the PRM")
-    else:
-        rm_rng = None
+    learner = Learner(spec, accelerator, procs, policy, optimizer, params, reference, tokenizer,
+                      end_token_ids(policy, tokenizer), decode_delimiter(spec.step_delimiter))
+    rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16) if spec.reward == "model" else None
+    return learner, train_set, heldout, rm_state
+
+
+def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool) -> RewardModelState:
+    """A learned ORM (outcome) or PRM (process), its backbone started from a causal LM, set on ``learner.rm``;
+    with ``rm_data``, its Math-Shepherd-labelled solutions (a tenth, at most rm_samples / 4, held out)."""
+    spec, dev = learner.spec, learner.dev
+    kind = "orm" if spec.supervision == "outcome" else "prm"
+    state = RewardModelState(f"{kind.upper()} from {(spec.reward_model or spec.model)!r}",
+                             rng=random.Random(spec.seed + 1))
+    recorder.log(f"loading the reward model: {state.name}")
+    # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
+    rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log),
+                           kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
+                           prior_dtype=torch.bfloat16 if bf16 else torch.float32)
+    if spec.reward_model:  # the estimate again, with this reward model's size
+        check_memory(learner.unwrapped(), spec, bf16, dev, recorder.log,
+                     rm_params=sum(p.numel() for p in rm.backbone.parameters()))
+    rm.autocast = learner.accelerator.autocast
+    rm.delimiter = learner.delimiter
+    learner.rm = rm
+    if spec.rm_data:  # Math-Shepherd-labelled solutions instead of the step checker's labels
+        labelled, skipped = load_math_shepherd(spec.rm_data)
+        labelled = [RMExample(q, steps, labels) for q, steps, labels in labelled]
+        random.Random(spec.seed + 2).shuffle(labelled)
+        n_held = max(1, min(len(labelled) // 10, spec.rm_samples // 4))
+        state.data = (labelled[:-n_held], labelled[-n_held:])
+        recorder.log(f"rm_data {spec.rm_data!r}: {len(labelled)} step-labelled solutions ({skipped} rows skipped), "
+                     f"{n_held} held out to measure the PRM")
+    return state
+
+
+def new_iteration(learner: Learner) -> None:
+    """Algorithm 1's reference reset at the start of iterations 2, 3, ...: the reference becomes the policy.
+    LoRA: the adapter is folded into the base (the new reference) and a fresh adapter is trained, with a new
+    optimizer."""
+    if learner.reference is not None:
+        learner.reference.load_state_dict(learner.unwrapped().state_dict())
+        return
+    accelerator = learner.accelerator
+    accelerator.free_memory()  # forgets the previous model and optimizer
+    policy = _wrap_lora(learner.unwrapped().merge_and_unload(), learner.spec.lora_rank)
+    learner.params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(learner.params, lr=learner.spec.learning_rate, weight_decay=0.0)
+    learner.policy, learner.optimizer = accelerator.prepare(policy, optimizer)
+
+
+def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None = None,
+          checkpoint_dir: Path | None = None) -> dict:
+    """Run GRPO as ``spec`` says, reporting to ``recorder``. Returns {status, step, metrics}.
+
+    status is "completed"; "cancelled" when ``recorder.should_stop()`` said so at a step boundary; or
+    "paused" when it said "pause" (a checkpoint of the state was saved first, when checkpointing is on).
+    ``checkpoint_dir``: where the run's checkpoints live (None: none are saved). If it holds one, the
+    run resumes from the newest; every ``spec.checkpoint_every`` steps a new one is saved, and at the
+    end the trained policy is saved in ``checkpoint_dir/final`` (Hugging Face format).
+    """
+    t_load = time.time()
+    learner, train_set, heldout, rm_state = load_learner(spec, recorder, Path(cache_dir), device)
+    procs, rm = learner.procs, learner.rm
+    rng = random.Random(spec.seed)
 
     # resume from the newest checkpoint, if an earlier attempt left one
     step, start_iteration = 0, 1
@@ -364,16 +313,15 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         step, start_iteration = state["step"], state["iteration"]
         # (LoRA after iteration 1: the saved policy is the base with the earlier adapters folded in plus the
         # current adapter, under the same parameter names as this freshly wrapped model)
-        checkpoint.load(found[1], state, policy=accelerator.unwrap_model(policy), optimizer=optimizer,
-                        reference=reference, rng=rng, rm=rm, rm_rng=rm_rng, rank=procs.rank)
+        checkpoint.load(found[1], state, policy=learner.unwrapped(), optimizer=learner.optimizer,
+                        reference=learner.reference, rng=rng, rm=rm, rm_rng=rm_state and rm_state.rng, rank=procs.rank)
         if rm is not None:
-            rm_history = [RMExample(**e) for e in state["rm_history"] or []]
+            rm_state.history = [RMExample(**e) for e in state["rm_history"] or []]
         recorder.log(f"resuming from the checkpoint after step {step} (iteration {start_iteration})")
     elif procs.rank > 0:  # each process samples with its own random stream (the main one keeps the run's seed)
         torch.manual_seed(spec.seed + procs.rank)
-    n_params = sum(p.numel() for p in params)
-    recorder.log(f"ready in {time.time() - t_load:.1f}s: {n_params:,} trainable parameters, "
-                 f"{len(train_set)} training / {len(heldout)} held-out questions")
+    recorder.log(f"ready in {time.time() - t_load:.1f}s: {sum(p.numel() for p in learner.params):,} trainable "
+                 f"parameters, {len(train_set)} training / {len(heldout)} held-out questions")
     recorder.resume(step)
     recorder.start(spec.total_steps)
     saved_step = step  # the step of the newest checkpoint on disk (0: none)
@@ -387,42 +335,35 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         if procs.main:
             recorder.flush()  # what was reported up to this step is recorded before the checkpoint exists
             path = checkpoint.save(
-                checkpoint_dir, step=step, iteration=iteration, policy=accelerator.unwrap_model(policy),
-                optimizer=optimizer, reference=reference if iteration > 1 else None, lora=spec.lora_rank > 0,
-                rng=rng, rm=rm, rm_rng=rm_rng, rm_history=rm_history if rm is not None else None,
-                keep=spec.checkpoint_keep, process_states=states)
+                checkpoint_dir, step=step, iteration=iteration, policy=learner.unwrapped(),
+                optimizer=learner.optimizer, reference=learner.reference if iteration > 1 else None,
+                lora=spec.lora_rank > 0, rng=rng, rm=rm, rm_rng=rm_state and rm_state.rng,
+                rm_history=rm_state.history if rm is not None else None, keep=spec.checkpoint_keep,
+                process_states=states)
             recorder.checkpoint(step, str(path))
             recorder.log(f"checkpoint after step {step} saved in {time.time() - t:.1f}s")
         procs.barrier()  # no process runs ahead of a checkpoint that is still being written
 
-    def ref_logprobs(prompt_ids, prompt_attn, completions, mask):
-        if reference is not None:
-            with accelerator.autocast():
-                return token_logprobs(reference, prompt_ids, prompt_attn, completions, mask, spec.temperature)[0]
-        model = accelerator.unwrap_model(policy)
-        with model.disable_adapter():
-            return token_logprobs(model, prompt_ids, prompt_attn, completions, mask, spec.temperature)[0]
-
     def eval_accuracy() -> float:
         """Held-out greedy accuracy; each process evaluates every n-th question."""
         mine = heldout[procs.rank::procs.n]
-        correct = evaluate(accelerator.unwrap_model(policy), tokenizer, mine, spec.max_new_tokens, dev) * len(mine)
+        correct = evaluate(learner.unwrapped(), learner.tokenizer, mine, spec.max_new_tokens, learner.dev) * len(mine)
         return procs.sum([correct])[0] / max(1, len(heldout))
 
     def refresh_reward_model() -> dict[str, float]:
         """Train (or refresh) the reward model on the main process; every process then gets its weights."""
         metrics = {}
         if procs.main:
-            metrics = train_reward_model(rm, rm_history, accelerator.unwrap_model(policy), tokenizer, train_set,
-                                         heldout, spec, rm_rng, dev, rm_data)
+            metrics = train_reward_model(rm, rm_state.history, learner.unwrapped(), learner.tokenizer, train_set,
+                                         heldout, spec, rm_state.rng, learner.dev, rm_state.data)
         procs.broadcast_module(rm)
         return procs.from_main(metrics)
 
     start_metrics = {}
     if rm is not None and step == 0:
         start_metrics = refresh_reward_model()
-        source = f"solutions of {spec.rm_data!r}" if rm_data else "labelled outputs of the initial policy"
-        recorder.log(f"{rm_name} trained on {len(rm_history)} {source}: "
+        source = f"solutions of {spec.rm_data!r}" if rm_state.data else "labelled outputs of the initial policy"
+        recorder.log(f"{rm_state.name} trained on {len(rm_state.history)} {source}: "
                      f"loss {start_metrics['rm/loss']:.3f}, held-out accuracy {start_metrics['rm/accuracy_after']:.3f}")
     if spec.eval_every and step == 0:
         start_metrics["eval/accuracy"] = eval_accuracy()
@@ -432,15 +373,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
 
     metrics = {}
     for iteration in range(start_iteration, spec.iterations + 1):
-        begins = step == (iteration - 1) * spec.steps_per_iteration  # False: resumed in the middle of it
-        if iteration > 1 and begins and reference is not None:  # reference reset (Algorithm 1)
-            reference.load_state_dict(accelerator.unwrap_model(policy).state_dict())
-        elif iteration > 1 and begins:  # LoRA: fold the adapter into the base (the new reference), train a fresh adapter
-            accelerator.free_memory()  # forgets the previous model and optimizer
-            policy = _wrap_lora(accelerator.unwrap_model(policy).merge_and_unload(), spec.lora_rank)
-            params = [p for p in policy.parameters() if p.requires_grad]
-            optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
-            policy, optimizer = accelerator.prepare(policy, optimizer)
+        if iteration > 1 and step == (iteration - 1) * spec.steps_per_iteration:  # (not when resumed mid-iteration)
+            new_iteration(learner)
         while step < iteration * spec.steps_per_iteration:
             stop = procs.from_main(recorder.should_stop())  # all processes stop at the same step
             if stop == "pause":
@@ -453,139 +387,12 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                 return {"status": "cancelled", "step": step, "metrics": metrics}
             step += 1
             t0 = time.time()
-
-            # 1. sample B questions (this process's share of them), G outputs each, from pi_old (the current
-            #    policy, no grad)
-            batch = procs.share(rng.sample(train_set, spec.batch_size))
-            B = len(batch)
-            prompts = _encode_prompts(tokenizer, [e["question"] for e in batch], dev)
-            policy.eval()
-            completions = generate(accelerator.unwrap_model(policy), tokenizer, prompts, repeat=spec.group_size, greedy=False,
-                                   max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
-                                   top_p=spec.top_p, end_ids=end_ids)  # (N, T)
-            mask, ended = completion_mask(completions, end_ids)  # (N, T), (N,)
-            prompt_ids = prompts["input_ids"].repeat_interleave(spec.group_size, dim=0)  # (N, P)
-            prompt_attn = prompts["attention_mask"].repeat_interleave(spec.group_size, dim=0)  # (N, P)
-            t1 = time.time()
-
-            # 2. score every output: the rules judge it (and give the true verdict "correct");
-            #    with reward: model the ORM's score is r_i, or the PRM's scores are the step rewards
-            N, T = completions.shape
-            G = spec.group_size
-            lengths = mask.sum(dim=1).long().tolist()
-            rows = [batch[i // G] for i in range(N)]
-            judged = judge(tokenizer, completions, mask, ended, rows, spec.supervision == "process", spec.format_reward,
-                           delimiter)
-            texts, token_texts, outcome = judged["texts"], judged["tokens"], judged["outcome"]
-            components = [dict(c) for _, c in outcome]
-            correct = torch.tensor([c["correct"] for c in components])
-            scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
-
-            # 3. advantages, (N, T)
-            step_rewards: list[list[float] | None] = [None] * N
-            step_ends: list[list[int] | None] = [None] * N
-            if spec.supervision == "outcome":
-                flat = [s[0] for s in scores] if scores is not None else [r for r, _ in outcome]
-                rewards = torch.tensor(flat, device=dev).view(-1, G)  # (B, G)
-                advantages = outcome_advantages(rewards).view(-1, 1) * mask  # every token of o_i gets A_i
-                rewards = rewards.view(-1)
-            else:
-                step_rewards = scores if scores is not None else judged["verdicts"]
-                step_ends = judged["step_ends"]
-                adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T)
-                            for b in range(B)]  # each (G, T)
-                advantages = torch.cat(adv_rows).to(dev) * mask
-                rewards = torch.tensor([sum(r) / len(r) if r else 0.0 for r in step_rewards])
-            if scores is not None:
-                for c, r in zip(components, rewards.tolist()):
-                    c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
-            advantages = advantages.to(dev)
-            # micro-batches of sequences for every forward pass below (memory stays bounded whatever B x G)
-            chunks = [slice(i, min(i + (spec.micro_batch_size or N), N)) for i in range(0, N, spec.micro_batch_size or N)]
-            with torch.no_grad():
-                ref_logp = torch.cat([ref_logprobs(prompt_ids[c], prompt_attn[c], completions[c], mask[c])
-                                      for c in chunks]) if spec.kl_coef > 0 else None
-                old_logp = None
-                if spec.policy_updates_per_batch > 1:  # with mu = 1, pi_old's log-probs equal the detached current ones
-                    model = accelerator.unwrap_model(policy)
-                    old_logp = torch.cat([token_logprobs(model, prompt_ids[c], prompt_attn[c], completions[c], mask[c],
-                                                         spec.temperature)[0]
-                                          for c in chunks])
-            t2 = time.time()
-
-            # 4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches:
-            #    the loss is a mean over the N outputs, so a micro-batch's mean counts with its share of them.
-            #    With several processes the gradients are averaged across them once, at the last micro-batch
-            #    (each process holds as many outputs, so the average is the whole batch's mean).
-            policy.train()
-            grad_norm, entropy_sum, sums = 0.0, 0.0, []
-            for _ in range(spec.policy_updates_per_batch):
-                optimizer.zero_grad(set_to_none=True)
-                loss_sum = kl_sum = clip_sum = entropy_sum = 0.0
-                for k, c in enumerate(chunks):
-                    with accelerator.no_sync(policy) if k < len(chunks) - 1 else nullcontext():
-                        logp, ent = token_logprobs(policy, prompt_ids[c], prompt_attn[c], completions[c], mask[c],
-                                                   spec.temperature)
-                        old = old_logp[c] if old_logp is not None else logp.detach()
-                        ref = ref_logp[c] if ref_logp is not None else logp.detach()
-                        loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef)
-                        share, tokens = (c.stop - c.start) / N, mask[c].sum().item()
-                        accelerator.backward(loss * share)
-                    loss_sum += loss.item() * share
-                    kl_sum += stats["kl"].item() * tokens  # the stats are token means: weight them by tokens
-                    clip_sum += stats["clip_frac"].item() * tokens
-                    entropy_sum += (ent.detach() * mask[c]).sum().item()
-                grad_norm = accelerator.clip_grad_norm_(params, 1.0).item()
-                optimizer.step()
-                sums += [loss_sum, kl_sum, clip_sum]
-            t3 = time.time()
-
-            # 5. report; with several processes, over the whole batch (values gathered in rank order)
-            mu = spec.policy_updates_per_batch
-            totals = procs.sum(sums + [entropy_sum, mask.sum().item()])
-            n_tokens = max(totals[-1], 1.0)
-            losses = [totals[3 * u] / procs.n for u in range(mu)]
-            kls = [totals[3 * u + 1] / n_tokens for u in range(mu)]
-            clips = [totals[3 * u + 2] / n_tokens for u in range(mu)]
-            if spec.supervision == "outcome":
-                flat_group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(B)]
-            else:  # process advantages normalise over all step rewards of the group
-                flat_group_rewards = [[r for i in range(b * G, (b + 1) * G) for r in step_rewards[i]] for b in range(B)]
-            flat_group_rewards = procs.gather(flat_group_rewards)
-            outputs = procs.gather(list(zip(rewards.tolist(), correct.tolist(), lengths, ended.tolist())))
-            all_rewards = torch.tensor([o[0] for o in outputs])
-            zero_std = sum(len(set(g)) <= 1 for g in flat_group_rewards) / len(flat_group_rewards)
-            metrics = {
-                "reward_mean": all_rewards.mean().item(),
-                "reward_std": all_rewards.std(unbiased=False).item(),
-                "correct_frac": sum(o[1] for o in outputs) / len(outputs),
-                "zero_std_frac": zero_std,
-                "loss": sum(losses) / mu,
-                "kl": sum(kls) / mu,
-                "clip_frac": sum(clips) / mu,
-                "entropy": totals[-2] / n_tokens,
-                "completion_len": float(sum(o[2] for o in outputs)) / len(outputs),
-                "truncated_frac": 1.0 - sum(o[3] for o in outputs) / len(outputs),
-                "learning_rate": optimizer.param_groups[0]["lr"],
-                "grad_norm": grad_norm if math.isfinite(grad_norm) else -1.0,
-                "time/sampling": t1 - t0,
-                "time/scoring": t2 - t1,
-                "time/update": t3 - t2,
-            }
-            record = spec.record_every and (step % spec.record_every == 0 or step == spec.total_steps)
-            groups = []
-            adv_cpu = advantages.cpu()
-            for b in range(B if record else 0):
-                samples = []
-                for i in range(b * G, (b + 1) * G):
-                    samples.append(SampleRecord(
-                        completion=texts[i], tokens=token_texts[i], reward=float(rewards[i]),
-                        advantages=[round(a, 6) for a in adv_cpu[i, : lengths[i]].tolist()],
-                        step_rewards=step_rewards[i], step_end_indices=step_ends[i],
-                        reward_components=components[i]))
-                groups.append(GroupRecord(prompt=batch[b]["question"], reference=batch[b]["answer"], samples=samples))
+            # B questions, the same on every process, each of which keeps its share (whole groups)
+            record = bool(spec.record_every) and (step % spec.record_every == 0 or step == spec.total_steps)
+            result = grpo_step(learner, procs.share(rng.sample(train_set, spec.batch_size)), record)
+            metrics = result.metrics
             if record:
-                recorder.groups(step, procs.gather(groups))
+                recorder.groups(step, procs.gather(result.groups))
             metrics["time/step"] = time.time() - t0  # the step itself: evaluation and an RM refresh are timed apart
             if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
                 t_eval = time.time()
@@ -595,7 +402,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
             if rm is not None and step == iteration * spec.steps_per_iteration and iteration < spec.iterations:
                 t_refresh = time.time()
                 metrics.update(refresh_reward_model())
-                recorder.log(f"iteration {iteration}: {rm_name} refreshed on {metrics['rm/train_examples']:.0f} "
+                recorder.log(f"iteration {iteration}: {rm_state.name} refreshed on {metrics['rm/train_examples']:.0f} "
                              f"examples ({metrics['rm/replayed']:.0f} replayed) in {time.time() - t_refresh:.1f}s: "
                              f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_before']:.3f} -> "
                              f"{metrics['rm/accuracy_after']:.3f}")
@@ -609,8 +416,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     recorder.log(f"finished {step} steps")
     if checkpoint_dir is not None and procs.main:  # the trained policy, for download; step checkpoints are no longer needed
         t = time.time()
-        checkpoint.save_final(checkpoint_dir / "final", accelerator.unwrap_model(policy), tokenizer,
-                              lora=spec.lora_rank > 0)
+        checkpoint.save_final(checkpoint_dir / "final", learner.unwrapped(), learner.tokenizer, lora=spec.lora_rank > 0)
         for _, old in checkpoint.step_dirs(checkpoint_dir):
             shutil.rmtree(old, ignore_errors=True)
         recorder.log(f"final policy saved in {time.time() - t:.1f}s")

@@ -12,10 +12,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo_engine import trainer
+from grpo_engine import step, trainer
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.model import builtin_model_dir, load_policy
 from grpo_engine.recorder import METRICS, MemoryRecorder
+from grpo_engine.tokenization import completion_mask
 
 SPEC = dict(lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, group_size=4, eval_every=0,
             max_new_tokens=24)
@@ -76,18 +77,18 @@ def test_reference_is_the_base_model_with_the_adapter_disabled(lora_run, grpo_ca
     base, tokenizer = load_policy("builtin-arith", grpo_cache_dir, torch.device("cpu"))
     peft_model.eval()
     base.eval()
-    prompts = trainer._encode_prompts(tokenizer, ["2+3*4", "6-1*5", "4*4+1"], "cpu")
+    prompts = step.encode_prompts(tokenizer, ["2+3*4", "6-1*5", "4*4+1"], "cpu")
     torch.manual_seed(0)
     completions = trainer.generate(peft_model, tokenizer, prompts, repeat=4, max_new_tokens=24, greedy=False)
-    mask, _ = trainer.completion_mask(completions, tokenizer.eos_token_id)
+    mask, _ = completion_mask(completions, tokenizer.eos_token_id)
     ids = prompts["input_ids"].repeat_interleave(4, dim=0)
     attn = prompts["attention_mask"].repeat_interleave(4, dim=0)
 
     with torch.no_grad():
-        base_logp = trainer.token_logprobs(base, ids, attn, completions, mask)[0] * mask
+        base_logp = step.token_logprobs(base, ids, attn, completions, mask)[0] * mask
         with peft_model.disable_adapter():
-            ref_logp = trainer.token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
-        policy_logp = trainer.token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
+            ref_logp = step.token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
+        policy_logp = step.token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
     torch.testing.assert_close(ref_logp, base_logp, rtol=0, atol=1e-5)
     # with the adapter on (again), the trained policy differs from the base
     assert (policy_logp - base_logp).abs().max() > 1e-4

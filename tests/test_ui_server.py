@@ -7,7 +7,6 @@ through app.store from this process, the way a worker writes it.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -30,12 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
 ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group", "/cancel_run",
              "/compare_runs", "/export_run", "/upload_dataset", "/preview_dataset"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

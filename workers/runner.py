@@ -25,7 +25,6 @@ from workers.recorder import DBRecorder, LeaseKeeper, interrupt
 
 logger = logging.getLogger("grpo.worker")
 
-FINISHED = ("completed", "failed", "cancelled")
 WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"  # this process, as the lease names it
 
 
@@ -87,7 +86,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
         if run is None:
             logger.error("run %s: no such run in the store; job dropped", run_id)
             return "missing"
-        if run["status"] in FINISHED:
+        if run["status"] in store.FINISHED_STATUSES:
             logger.info("run %s is already %s; nothing to do", run_id, run["status"])
             return run["status"]
         if run["cancel_requested"]:  # cancelled before this worker picked it up (or before a redelivery)

@@ -1,0 +1,364 @@
+"""One GRPO step: the body of Algorithm 1's inner loop, read top to bottom.
+
+    1. sample G outputs for each of this process's B questions from pi_old (the current policy, no grad)
+    2. score every output: the rules judge it (and give the true verdict "correct"); with reward: model the
+       ORM's score is r_i, or the PRM's scores are the step rewards
+    3. advantages: outcome (4.1.2) or process (4.1.3) supervision; the reference's and pi_old's log-probs
+    4. mu policy updates maximising J_GRPO (Eq. 3) with the k3 KL penalty (Eq. 4)
+    5. the step's metrics and groups; with several processes, metrics over the whole batch
+
+``Learner`` holds what the step trains and samples with; train() (trainer.py) runs the steps, evaluates,
+refreshes the reward model, records and checkpoints.
+
+Shapes: B questions (in one process: its B / devices), G outputs each, N = B*G sequences, P prompt tokens,
+T completion tokens.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .config import RunSpec
+from .data import STEP_DELIMITER, format_prompt
+from .objective import grpo_loss, outcome_advantages, process_advantages
+from .parallel import Processes
+from .recorder import GroupRecord, SampleRecord
+from .reward_model import RewardModel, RMExample
+from .rewards import check_step, outcome_reward
+from .sampling import generate
+from .tokenization import completion_mask, step_boundaries, token_pieces
+
+ENTROPY_CHUNK = 8  # completion positions whose entropy is computed at once
+
+
+@dataclass
+class Learner:
+    """What a run trains and samples with. ``policy`` and ``optimizer`` are Accelerate-prepared (a LoRA run
+    replaces them at each new iteration, see trainer.new_iteration); ``reference`` is None for LoRA (the base
+    with the adapter off); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
+    completion; ``rm`` the learned reward model (reward: model)."""
+
+    spec: RunSpec
+    accelerator: Any
+    procs: Processes
+    policy: Any
+    optimizer: torch.optim.Optimizer
+    params: list
+    reference: Any
+    tokenizer: Any
+    end_ids: list[int]
+    delimiter: str
+    rm: RewardModel | None = None
+
+    @property
+    def dev(self) -> torch.device:
+        return self.accelerator.device
+
+    def unwrapped(self):
+        """The policy itself, without a data-parallel wrapper."""
+        return self.accelerator.unwrap_model(self.policy)
+
+    def ref_logprobs(self, prompt_ids, prompt_attn, completions, mask) -> torch.Tensor:
+        """log pi_ref of each completion token, (N, T)."""
+        if self.reference is not None:
+            with self.accelerator.autocast():
+                return token_logprobs(self.reference, prompt_ids, prompt_attn, completions, mask,
+                                      self.spec.temperature)[0]
+        model = self.unwrapped()
+        with model.disable_adapter():
+            return token_logprobs(model, prompt_ids, prompt_attn, completions, mask, self.spec.temperature)[0]
+
+
+@dataclass
+class Sampled:
+    """Step 1: the B questions and their N = B*G sampled outputs."""
+
+    batch: list[dict]  # this process's questions
+    prompt_ids: torch.Tensor  # (N, P), each prompt repeated G times, left-padded
+    prompt_attn: torch.Tensor  # (N, P)
+    completions: torch.Tensor  # (N, T)
+    mask: torch.Tensor  # (N, T): 1.0 up to and including each output's end token
+    ended: torch.Tensor  # (N,): False where an output was cut at max_new_tokens
+
+
+@dataclass
+class Scored:
+    """Steps 2 and 3: what each output got."""
+
+    texts: list[str]
+    tokens: list[list[str]]  # each token's text, as the group view shows it
+    components: list[dict[str, float]]  # the verifier's verdict ("correct", ...) and the RM's score
+    rewards: torch.Tensor  # (N,): r_i (outcome), or the mean of the step rewards (process)
+    group_rewards: list[list[float]]  # per question: the rewards its advantages were normalised over
+    advantages: torch.Tensor  # (N, T), on the accelerator's device
+    step_rewards: list[list[float] | None]  # process supervision: each output's step rewards
+    step_ends: list[list[int] | None]  # process supervision: the token where each step ends
+
+
+@dataclass
+class StepResult:
+    """What a step reports: its metrics, and this process's groups (empty when the step is not recorded)."""
+
+    metrics: dict[str, float]
+    groups: list[GroupRecord]
+
+
+def grpo_step(learner: Learner, batch: list[dict], record: bool) -> StepResult:
+    """Steps 1-5 on this process's ``batch`` of questions. Every process calls it at every step (it gathers)."""
+    t0 = time.time()
+    sampled = sample(learner, batch)
+    t1 = time.time()
+    scored = score(learner, sampled)
+    chunks = micro_batches(len(sampled.completions), learner.spec.micro_batch_size)
+    ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks)
+    t2 = time.time()
+    sums = update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks)
+    t3 = time.time()
+    metrics = step_metrics(learner, sampled, scored, sums)
+    metrics.update({"time/sampling": t1 - t0, "time/scoring": t2 - t1, "time/update": t3 - t2})
+    return StepResult(metrics, group_records(sampled, scored, learner.spec.group_size) if record else [])
+
+
+@torch.no_grad()
+def sample(learner: Learner, batch: list[dict]) -> Sampled:
+    """1. G outputs for each question of ``batch`` from pi_old (the current policy, no grad)."""
+    spec, G = learner.spec, learner.spec.group_size
+    prompts = encode_prompts(learner.tokenizer, [e["question"] for e in batch], learner.dev)
+    learner.policy.eval()
+    completions = generate(learner.unwrapped(), learner.tokenizer, prompts, repeat=G, greedy=False,
+                           max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
+                           end_ids=learner.end_ids)  # (N, T)
+    mask, ended = completion_mask(completions, learner.end_ids)  # (N, T), (N,)
+    return Sampled(batch, prompts["input_ids"].repeat_interleave(G, dim=0),
+                   prompts["attention_mask"].repeat_interleave(G, dim=0), completions, mask, ended)
+
+
+def score(learner: Learner, sampled: Sampled) -> Scored:
+    """2. rewards (the rules, or the learned ORM / PRM) and 3. the advantages of every token, (N, T)."""
+    spec, rm, G = learner.spec, learner.rm, learner.spec.group_size
+    N, T = sampled.completions.shape
+    B = N // G
+    rows = [sampled.batch[i // G] for i in range(N)]
+    judged = judge(learner.tokenizer, sampled.completions, sampled.mask, sampled.ended, rows,
+                   spec.supervision == "process", spec.format_reward, learner.delimiter)
+    components = [dict(c) for _, c in judged["outcome"]]
+    scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
+    step_rewards: list[list[float] | None] = [None] * N
+    step_ends: list[list[int] | None] = [None] * N
+    if spec.supervision == "outcome":
+        flat = [s[0] for s in scores] if scores is not None else [r for r, _ in judged["outcome"]]
+        rewards = torch.tensor(flat, device=learner.dev).view(-1, G)  # (B, G)
+        advantages = outcome_advantages(rewards).view(-1, 1) * sampled.mask  # every token of o_i gets A_i
+        rewards = rewards.view(-1)
+        group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(B)]
+    else:
+        step_rewards = scores if scores is not None else judged["verdicts"]
+        step_ends = judged["step_ends"]
+        adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T)
+                    for b in range(B)]  # each (G, T)
+        advantages = torch.cat(adv_rows).to(learner.dev) * sampled.mask
+        rewards = torch.tensor([sum(r) / len(r) if r else 0.0 for r in step_rewards])
+        # process advantages normalise over all step rewards of the group
+        group_rewards = [[r for i in range(b * G, (b + 1) * G) for r in step_rewards[i]] for b in range(B)]
+    if scores is not None:
+        for c, r in zip(components, rewards.tolist()):
+            c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
+    return Scored(judged["texts"], judged["tokens"], components, rewards, group_rewards, advantages.to(learner.dev),
+                  step_rewards, step_ends)
+
+
+def micro_batches(n: int, size: int) -> list[slice]:
+    """The slices of the N sequences every forward pass below runs on (memory stays bounded whatever B x G);
+    size 0: all at once."""
+    size = size or n
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+@torch.no_grad()
+def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[slice]):
+    """log pi_ref (None when kl_coef is 0) and log pi_old (None when mu = 1: pi_old's log-probs are then the
+    detached current ones), each (N, T)."""
+    spec = learner.spec
+    ref_logp = torch.cat([learner.ref_logprobs(s.prompt_ids[c], s.prompt_attn[c], s.completions[c], s.mask[c])
+                          for c in chunks]) if spec.kl_coef > 0 else None
+    old_logp = None
+    if spec.policy_updates_per_batch > 1:
+        model = learner.unwrapped()
+        old_logp = torch.cat([token_logprobs(model, s.prompt_ids[c], s.prompt_attn[c], s.completions[c], s.mask[c],
+                                             spec.temperature)[0] for c in chunks])
+    return ref_logp, old_logp
+
+
+def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[slice]) -> dict:
+    """4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches: the
+    loss is a mean over the N outputs, so a micro-batch's mean counts with its share of them. With several
+    processes the gradients are averaged across them once, at the last micro-batch (each process holds as many
+    outputs, so the average is the whole batch's mean).
+
+    Returns this process's sums: ``per_update`` [loss, kl x tokens, clip x tokens] for each update, the last
+    update's ``entropy`` summed over tokens, and the last ``grad_norm`` (before clipping)."""
+    spec, policy, optimizer = learner.spec, learner.policy, learner.optimizer
+    N = len(s.completions)
+    policy.train()
+    grad_norm, entropy_sum, per_update = 0.0, 0.0, []
+    for _ in range(spec.policy_updates_per_batch):
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = kl_sum = clip_sum = entropy_sum = 0.0
+        for k, c in enumerate(chunks):
+            with learner.accelerator.no_sync(policy) if k < len(chunks) - 1 else nullcontext():
+                logp, ent = token_logprobs(policy, s.prompt_ids[c], s.prompt_attn[c], s.completions[c], s.mask[c],
+                                           spec.temperature)
+                old = old_logp[c] if old_logp is not None else logp.detach()
+                ref = ref_logp[c] if ref_logp is not None else logp.detach()
+                loss, stats = grpo_loss(logp, old, ref, advantages[c], s.mask[c], spec.clip_eps, spec.kl_coef)
+                share, tokens = (c.stop - c.start) / N, s.mask[c].sum().item()
+                learner.accelerator.backward(loss * share)
+            loss_sum += loss.item() * share
+            kl_sum += stats["kl"].item() * tokens  # the stats are token means: weight them by tokens
+            clip_sum += stats["clip_frac"].item() * tokens
+            entropy_sum += (ent.detach() * s.mask[c]).sum().item()
+        grad_norm = learner.accelerator.clip_grad_norm_(learner.params, 1.0).item()
+        optimizer.step()
+        per_update += [loss_sum, kl_sum, clip_sum]
+    return {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm}
+
+
+def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> dict[str, float]:
+    """5. the step's metrics (recorder.METRICS); with several processes, over the whole batch (values gathered
+    in rank order, sums added up)."""
+    procs, mu = learner.procs, learner.spec.policy_updates_per_batch
+    totals = procs.sum(sums["per_update"] + [sums["entropy"], s.mask.sum().item()])
+    n_tokens = max(totals[-1], 1.0)
+    losses = [totals[3 * u] / procs.n for u in range(mu)]
+    kls = [totals[3 * u + 1] / n_tokens for u in range(mu)]
+    clips = [totals[3 * u + 2] / n_tokens for u in range(mu)]
+    group_rewards = procs.gather(scored.group_rewards)
+    correct = [c["correct"] for c in scored.components]
+    lengths = s.mask.sum(dim=1).long().tolist()
+    outputs = procs.gather(list(zip(scored.rewards.tolist(), correct, lengths, s.ended.tolist())))
+    all_rewards = torch.tensor([o[0] for o in outputs])
+    grad_norm = sums["grad_norm"]
+    return {
+        "reward_mean": all_rewards.mean().item(),
+        "reward_std": all_rewards.std(unbiased=False).item(),
+        "correct_frac": sum(o[1] for o in outputs) / len(outputs),
+        "zero_std_frac": sum(len(set(g)) <= 1 for g in group_rewards) / len(group_rewards),
+        "loss": sum(losses) / mu,
+        "kl": sum(kls) / mu,
+        "clip_frac": sum(clips) / mu,
+        "entropy": totals[-2] / n_tokens,
+        "completion_len": float(sum(o[2] for o in outputs)) / len(outputs),
+        "truncated_frac": 1.0 - sum(o[3] for o in outputs) / len(outputs),
+        "learning_rate": learner.optimizer.param_groups[0]["lr"],
+        "grad_norm": grad_norm if math.isfinite(grad_norm) else -1.0,
+    }
+
+
+def group_records(s: Sampled, scored: Scored, G: int) -> list[GroupRecord]:
+    """This process's groups as the store keeps them: each output's text, tokens, reward and advantages."""
+    lengths = s.mask.sum(dim=1).long().tolist()
+    adv = scored.advantages.cpu()
+    groups = []
+    for b, question in enumerate(s.batch):
+        samples = [SampleRecord(completion=scored.texts[i], tokens=scored.tokens[i], reward=float(scored.rewards[i]),
+                                advantages=[round(a, 6) for a in adv[i, : lengths[i]].tolist()],
+                                step_rewards=scored.step_rewards[i], step_end_indices=scored.step_ends[i],
+                                reward_components=scored.components[i])
+                   for i in range(b * G, (b + 1) * G)]
+        groups.append(GroupRecord(prompt=question["question"], reference=question["answer"], samples=samples))
+    return groups
+
+
+# ---- decoding and judging the outputs ---------------------------------------------------------------
+
+def encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.Tensor]:
+    """Left-padded prompt batch: input_ids and attention_mask, both (B, P). The prompt text comes from
+    ``tokenizer.grpo_prompt`` (set by train() from the run's prompt_template), else the plain template."""
+    fmt = getattr(tokenizer, "grpo_prompt", format_prompt)
+    enc = tokenizer([fmt(q) for q in questions], return_tensors="pt", padding=True, add_special_tokens=False)
+    return {k: v.to(device) for k, v in enc.items()}
+
+
+def token_logprobs(model, prompt_ids, prompt_attn, completions, mask,
+                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(o_t | q, o_<t) of each completion token under the distribution it was sampled from, and the
+    per-token entropy of that distribution. Both (N, T).
+
+    Outputs are drawn from softmax(logits / T) with T the sampling temperature, so the ratio to pi_old and
+    the KL to pi_ref are taken between those distributions: log pi(o_t) = log_softmax(logits / T)[o_t].
+    Example: logits [2, 0] at T = 2 -> log_softmax([1, 0]) = [-0.3133, -1.3133] (at T = 1: [-0.1269, -2.1269]).
+    """
+    ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
+    attn = torch.cat([prompt_attn, mask.long()], dim=1)  # (N, P+T)
+    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # left padding: positions start at each prompt
+    T = completions.shape[1]
+    # only the T + 1 last positions go through the output layer (those before the prompt's last predict nothing)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
+                   logits_to_keep=T + 1).logits  # (N, T+1, V)
+    logits = logits[:, :-1].float()  # (N, T, V): the logits that predict o_t
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = F.log_softmax(logits, dim=-1)  # (N, T, V)
+    logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
+    with torch.no_grad():  # entropy is reported, not trained on; a few positions at a time bound the memory
+        entropy = torch.cat([-(chunk.exp() * chunk).sum(-1) for chunk in logp_all.split(ENTROPY_CHUNK, dim=1)], dim=1)
+    return logp, entropy
+
+
+def completion_texts(tokenizer, completions, mask, ended) -> list[str]:
+    """Each completion's text: its tokens up to its end token (not included), special tokens left out."""
+    content = (mask.sum(dim=1).long() - ended.long()).tolist()  # (N,) tokens before the end token
+    return tokenizer.batch_decode([row[:n] for row, n in zip(completions.tolist(), content)], skip_special_tokens=True)
+
+
+def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
+    """The text of each token id decoded alone (the group view shows end tokens so), remembered on the
+    tokenizer: a run decodes the same few ids over and over."""
+    known = tokenizer.__dict__.setdefault("_grpo_token_texts", {})
+    new = sorted(ids - known.keys())
+    if new:
+        known.update(zip(new, tokenizer.batch_decode([[t] for t in new])))
+    return known
+
+
+def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
+          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> dict[str, list]:
+    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
+
+    Returns lists of N: ``texts``, ``tokens`` (each token's text in context, see token_pieces, so that they
+    spell the text; then the end token's own text, as the group view shows them), ``outcome`` ((reward,
+    components) from the verifier) and, when ``process``, ``steps`` (cut from those texts), ``step_ends``
+    (0-based token index of each step's end; the end token is no step) and ``verdicts`` (the step
+    checker's, 1.0 / 0.0).
+    """
+    lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
+    ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
+    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
+    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended) if e})
+    texts = ["".join(p) for p in pieces]
+    out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
+    for i, ex in enumerate(examples):
+        out["tokens"].append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
+        out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight))
+        if process:
+            steps, ends = step_boundaries(pieces[i], delimiter)
+            out["steps"].append(steps)
+            out["step_ends"].append(ends)
+            out["verdicts"].append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
+    return out
+
+
+def rm_examples(judged: dict[str, list], examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:
+    """The reward model's view of judged outputs: ORM the whole output labelled by the verifier,
+    PRM its steps labelled by the step checker (``labelled=False``: no labels, for scoring only)."""
+    if kind == "orm":
+        return [RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
+                for ex, text, (_, comps) in zip(examples, judged["texts"], judged["outcome"])]
+    return [RMExample(ex["question"], steps, verdicts if labelled else [])
+            for ex, steps, verdicts in zip(examples, judged["steps"], judged["verdicts"])]
