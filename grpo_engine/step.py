@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,8 @@ class Learner:
     """What a run trains and samples with. ``policy`` and ``optimizer`` are Accelerate-prepared (a LoRA run
     replaces them at each new iteration, see trainer.new_iteration); ``reference`` is None for LoRA (the base
     with the adapter off); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
-    completion; ``rm`` the learned reward model (reward: model)."""
+    completion; ``prompt`` makes a question the prompt text (the run's prompt_template); ``rm`` the learned
+    reward model (reward: model)."""
 
     spec: RunSpec
     accelerator: Any
@@ -52,6 +54,7 @@ class Learner:
     params: list
     reference: Any
     tokenizer: Any
+    prompt: Callable[[str], str]
     end_ids: list[int]
     delimiter: str
     rm: RewardModel | None = None
@@ -129,7 +132,7 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool) -> StepResult:
 def sample(learner: Learner, batch: list[dict]) -> Sampled:
     """1. G outputs for each question of ``batch`` from pi_old (the current policy, no grad)."""
     spec, G = learner.spec, learner.spec.group_size
-    prompts = encode_prompts(learner.tokenizer, [e["question"] for e in batch], learner.dev)
+    prompts = encode_prompts(learner.tokenizer, [e["question"] for e in batch], learner.dev, learner.prompt)
     learner.policy.eval()
     completions = generate(learner.unwrapped(), learner.tokenizer, prompts, repeat=G, greedy=False,
                            max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
@@ -277,11 +280,10 @@ def group_records(s: Sampled, scored: Scored, G: int) -> list[GroupRecord]:
 
 # ---- decoding and judging the outputs ---------------------------------------------------------------
 
-def encode_prompts(tokenizer, questions: list[str], device) -> dict[str, torch.Tensor]:
-    """Left-padded prompt batch: input_ids and attention_mask, both (B, P). The prompt text comes from
-    ``tokenizer.grpo_prompt`` (set by train() from the run's prompt_template), else the plain template."""
-    fmt = getattr(tokenizer, "grpo_prompt", format_prompt)
-    enc = tokenizer([fmt(q) for q in questions], return_tensors="pt", padding=True, add_special_tokens=False)
+def encode_prompts(tokenizer, questions: list[str], device, prompt=format_prompt) -> dict[str, torch.Tensor]:
+    """Left-padded prompt batch: input_ids and attention_mask, both (B, P). ``prompt`` makes a question the
+    prompt text (the run's: tokenization.prompt_formatter; default the plain template without BOS)."""
+    enc = tokenizer([prompt(q) for q in questions], return_tensors="pt", padding=True, add_special_tokens=False)
     return {k: v.to(device) for k, v in enc.items()}
 
 

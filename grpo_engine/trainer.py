@@ -89,13 +89,13 @@ def make_accelerator(device: str | None, precision: str):
 
 
 @torch.no_grad()
-def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, device) -> float:
+def evaluate(policy, tokenizer, prompt, examples: list[dict], max_new_tokens: int, device) -> float:
     """Held-out greedy accuracy: the share of questions whose final answer is exactly right."""
     policy.eval()
     correct = 0.0
     for i in range(0, len(examples), EVAL_BATCH):
         chunk = examples[i : i + EVAL_BATCH]
-        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device)
+        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
         comps = generate(policy, tokenizer, prompts, repeat=1, max_new_tokens=max_new_tokens, greedy=True)
         texts = completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
         correct += sum(outcome_reward(t, e["answer"])[0] for t, e in zip(texts, chunk))
@@ -103,14 +103,15 @@ def evaluate(policy, tokenizer, examples: list[dict], max_new_tokens: int, devic
 
 
 @torch.no_grad()
-def sample_labelled(policy, tokenizer, questions: list[dict], spec: RunSpec, kind: str, device) -> list[RMExample]:
+def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunSpec, kind: str,
+                    device) -> list[RMExample]:
     """One output per question from the current policy (sampled as in training), labelled without humans:
     by the verifier (ORM) or the step checker (PRM). Generates B x G outputs at a time."""
     policy.eval()
     out = []
     for i in range(0, len(questions), spec.batch_size * spec.group_size):
         chunk = questions[i : i + spec.batch_size * spec.group_size]
-        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device)
+        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
         completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=spec.max_new_tokens,
                                temperature=spec.temperature, top_p=spec.top_p)
         mask, ended = completion_mask(completions, end_token_ids(policy, tokenizer))
@@ -119,7 +120,7 @@ def sample_labelled(policy, tokenizer, questions: list[dict], spec: RunSpec, kin
     return out
 
 
-def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokenizer, train_set: list[dict],
+def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokenizer, prompt, train_set: list[dict],
                        heldout: list[dict], spec: RunSpec, rng: random.Random, device,
                        data: tuple[list[RMExample], list[RMExample]] | None = None) -> dict[str, float]:
     """Train the RM on fresh labelled samples of the current policy mixed with a replay of ``history``.
@@ -138,9 +139,9 @@ def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokeni
         start = len(history) % len(pool)  # every example drawn so far is in the history
         fresh = (pool[start:] + pool[:start])[: spec.rm_samples]
     else:
-        held = sample_labelled(policy, tokenizer, rng.choices(heldout, k=max(1, spec.rm_samples // 4)), spec, rm.kind,
+        held = sample_labelled(policy, tokenizer, prompt, rng.choices(heldout, k=max(1, spec.rm_samples // 4)), spec, rm.kind,
                                device)
-        fresh = sample_labelled(policy, tokenizer, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind, device)
+        fresh = sample_labelled(policy, tokenizer, prompt, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind, device)
     metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}  # before this (re)training
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
     metrics["rm/loss"] = rm_fit(rm, mixed, spec.rm_learning_rate, rng)
@@ -223,7 +224,6 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    tokenizer.grpo_prompt = prompt_formatter(tokenizer, spec.prompt_template)  # the run's prompts travel with it
     recorder.log(f"loading dataset {spec.dataset!r}")
     train_set, heldout = load_dataset(spec.dataset, config=spec.dataset_config, split=spec.dataset_split,
                                       eval_split=spec.eval_split,
@@ -241,7 +241,8 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
     learner = Learner(spec, accelerator, procs, policy, optimizer, params, reference, tokenizer,
-                      end_token_ids(policy, tokenizer), decode_delimiter(spec.step_delimiter))
+                      prompt_formatter(tokenizer, spec.prompt_template), end_token_ids(policy, tokenizer),
+                      decode_delimiter(spec.step_delimiter))
     rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16) if spec.reward == "model" else None
     return learner, train_set, heldout, rm_state
 
@@ -257,12 +258,11 @@ def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Pat
     # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
     rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log),
                            kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
-                           prior_dtype=torch.bfloat16 if bf16 else torch.float32)
+                           prior_dtype=torch.bfloat16 if bf16 else torch.float32, delimiter=learner.delimiter,
+                           autocast=learner.accelerator.autocast)
     if spec.reward_model:  # the estimate again, with this reward model's size
         check_memory(learner.unwrapped(), spec, bf16, dev, recorder.log,
                      rm_params=sum(p.numel() for p in rm.backbone.parameters()))
-    rm.autocast = learner.accelerator.autocast
-    rm.delimiter = learner.delimiter
     learner.rm = rm
     if spec.rm_data:  # Math-Shepherd-labelled solutions instead of the step checker's labels
         labelled, skipped = load_math_shepherd(spec.rm_data)
@@ -347,14 +347,16 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     def eval_accuracy() -> float:
         """Held-out greedy accuracy; each process evaluates every n-th question."""
         mine = heldout[procs.rank::procs.n]
-        correct = evaluate(learner.unwrapped(), learner.tokenizer, mine, spec.max_new_tokens, learner.dev) * len(mine)
+        correct = evaluate(learner.unwrapped(), learner.tokenizer, learner.prompt, mine, spec.max_new_tokens,
+                           learner.dev) * len(mine)
         return procs.sum([correct])[0] / max(1, len(heldout))
 
     def refresh_reward_model() -> dict[str, float]:
         """Train (or refresh) the reward model on the main process; every process then gets its weights."""
         metrics = {}
         if procs.main:
-            metrics = train_reward_model(rm, rm_state.history, learner.unwrapped(), learner.tokenizer, train_set,
+            metrics = train_reward_model(rm, rm_state.history, learner.unwrapped(), learner.tokenizer, learner.prompt,
+                                         train_set,
                                          heldout, spec, rm_state.rng, learner.dev, rm_state.data)
         procs.broadcast_module(rm)
         return procs.from_main(metrics)

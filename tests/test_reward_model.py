@@ -13,7 +13,7 @@ import torch
 
 from grpo_engine import trainer
 from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.data import load_dataset
+from grpo_engine.data import format_prompt, load_dataset
 from grpo_engine.model import load_policy, resolve_model_path
 from grpo_engine.objective import process_advantages
 from grpo_engine.recorder import METRICS, RM_METRICS, MemoryRecorder
@@ -98,7 +98,7 @@ def test_labels_come_from_the_verifier_and_the_step_checker(grpo_cache_dir, kind
     train_set, _ = load_dataset("builtin-arith")
     questions = random.Random(0).choices(train_set, k=20)
     spec = validate_spec({**BASE, "supervision": "outcome" if kind == "orm" else "process"})
-    examples = trainer.sample_labelled(policy, tokenizer, questions, spec, kind, "cpu")
+    examples = trainer.sample_labelled(policy, tokenizer, format_prompt, questions, spec, kind, "cpu")
     assert len(examples) == len(questions)
     for ex, q in zip(examples, questions):
         assert ex.question == q["question"]

@@ -92,10 +92,10 @@ def on_cpu(spec: RunSpec) -> bool:
     A GPU run needs one GPU per process (ValueError naming ``devices`` otherwise)."""
     import torch
 
-    if spec.device == "cpu" or (spec.device == "auto" and not torch.cuda.is_available()):
+    from grpo_engine.trainer import run_device  # the single-process rule: cpu, gpu (refused without one) or auto
+
+    if run_device(spec.device) == "cpu" or not torch.cuda.is_available():
         return True
-    if spec.device == "gpu" and not torch.cuda.is_available():
-        raise ValueError("device: the run asks for 'gpu' but this worker has no CUDA GPU")
     if torch.cuda.device_count() < spec.devices:
         raise ValueError(f"devices: the run asks for {spec.devices} GPUs but this worker has "
                          f"{torch.cuda.device_count()}")
