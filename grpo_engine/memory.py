@@ -53,12 +53,14 @@ class MemoryEstimate:
         (the reference and the reward model left out when they take nothing)."""
         parts = [("policy", self.policy), ("gradients", self.gradients), ("optimizer state", self.optimizer)]
         parts += [(name, n) for name, n in (("reference", self.reference), ("reward model", self.reward_model)) if n]
-        return ", ".join(f"{name} {gigabytes(n)}" for name, n in [*parts, ("total", self.total)])
+        return ", ".join(f"{name} {gigabytes(n, self.total)}" for name, n in [*parts, ("total", self.total)])
 
 
-def gigabytes(n: int) -> str:
-    """Bytes as decimal gigabytes (1 GB = 1e9 bytes), 2 decimals: 8_892_589_824 -> '8.89 GB'."""
-    return f"{n / 1e9:.2f} GB"
+def gigabytes(n: int, scale: int | None = None) -> str:
+    """Bytes as decimal gigabytes (1 GB = 1e9 bytes), 2 decimals: 8_892_589_824 -> '8.89 GB'; as megabytes,
+    1 decimal, when ``scale`` (default ``n``) is below 1 GB, so a small model is not '0.00 GB': 2_318_336 ->
+    '2.3 MB'. One line's figures share the scale of its largest."""
+    return f"{n / 1e9:.2f} GB" if (n if scale is None else scale) >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def estimate_memory(params: int, trainable: int, *, lora: bool, bf16: bool, rm_params: int = 0) -> MemoryEstimate:

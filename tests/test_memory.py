@@ -23,7 +23,7 @@ from sqlalchemy import inspect, update
 from app import api, store
 from app.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.models import Worker
-from grpo_engine.memory import (MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params,
+from grpo_engine.memory import (MemoryEstimate, count_parameters, estimate_memory, gigabytes, lora_trainable_params,
                                 too_big_message)
 from tests.tiny_models import write_tiny_model
 from tests.servers import ROOT, stop_process
@@ -47,12 +47,14 @@ def test_fp32_reference_lora_and_reward_model():
     assert estimate_memory(1000, 1000, lora=False, bf16=False).reference == 4000  # fp32 reference: 4 bytes each
     lora = estimate_memory(1040, 40, lora=True, bf16=True)  # 1000 base + 40 adapter parameters
     assert lora == MemoryEstimate(policy=4160, gradients=160, optimizer=320, reference=0, reward_model=0)
-    assert lora.describe() == "policy 0.00 GB, gradients 0.00 GB, optimizer state 0.00 GB, total 0.00 GB"
+    assert lora.describe() == "policy 0.0 MB, gradients 0.0 MB, optimizer state 0.0 MB, total 0.0 MB"
+    assert estimate_memory(579_840, 579_840, lora=False, bf16=False).describe() == (  # the built-in model
+        "policy 2.3 MB, gradients 2.3 MB, optimizer state 4.6 MB, reference 2.3 MB, total 11.6 MB")
     # the RM: 4 (weights) + 4 (gradients) + 8 (AdamW) per parameter, plus its frozen prior: 4 fp32, 2 bf16
     assert estimate_memory(100, 100, lora=False, bf16=False, rm_params=50).reward_model == 20 * 50
     with_rm = estimate_memory(100, 100, lora=False, bf16=True, rm_params=500_000_000)
     assert with_rm.reward_model == 18 * 500_000_000 and with_rm.total == 1600 + 200 + 9_000_000_000
-    assert with_rm.describe().endswith("reference 0.00 GB, reward model 9.00 GB, total 9.00 GB")
+    assert with_rm.describe().endswith("reference 0.00 GB, reward model 9.00 GB, total 9.00 GB")  # one scale
 
 
 def test_too_big_message_names_the_keys_that_help():
@@ -223,7 +225,7 @@ def test_launch_refuses_a_model_too_big_for_every_live_gpu(launch_env, tiny_mode
     with pytest.raises(api.ApiError) as refused:
         api.launch_run({"model": model, "device": "gpu"})
     message = str(refused.value)
-    assert message.startswith(f"model: the run needs about {need / 1e9:.2f} GB for its weights, gradients, "
+    assert message.startswith(f"model: the run needs about {gigabytes(need)} for its weights, gradients, "
                               "optimizer state and reference (policy ")
     assert f"but the largest GPU of the live workers (GPU {need - 1} on small:1) has" in message
     assert "change lora_rank" in message and "precision" not in message and "reward_model" not in message
