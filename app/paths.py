@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_engine.config import BUILTIN_DATASET, BUILTIN_MODEL, SpecError
+from grpo_engine.config import SpecError, is_local_path  # noqa: F401 (is_local_path: used here, and by app.api)
 from grpo_engine.data import read_dataset_file
 
 PATH_KEYS = ("model", "reward_model", "dataset", "rm_data")  # the run-spec keys that may name a local path
-FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")  # a value ending so is a file, never a Hugging Face id
-BUILTIN_NAMES = (BUILTIN_MODEL, BUILTIN_DATASET)
 DATA_DIR_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow")  # what a Hugging Face dataset directory holds
 
 
@@ -29,18 +27,6 @@ def spec_fields(config: dict) -> tuple[str, str, str]:
     """The dataset columns a run spec reads the question, answer and solution from."""
     return (config.get("question_field") or "question", config.get("answer_field") or "answer",
             config.get("solution_field") or "solution")
-
-
-def is_local_path(value: str) -> bool:
-    """Whether a run-spec value names a local path rather than a built-in name or a Hugging Face id.
-
-    Local: it starts with '/', '.' or '~', ends with a data-file extension, has more than one '/'
-    (a Hugging Face id is ``name`` or ``owner/name``), or exists relative to the current directory.
-    """
-    if not value or value in BUILTIN_NAMES:
-        return False
-    return (value.startswith(("/", ".", "~")) or value.lower().endswith(FILE_SUFFIXES) or value.count("/") > 1
-            or Path(value).exists())
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:

@@ -11,10 +11,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields as dc_fields
+from pathlib import Path
 from typing import Any
 
 BUILTIN_MODEL = "builtin-arith"
 BUILTIN_DATASET = "builtin-arith"
+FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")  # a value ending so is a file, never a Hugging Face id
+
+
+def is_local_path(value: str) -> bool:
+    """Whether a run-spec value (``model``, ``reward_model``, ``dataset``, ``rm_data``) names a local path rather
+    than a built-in name or a Hugging Face id.
+
+    Local: it starts with '/', '.' or '~', ends with a data-file extension, has more than one '/'
+    (a Hugging Face id is ``name`` or ``owner/name``), or exists relative to the current directory.
+    """
+    if not value or value in (BUILTIN_MODEL, BUILTIN_DATASET):
+        return False
+    return (value.startswith(("/", ".", "~")) or value.lower().endswith(FILE_SUFFIXES) or value.count("/") > 1
+            or Path(value).exists())
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from .config import BUILTIN_MODEL
+from .config import BUILTIN_MODEL, is_local_path
 from .data import format_prompt, warmup_examples
 
 BUILTIN_VERSION = "v6"  # bump when the recipe below changes; the cache is keyed by it
@@ -154,8 +154,7 @@ def load_causal_lm(path: str, what: str = "model"):
     The weights are loaded in fp32 whatever dtype the checkpoint has. A missing local path or an unloadable
     id raises FileNotFoundError naming ``what`` and the path; a tokenizer without a pad token uses EOS.
     """
-    local = Path(path).expanduser()
-    if not local.exists() and (path.startswith((".", "/", "~")) or os.sep in path and path.count("/") > 1):
+    if is_local_path(path) and not Path(path).expanduser().exists():
         raise FileNotFoundError(f"{what} path {path!r} does not exist")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
