@@ -32,7 +32,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,8 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+
+from workers.distributed import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,12 +158,6 @@ def seed_store(url: str, steps: int, steps_per_commit: int, seed: int) -> tuple[
 
 
 # ---- 3. the real server ----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(data_dir: Path, settings: dict[str, str], timeout: float = 180) -> tuple[subprocess.Popen, str]:

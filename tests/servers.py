@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -10,13 +9,9 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from workers.distributed import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -81,7 +81,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -105,7 +106,7 @@ def on_cpu(spec: RunSpec) -> bool:
 def launch_command(run_id: int, spec: RunSpec, worker: str, control_dir: Path, cpu: bool) -> list[str]:
     """The ``accelerate launch`` command line that starts the run's ``spec.devices`` processes."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(spec.devices),
-            "--num_machines", "1", "--main_process_port", str(_free_port()), "--mixed_precision", "no",
+            "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
             "--dynamo_backend", "no", "-m", "workers.distributed", str(run_id), "--worker", worker,
             "--control-dir", str(control_dir), "--parent-pid", str(os.getpid()), *(["--cpu"] if cpu else [])]
 
