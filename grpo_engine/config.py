@@ -3,16 +3,17 @@
 Pure Python (no torch): the web process imports this to validate a spec at launch
 and to build the launch form, the worker and the engine read the same object.
 
-Every key is defined once in ``FIELDS`` with its type, default, allowed range and a
-one-line help that the launch form shows. ``validate_spec`` fills defaults, refuses
-unknown keys and bad values with a :class:`SpecError` that names the key.
+Every key is defined once, as a field of :class:`RunSpec` with its type, default, allowed range
+and a one-line help that the launch form shows; ``FIELDS`` lists them in that order.
+``validate_spec`` fills defaults, refuses unknown keys and bad values with a :class:`SpecError`
+that names the key.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields as dc_fields
+from dataclasses import dataclass, field, fields as dc_fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 BUILTIN_MODEL = "builtin-arith"
 BUILTIN_DATASET = "builtin-arith"
@@ -32,9 +33,123 @@ def is_local_path(value: str) -> bool:
             or Path(value).exists())
 
 
+def key(default: Any, help: str, *, min: float | None = None, max: float | None = None,
+        choices: tuple | None = None, min_exclusive: bool = False):
+    """One run-spec key of :class:`RunSpec`: its default, and in the field's metadata its one-line help, inclusive
+    bounds (``min_exclusive``: the value must be > min) and allowed values."""
+    return field(default=default, metadata={"help": help, "min": min, "max": max, "choices": choices,
+                                            "min_exclusive": min_exclusive})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run spec: one attribute per key, each with its default, bounds and help (``key``). ``validate_spec``
+    builds a checked one from JSON; ``FIELDS`` lists the keys for the launch form, the API and the docs."""
+
+    name: str = key("", "A label for the run; empty picks one from the model and the time.")
+    model: str = key(BUILTIN_MODEL,
+          f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), or a Hugging Face model id or local directory with a causal LM.")
+    dataset: str = key(BUILTIN_DATASET,
+          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), a local .jsonl, .csv or "
+          ".parquet file (or one uploaded in the Launch tab), or a Hugging Face dataset: a hub id such as "
+          "'openai/gsm8k' or a local dataset directory (see dataset_config, dataset_split, eval_split).")
+    dataset_config: str = key("",
+          "Hugging Face datasets: the configuration to load (e.g. 'main' for openai/gsm8k); empty = the default.")
+    dataset_split: str = key("train", "Hugging Face datasets: the split to train on.")
+    eval_split: str = key("",
+          "Hugging Face datasets: the split held out for eval/accuracy (e.g. 'test'); empty = the last 10% (at most "
+          "200) of the training rows, as for files.")
+    question_field: str = key("question", "The dataset column that holds the question (the prompt).")
+    answer_field: str = key("answer",
+          "The dataset column that holds the reference answer: the answer itself, or a whole solution that ends in "
+          "'#### <answer>' or holds \\boxed{...} (GSM8K's 'answer', MATH's 'solution').")
+    solution_field: str = key("solution", "The dataset column with a step-by-step reference solution (optional).")
+    supervision: str = key("outcome",
+          "'outcome': one reward per output (paper 4.1.2); 'process': one reward per reasoning step (4.1.3).",
+          choices=("outcome", "process"))
+    reward: str = key("rule",
+          "'rule': the verifier (outcome) or step checker (process); 'model': a learned ORM / PRM.",
+          choices=("rule", "model"))
+    reward_model: str = key("",
+          "reward: model only. Where the reward model's transformer starts: empty = the policy model's weights "
+          "(with a fresh scoring head), or a Hugging Face model id or local directory with a causal LM.")
+    prompt_template: str = key("auto",
+          "How a question becomes the prompt: 'chat' = the model's chat template (a user turn, then the assistant's "
+          "turn opened; for instruct models), 'plain' = the question on its own line (for base models), 'auto' = "
+          "'chat' when the tokenizer has a chat template, else 'plain'.", choices=("auto", "chat", "plain"))
+    format_reward: float = key(0.0,
+          "Outcome reward added when an output states a final answer in the expected form ('#### <answer>' or "
+          "\\boxed{...}), right or wrong; 0 = none.", min=0.0, max=10.0)
+    step_delimiter: str = key("\\n",
+          "Process supervision: the text that ends a reasoning step in an output, with \\n for a newline (the "
+          "default) and \\t for a tab; e.g. Math-Shepherd's step tag 'ки'.")
+    rm_data: str = key("",
+          "reward: model with process supervision only. PRM training data in Math-Shepherd's format instead of labels "
+          "from the step checker: a local .jsonl or .parquet file, or a Hugging Face dataset id such as "
+          "'peiyi9979/Math-Shepherd', whose rows hold 'input' (steps each ending in the tag 'ки') and 'label' (each tag "
+          "replaced by + or -). The first training and each refresh draw rm_samples rows not used before.")
+    group_size: int = key(8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024)
+    batch_size: int = key(8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096)
+    clip_eps: float = key(0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True)
+    kl_coef: float = key(0.04, "beta: weight of the k3 KL penalty against the reference policy (in the loss, not the reward).", min=0.0, max=10.0)
+    learning_rate: float = key(2e-4, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
+          min=0.0, max=1.0, min_exclusive=True)
+    iterations: int = key(1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000)
+    steps_per_iteration: int = key(200, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000)
+    policy_updates_per_batch: int = key(1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64)
+    micro_batch_size: int = key(0,
+          "Outputs per forward / backward pass in the policy update and for the reference's log-probs; the gradient "
+          "is accumulated over these micro-batches, so memory stays bounded whatever group_size x batch_size. "
+          "0 = all B x G at once.", min=0, max=1_000_000)
+    max_new_tokens: int = key(32, "Longest completion sampled, in tokens; longer ones are cut and count as truncated.", min=1, max=32768)
+    temperature: float = key(1.0, "Sampling temperature for the G outputs (evaluation is greedy).", min=0.0, max=10.0, min_exclusive=True)
+    top_p: float = key(1.0, "Nucleus sampling: keep the smallest token set with this much probability.", min=0.0, max=1.0, min_exclusive=True)
+    rm_replay_ratio: float = key(0.1, "Share of earlier reward-model data replayed when the RM is refreshed after an iteration.", min=0.0, max=1.0)
+    rm_learning_rate: float = key(1e-3,
+          "Learning rate (AdamW) of the learned reward model (reward: model). The default suits the built-in tiny model; use ~1e-5 for large models.",
+          min=0.0, max=1.0, min_exclusive=True)
+    rm_samples: int = key(2048,
+          "reward: model only. Fresh policy outputs sampled and labelled for the reward model's first training and for "
+          "each refresh; a quarter as many, on held-out questions, measure its accuracy.", min=8, max=1_000_000)
+    lora_rank: int = key(0, "0 trains every weight; > 0 trains a LoRA adapter of this rank (the reference is the base with the adapter off; each new iteration folds the adapter into the base).", min=0, max=1024)
+    gradient_checkpointing: bool = key(False,
+          "Recompute each layer's activations in the backward pass instead of keeping them: much less activation "
+          "memory for long outputs or large micro-batches, at about a third more update time.")
+    precision: str = key("auto",
+          "Mixed precision through Accelerate: 'auto' = bf16 on a GPU that supports it, fp32 otherwise; "
+          "'bf16' = bf16 autocast on any device; weights and optimizer stay fp32, the frozen reference (and a learned "
+          "reward model's frozen prior) are kept in bf16. 'fp32' = no autocast.",
+          choices=("auto", "fp32", "bf16"))
+    device: str = key("auto",
+          "Which workers may take the run: 'gpu' = only workers with a CUDA GPU, 'cpu' = only workers without one "
+          "(trains on the CPU), 'auto' = any worker (on its GPU if it has one).", choices=("auto", "gpu", "cpu"))
+    devices: int = key(1,
+          "Processes the run trains on, data-parallel through Accelerate: the worker launches this many, each on its "
+          "own GPU (or CPU processes with device 'cpu'); each samples and scores whole groups of batch_size / devices "
+          "questions, gradients are averaged, metrics combined. batch_size must be a multiple of it.", min=1, max=64)
+    checkpoint_every: int = key(10,
+          "Save a checkpoint (policy or LoRA adapter, optimizer, random states, reference, reward model) every this "
+          "many steps; a run whose worker dies resumes from its last one. 0 = never (it restarts from step 1).",
+          min=0, max=1_000_000)
+    checkpoint_keep: int = key(2, "How many of the latest checkpoints are kept on disk.", min=1, max=1000)
+    seed: int = key(0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1)
+    record_every: int = key(1,
+          "Record the sampled groups (completions, rewards, per-token advantages) every this many steps, and at the "
+          "last step; 0 = never. Metrics are recorded every step.", min=0, max=1_000_000)
+    eval_every: int = key(10, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
+          min=0, max=1_000_000)
+
+    @property
+    def total_steps(self) -> int:
+        return self.iterations * self.steps_per_iteration
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dc_fields(self)}
+
+
 @dataclass(frozen=True)
 class Field:
-    """One run-spec key: its type, default, bounds and a one-line help."""
+    """One run-spec key as the launch form, validation and docs read it: its type, default, bounds and help."""
 
     name: str
     type: type
@@ -46,100 +161,8 @@ class Field:
     min_exclusive: bool = False  # if True, the value must be > min
 
 
-FIELDS: tuple[Field, ...] = (
-    Field("name", str, "", "A label for the run; empty picks one from the model and the time."),
-    Field("model", str, BUILTIN_MODEL,
-          f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), or a Hugging Face model id or local directory with a causal LM."),
-    Field("dataset", str, BUILTIN_DATASET,
-          f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), a local .jsonl, .csv or "
-          ".parquet file (or one uploaded in the Launch tab), or a Hugging Face dataset: a hub id such as "
-          "'openai/gsm8k' or a local dataset directory (see dataset_config, dataset_split, eval_split)."),
-    Field("dataset_config", str, "",
-          "Hugging Face datasets: the configuration to load (e.g. 'main' for openai/gsm8k); empty = the default.",),
-    Field("dataset_split", str, "train", "Hugging Face datasets: the split to train on."),
-    Field("eval_split", str, "",
-          "Hugging Face datasets: the split held out for eval/accuracy (e.g. 'test'); empty = the last 10% (at most "
-          "200) of the training rows, as for files."),
-    Field("question_field", str, "question", "The dataset column that holds the question (the prompt)."),
-    Field("answer_field", str, "answer",
-          "The dataset column that holds the reference answer: the answer itself, or a whole solution that ends in "
-          "'#### <answer>' or holds \\boxed{...} (GSM8K's 'answer', MATH's 'solution')."),
-    Field("solution_field", str, "solution", "The dataset column with a step-by-step reference solution (optional)."),
-    Field("supervision", str, "outcome",
-          "'outcome': one reward per output (paper 4.1.2); 'process': one reward per reasoning step (4.1.3).",
-          choices=("outcome", "process")),
-    Field("reward", str, "rule",
-          "'rule': the verifier (outcome) or step checker (process); 'model': a learned ORM / PRM.",
-          choices=("rule", "model")),
-    Field("reward_model", str, "",
-          "reward: model only. Where the reward model's transformer starts: empty = the policy model's weights "
-          "(with a fresh scoring head), or a Hugging Face model id or local directory with a causal LM."),
-    Field("prompt_template", str, "auto",
-          "How a question becomes the prompt: 'chat' = the model's chat template (a user turn, then the assistant's "
-          "turn opened; for instruct models), 'plain' = the question on its own line (for base models), 'auto' = "
-          "'chat' when the tokenizer has a chat template, else 'plain'.", choices=("auto", "chat", "plain")),
-    Field("format_reward", float, 0.0,
-          "Outcome reward added when an output states a final answer in the expected form ('#### <answer>' or "
-          "\\boxed{...}), right or wrong; 0 = none.", min=0.0, max=10.0),
-    Field("step_delimiter", str, "\\n",
-          "Process supervision: the text that ends a reasoning step in an output, with \\n for a newline (the "
-          "default) and \\t for a tab; e.g. Math-Shepherd's step tag 'ки'.",),
-    Field("rm_data", str, "",
-          "reward: model with process supervision only. PRM training data in Math-Shepherd's format instead of labels "
-          "from the step checker: a local .jsonl or .parquet file, or a Hugging Face dataset id such as "
-          "'peiyi9979/Math-Shepherd', whose rows hold 'input' (steps each ending in the tag 'ки') and 'label' (each tag "
-          "replaced by + or -). The first training and each refresh draw rm_samples rows not used before."),
-    Field("group_size", int, 8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024),
-    Field("batch_size", int, 8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096),
-    Field("clip_eps", float, 0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True),
-    Field("kl_coef", float, 0.04, "beta: weight of the k3 KL penalty against the reference policy (in the loss, not the reward).", min=0.0, max=10.0),
-    Field("learning_rate", float, 2e-4, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
-          min=0.0, max=1.0, min_exclusive=True),
-    Field("iterations", int, 1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000),
-    Field("steps_per_iteration", int, 200, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000),
-    Field("policy_updates_per_batch", int, 1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64),
-    Field("micro_batch_size", int, 0,
-          "Outputs per forward / backward pass in the policy update and for the reference's log-probs; the gradient "
-          "is accumulated over these micro-batches, so memory stays bounded whatever group_size x batch_size. "
-          "0 = all B x G at once.", min=0, max=1_000_000),
-    Field("max_new_tokens", int, 32, "Longest completion sampled, in tokens; longer ones are cut and count as truncated.", min=1, max=32768),
-    Field("temperature", float, 1.0, "Sampling temperature for the G outputs (evaluation is greedy).", min=0.0, max=10.0, min_exclusive=True),
-    Field("top_p", float, 1.0, "Nucleus sampling: keep the smallest token set with this much probability.", min=0.0, max=1.0, min_exclusive=True),
-    Field("rm_replay_ratio", float, 0.1, "Share of earlier reward-model data replayed when the RM is refreshed after an iteration.", min=0.0, max=1.0),
-    Field("rm_learning_rate", float, 1e-3,
-          "Learning rate (AdamW) of the learned reward model (reward: model). The default suits the built-in tiny model; use ~1e-5 for large models.",
-          min=0.0, max=1.0, min_exclusive=True),
-    Field("rm_samples", int, 2048,
-          "reward: model only. Fresh policy outputs sampled and labelled for the reward model's first training and for "
-          "each refresh; a quarter as many, on held-out questions, measure its accuracy.", min=8, max=1_000_000),
-    Field("lora_rank", int, 0, "0 trains every weight; > 0 trains a LoRA adapter of this rank (the reference is the base with the adapter off; each new iteration folds the adapter into the base).", min=0, max=1024),
-    Field("gradient_checkpointing", bool, False,
-          "Recompute each layer's activations in the backward pass instead of keeping them: much less activation "
-          "memory for long outputs or large micro-batches, at about a third more update time.",),
-    Field("precision", str, "auto",
-          "Mixed precision through Accelerate: 'auto' = bf16 on a GPU that supports it, fp32 otherwise; "
-          "'bf16' = bf16 autocast on any device; weights and optimizer stay fp32, the frozen reference (and a learned "
-          "reward model's frozen prior) are kept in bf16. 'fp32' = no autocast.",
-          choices=("auto", "fp32", "bf16")),
-    Field("device", str, "auto",
-          "Which workers may take the run: 'gpu' = only workers with a CUDA GPU, 'cpu' = only workers without one "
-          "(trains on the CPU), 'auto' = any worker (on its GPU if it has one).", choices=("auto", "gpu", "cpu")),
-    Field("devices", int, 1,
-          "Processes the run trains on, data-parallel through Accelerate: the worker launches this many, each on its "
-          "own GPU (or CPU processes with device 'cpu'); each samples and scores whole groups of batch_size / devices "
-          "questions, gradients are averaged, metrics combined. batch_size must be a multiple of it.", min=1, max=64),
-    Field("checkpoint_every", int, 10,
-          "Save a checkpoint (policy or LoRA adapter, optimizer, random states, reference, reward model) every this "
-          "many steps; a run whose worker dies resumes from its last one. 0 = never (it restarts from step 1).",
-          min=0, max=1_000_000),
-    Field("checkpoint_keep", int, 2, "How many of the latest checkpoints are kept on disk.", min=1, max=1000),
-    Field("seed", int, 0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1),
-    Field("record_every", int, 1,
-          "Record the sampled groups (completions, rewards, per-token advantages) every this many steps, and at the "
-          "last step; 0 = never. Metrics are recorded every step.", min=0, max=1_000_000),
-    Field("eval_every", int, 10, "Evaluate held-out greedy accuracy (metric eval/accuracy) every this many steps, and after the last; 0 = never.",
-          min=0, max=1_000_000),
-)
+_TYPES = get_type_hints(RunSpec)
+FIELDS: tuple[Field, ...] = tuple(Field(f.name, _TYPES[f.name], f.default, **f.metadata) for f in dc_fields(RunSpec))
 
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 
@@ -155,65 +178,6 @@ class SpecError(ValueError):
 def decode_delimiter(value: str) -> str:
     """A ``step_delimiter`` as text: the escapes \\n and \\t (as a form or JSON holds them) made real."""
     return value.replace("\\n", "\n").replace("\\t", "\t")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """A validated run spec; one attribute per key of ``FIELDS``."""
-
-    name: str
-    model: str
-    dataset: str
-    dataset_config: str
-    dataset_split: str
-    eval_split: str
-    question_field: str
-    answer_field: str
-    solution_field: str
-    supervision: str
-    reward: str
-    reward_model: str
-    prompt_template: str
-    format_reward: float
-    step_delimiter: str
-    rm_data: str
-    group_size: int
-    batch_size: int
-    clip_eps: float
-    kl_coef: float
-    learning_rate: float
-    iterations: int
-    steps_per_iteration: int
-    policy_updates_per_batch: int
-    micro_batch_size: int
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    rm_replay_ratio: float
-    rm_learning_rate: float
-    rm_samples: int
-    lora_rank: int
-    gradient_checkpointing: bool
-    precision: str
-    device: str
-    devices: int
-    checkpoint_every: int
-    checkpoint_keep: int
-    seed: int
-    record_every: int
-    eval_every: int
-
-    @property
-    def total_steps(self) -> int:
-        return self.iterations * self.steps_per_iteration
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dc_fields(self)}
-
-
-def defaults() -> dict[str, Any]:
-    """The spec a run gets when nothing is given."""
-    return {f.name: f.default for f in FIELDS}
 
 
 def _coerce(field: Field, value: Any) -> Any:
@@ -282,14 +246,14 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     if unknown:
         raise SpecError(unknown[0], f"unknown key; valid keys are: {', '.join(FIELD_BY_NAME)}")
     values: dict[str, Any] = {}
-    for field in FIELDS:
-        raw = spec.get(field.name)
-        value = field.default if raw is None else _coerce(field, raw)
-        _check_range(field, value)
-        values[field.name] = value
-    for key in ("model", "dataset", "step_delimiter", "dataset_split", "question_field", "answer_field", "solution_field"):
-        if not values[key]:
-            raise SpecError(key, "must not be empty")
+    for f in FIELDS:
+        raw = spec.get(f.name)
+        value = f.default if raw is None else _coerce(f, raw)
+        _check_range(f, value)
+        values[f.name] = value
+    for name in ("model", "dataset", "step_delimiter", "dataset_split", "question_field", "answer_field", "solution_field"):
+        if not values[name]:
+            raise SpecError(name, "must not be empty")
     if values["reward_model"] and values["reward"] != "model":
         raise SpecError("reward_model", "is only used with reward 'model'; leave it empty with reward 'rule'")
     if values["rm_data"] and (values["reward"] != "model" or values["supervision"] != "process"):

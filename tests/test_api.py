@@ -10,7 +10,7 @@ from kombu import Connection
 
 from app import api, store
 from app.db import session_scope
-from grpo_engine.config import defaults
+from grpo_engine.config import RunSpec
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from app.broker import RUN_TASK
 
@@ -48,7 +48,7 @@ def test_launch_with_defaults_queues_a_row_and_a_message(broker_url):
     assert result == {"run_id": result["run_id"], "status": "queued"}
     run = api.get_run(result["run_id"])
     assert run["status"] == "queued" and run["step"] == 0
-    spec = defaults()
+    spec = RunSpec().to_dict()
     assert run["total_steps"] == spec["iterations"] * spec["steps_per_iteration"]
     # the default name is "<model>-<YYYYmmdd-HHMMSS>", stored in the config too
     assert run["name"].startswith(f"{spec['model']}-") and len(run["name"]) == len(spec["model"]) + 16
@@ -61,7 +61,7 @@ def test_launch_accepts_json_text_and_keeps_given_values(broker_url):
     run = api.get_run(result["run_id"])
     assert run["name"] == "mine"
     assert run["config"]["group_size"] == 4 and run["config"]["learning_rate"] == 0.01
-    assert run["total_steps"] == 2 * defaults()["steps_per_iteration"]
+    assert run["total_steps"] == 2 * RunSpec().steps_per_iteration
     assert broker_messages(broker_url) == [(RUN_TASK, [result["run_id"]])]
 
 

@@ -5,13 +5,13 @@ import math
 
 import pytest
 
-from grpo_engine.config import FIELDS, RunSpec, SpecError, defaults, validate_spec
+from grpo_engine.config import FIELDS, RunSpec, SpecError, validate_spec
 
 
 def test_defaults():
     spec = validate_spec({})
     assert isinstance(spec, RunSpec)
-    assert spec.to_dict() == defaults()
+    assert spec.to_dict() == RunSpec().to_dict() == {f.name: f.default for f in FIELDS}
     assert validate_spec(None) == spec
     assert spec.model == "builtin-arith" and spec.dataset == "builtin-arith"
     assert spec.supervision == "outcome" and spec.reward == "rule"
@@ -22,7 +22,7 @@ def test_defaults():
 
 def test_none_counts_as_missing_and_values_round_trip():
     spec = validate_spec({"group_size": None, "batch_size": 3, "iterations": 2, "steps_per_iteration": 5})
-    assert spec.group_size == defaults()["group_size"]
+    assert spec.group_size == RunSpec().group_size
     assert spec.total_steps == 10
     assert validate_spec(spec.to_dict()) == spec
 
