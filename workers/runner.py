@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import traceback
+from collections.abc import Callable
 
 from app import broker, store
 from app.db import session_scope
@@ -72,13 +73,16 @@ def report_worker(queues: list[str], gpus: list[dict], worker: str = WORKER_NAME
         store.report_worker(s, worker, queues, gpus)
 
 
-def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = WORKER_NAME) -> str:
+def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecorder,
+                worker: str = WORKER_NAME) -> str:
     """Run the stored run ``run_id`` until it ends or pauses, and return what happened:
     completed / failed / cancelled (final), paused (back in the queue), held (another worker has it),
     lost (another worker took it over while it ran), deferred (this worker is shutting down: sent to
     the queue again), or missing (no such run).
 
-    ``recorder`` defaults to a DBRecorder for the run (the CLI passes one that also draws a progress bar).
+    ``make_recorder`` builds the run's recorder once the lease is claimed, called as DBRecorder is:
+    ``make_recorder(run_id, worker=..., lease_lost=..., background=True)``; the CLI passes one whose
+    recorder also draws a progress bar.
     """
     settings = get_settings()
     with session_scope() as s:
@@ -103,8 +107,7 @@ def execute_run(run_id: int, recorder: DBRecorder | None = None, worker: str = W
             store.append_log(s, run_id, f"attempt {attempt}: worker {worker} takes the run over")
 
     with LeaseKeeper(run_id, worker, settings.lease_seconds / 4) as lease:
-        recorder = recorder or DBRecorder(run_id, background=True)
-        recorder.worker, recorder.lease_lost = worker, lease.lost
+        recorder = make_recorder(run_id, worker=worker, lease_lost=lease.lost, background=True)
         try:
             try:
                 from grpo_engine.trainer import train  # torch is imported here, in the worker only

@@ -1,0 +1,86 @@
+"""``grpo-dashboard serve``: the dashboard's web server; with the embedded broker it also starts one
+worker as a child process, and stops it on the way out (Ctrl-C or SIGTERM).
+
+The web process never imports torch: the worker is a separate process (grpo_dashboard/worker.py).
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from app.auth import mask_url
+from app.settings import get_settings
+from grpo_dashboard.worker import WORKER_STOP_SECONDS
+
+HELP = "the dashboard (the default command)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=7860, help="port to listen on (default 7860)")
+
+
+def _stop_on_sigterm(signum, frame):
+    """SIGTERM ends `serve` the way Ctrl-C does, so the worker child is stopped on the way out."""
+    raise KeyboardInterrupt
+
+
+def _start_worker(log_path: Path) -> subprocess.Popen:
+    """Start the embedded worker in its own session (Ctrl-C reaches only the server, which stops it)."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "grpo_dashboard.cli", "worker", "--embedded"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+
+def _stop_worker(worker: subprocess.Popen) -> None:
+    """Warm-shut the worker down (a running job stops at its next step), kill it if it takes too long."""
+    if worker.poll() is not None:
+        return
+    worker.terminate()
+    try:
+        worker.wait(WORKER_STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    from app import auth, db, ui
+
+    settings = get_settings()
+    try:
+        auth.load_users(settings)  # a malformed login entry stops us before the worker starts
+    except auth.AuthConfigError as e:
+        print(f"grpo-dashboard: {e}", file=sys.stderr)
+        return 2
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade_database()
+    worker = None
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        if settings.embedded_worker:
+            from app.broker import declare_queues, worker_queues
+
+            declare_queues(worker_queues(settings.queue, None))  # before the worker and the first launch race to
+            log_path = settings.data_dir / "worker.log"
+            worker = _start_worker(log_path)
+            print(f"grpo-dashboard: embedded worker (pid {worker.pid}) logs to {log_path}", flush=True)
+        else:
+            print(f"grpo-dashboard: no embedded worker; runs go to queue {settings.queue!r} "
+                  f"on {mask_url(settings.broker_url)} (start workers with `grpo-dashboard worker`)", flush=True)
+        print(f"grpo-dashboard: data in {settings.data_dir}, store {mask_url(settings.database_url)}", flush=True)
+        print(f"grpo-dashboard: open http://{args.host}:{args.port}", flush=True)
+        ui.serve(args.host, args.port)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the server at once (the worker follows)
+        if worker is not None:
+            print("grpo-dashboard: stopping the worker", flush=True)
+            _stop_worker(worker)
+    return 0
