@@ -2,7 +2,7 @@
 
 Shapes: ``B`` questions, ``G`` outputs per question, ``N = B*G`` outputs, ``T`` completion tokens
 (padded). ``mask`` is 1.0 on real completion tokens (up to and including EOS) and 0.0 on padding.
-See GRPO_SPEC.md for the worked numbers the tests use.
+docs/ALGORITHM.md states each equation with the worked numbers the tests use.
 """
 from __future__ import annotations
 
