@@ -27,8 +27,9 @@ from app.broker import queue_for, send_run
 from app.db import session_scope
 from app.paths import check_spec_paths, is_local_path, resolve_inside, spec_fields
 from app.settings import get_settings
+from grpo_engine.builtin_task import builtin_examples
 from grpo_engine.config import BUILTIN_DATASET, SpecError, validate_spec
-from grpo_engine.data import builtin_examples, read_dataset_file
+from grpo_engine.data import read_dataset_file
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 
 
@@ -292,7 +293,7 @@ def export_run(run_id: Any, kind: Any = "parquet") -> str:
         if kind in POLICY_KINDS:
             return _export_policy(run, kind, out_dir)
         rows = list(store.iter_sample_rows(s, run_id))
-    frame = pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
+    frame = pd.DataFrame(rows, columns=list(store.EXPORT_COLUMNS))
     path = out_dir / f"run-{run_id}-groups.{kind}"
     tmp = path.with_suffix(f".{kind}.tmp")
     if kind == "parquet":
@@ -305,9 +306,6 @@ def export_run(run_id: Any, kind: Any = "parquet") -> str:
     return str(path)
 
 
-SAMPLE_COLUMNS = ["run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
-                  "group_reward_std", "sample_id", "sample_position", "completion", "reward", "reward_components",
-                  "tokens", "advantages", "step_rewards", "step_end_indices"]
 
 
 # ---- dataset upload ----------------------------------------------------------------------------

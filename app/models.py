@@ -8,7 +8,7 @@ runs 1-n groups      the G outputs sampled for one question at one step, with re
 groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards
 runs 1-n run_logs    human-readable lines from the worker / engine
 Deleting a run deletes everything under it (ON DELETE CASCADE).
-workers              each worker process's queues and GPUs, and when it last reported (migration 0003)
+workers              each worker process's queues and GPUs, and when it last reported
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class Run(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # one of store.RUN_STATUSES
+    status: Mapped[str] = mapped_column(String(16), index=True)  # queued, running or one of store.FINISHED_STATUSES
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the validated run spec
     # Copied from config so the run list needs no JSON access.
     model: Mapped[str] = mapped_column(Text)

@@ -1,154 +1,28 @@
-"""Datasets: the built-in arithmetic task, and local JSONL, CSV and Parquet files.
+"""Datasets: loading a run's questions from the built-in task, local JSONL, CSV and Parquet files, or
+Hugging Face datasets; and the plain prompt template.
 
 Every example is a dict ``{"question", "answer", "solution"}``: the prompt text, the reference
-answer (a string) and a step-by-step reference solution (steps separated by ``STEP_DELIMITER``,
-the last line ``#### <answer>``, GSM8K style).
+answer (a string) and an optional step-by-step reference solution (GSM8K style: the steps, then the
+line ``#### <answer>``).
 
 A dataset file is read by :func:`read_dataset_file` (pure Python and pyarrow, no torch), which the
 web process also calls at launch and on upload, so a bad file is refused with the file and the line
-named before any worker sees it.
-
-The built-in task is in the spirit of the seed article's "2+3x4": three one-digit numbers with two
-operators, where operator precedence decides the answer (``2+3*4`` is 14, not 20). Pure Python.
+named before any worker sees it. Its JSONL reader, :func:`iter_jsonl`, also reads the PRM's
+Math-Shepherd files, with the same messages. The built-in task's examples come from builtin_task.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
-import random
-from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
+from .builtin_task import HELDOUT_SIZE, builtin_examples
 from .config import BUILTIN_DATASET
 
-STEP_DELIMITER = "\n"
-ANSWER_PREFIX = "#### "
-
-# Question shapes. In the "precedence" shapes the second operator binds tighter than the first,
-# so working left to right gives a wrong answer (unless the last number is 1).
-PRECEDENCE_SHAPES = ("{a}+{b}*{c}", "{a}-{b}*{c}")
-PLAIN_SHAPES = ("{a}*{b}+{c}", "{a}*{b}-{c}", "{a}+{b}-{c}", "{a}-{b}+{c}", "{a}+{b}+{c}")
-PRECEDENCE_SHARE = 0.75  # share of built-in questions of a precedence shape
-HELDOUT_SIZE = 200
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files read_dataset_file reads
 MIN_ROWS = 2  # a dataset file needs a training row and a held-out row
-DIGITS = range(1, 7)  # operands; small enough for the tiny model to learn every fact in its warm start
-BUILTIN_SEED = 1234
-
-
-def _apply(x: int, op: str, y: int) -> int:
-    return x + y if op == "+" else x - y if op == "-" else x * y
-
-
-def solve(a: int, op1: str, b: int, op2: str, c: int, respect_precedence: bool = True) -> tuple[list[str], int]:
-    """Step-by-step evaluation of ``a op1 b op2 c``; returns (steps, answer).
-
-    With ``respect_precedence=False`` it works strictly left to right (the classic slip).
-    >>> solve(2, "+", 3, "*", 4)
-    (['3*4=12', '2+12=14'], 14)
-    >>> solve(2, "+", 3, "*", 4, respect_precedence=False)
-    (['2+3=5', '5*4=20'], 20)
-    """
-    if respect_precedence and op2 == "*" and op1 != "*":
-        inner = b * c
-        result = _apply(a, op1, inner)
-        return [f"{b}*{c}={inner}", f"{a}{op1}{inner}={result}"], result
-    first = _apply(a, op1, b)
-    result = _apply(first, op2, c)
-    return [f"{a}{op1}{b}={first}", f"{first}{op2}{c}={result}"], result
-
-
-def format_solution(steps: list[str], answer: int | str) -> str:
-    """Steps joined by the step delimiter, then the final answer line."""
-    return STEP_DELIMITER.join([*steps, f"{ANSWER_PREFIX}{answer}"])
-
-
-def _builtin_questions() -> list[tuple[int, str, int, str, int]]:
-    """All built-in questions, in a fixed shuffled order, with the precedence share applied."""
-    rng = random.Random(BUILTIN_SEED)
-    digits = DIGITS
-
-    def expand(shapes):
-        out = []
-        for shape in shapes:
-            op1, op2 = shape[3], shape[7]
-            out += [(a, op1, b, op2, c) for a in digits for b in digits for c in digits]
-        return out
-
-    precedence, plain = expand(PRECEDENCE_SHAPES), expand(PLAIN_SHAPES)
-    rng.shuffle(precedence)
-    rng.shuffle(plain)
-    n_plain = round(len(precedence) * (1 - PRECEDENCE_SHARE) / PRECEDENCE_SHARE)
-    questions = precedence + plain[:n_plain]
-    rng.shuffle(questions)
-    return questions
-
-
-def builtin_examples() -> tuple[list[dict], list[dict]]:
-    """The built-in dataset as (train, heldout); the held-out split is fixed.
-
-    Held-out questions are new questions, but every arithmetic step of their solutions also occurs
-    in some training question's solution: evaluation measures whether the policy learned to respect
-    precedence, not whether it can guess a product it never saw.
-    """
-    examples = []
-    for a, op1, b, op2, c in _builtin_questions():
-        steps, answer = solve(a, op1, b, op2, c)
-        examples.append({
-            "question": f"{a}{op1}{b}{op2}{c}",
-            "answer": str(answer),
-            "solution": format_solution(steps, answer),
-            "steps": steps,
-        })
-    uses = Counter(step for ex in examples for step in ex["steps"])
-    train, heldout = [], []
-    for ex in examples:  # already in a fixed shuffled order
-        if len(heldout) < HELDOUT_SIZE and all(uses[step] > 1 for step in ex["steps"]):
-            heldout.append(ex)
-            uses.subtract(ex["steps"])  # the remaining training questions must still cover its steps
-        else:
-            train.append(ex)
-    strip = lambda rows: [{k: v for k, v in ex.items() if k != "steps"} for ex in rows]  # noqa: E731
-    return strip(train), strip(heldout)
-
-
-def arithmetic_facts() -> list[str]:
-    """Every one-operation step (``16+4=20``) that a solution of any question of the built-in task's
-    shapes can use, either way round: the arithmetic a solver must know (no question is given away)."""
-    facts = set()
-    for shape in PRECEDENCE_SHAPES + PLAIN_SHAPES:
-        op1, op2 = shape[3], shape[7]
-        for a in DIGITS:
-            for b in DIGITS:
-                for c in DIGITS:
-                    for keep_precedence in (True, False):
-                        facts.update(solve(a, op1, b, op2, c, keep_precedence)[0])
-    return sorted(facts)
-
-
-def warmup_examples(n: int, wrong_share: float, seed: int, drill_share: float = 0.4) -> list[dict]:
-    """Supervised warm-start data for the built-in policy: a deliberately imperfect mix.
-
-    On precedence questions a ``wrong_share`` of the solutions work left to right, so the warm-started
-    model often ignores precedence and GRPO has something to fix. A ``drill_share`` of one-step
-    questions (``16+4``) teaches the arithmetic itself. Drawn from the training split only.
-    """
-    rng = random.Random(seed)
-    train, _ = builtin_examples()
-    facts = arithmetic_facts()
-    out = []
-    for _ in range(n):
-        if rng.random() < drill_share:  # a one-step question: "16+4" -> "16+4=20\n#### 20"
-            fact = rng.choice(facts)
-            expr, z = fact.split("=")
-            out.append({"question": expr, "answer": z, "solution": format_solution([fact], z)})
-            continue
-        q = rng.choice(train)["question"]
-        a, op1, b, op2, c = int(q[0]), q[1], int(q[2]), q[3], int(q[4])
-        steps, answer = solve(a, op1, b, op2, c, respect_precedence=rng.random() >= wrong_share)
-        out.append({"question": q, "answer": str(answer), "solution": format_solution(steps, answer)})
-    return out
 
 
 # ---- dataset files ----------------------------------------------------------------------------
@@ -190,17 +64,29 @@ def _example(row: dict, where: str, name: str, fields: tuple[str, str, str] = FI
     return example
 
 
-def _read_jsonl(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
-    """One JSON object per line; blank lines are skipped."""
-    rows = []
+def iter_jsonl(data: bytes, name: str) -> Iterator[tuple[int, object]]:
+    """(line number, JSON value) for each non-blank line of a JSONL file's bytes, lines counted from 1.
+
+    The text is checked first (UTF-8, no NUL byte, see :func:`_text`); a line that is not valid JSON is a
+    ValueError naming ``name`` and the line, raised when that line is reached.
+    >>> list(iter_jsonl(b'{"a": 1}\\n\\n[2]\\n', "f.jsonl"))
+    [(1, {'a': 1}), (3, [2])]
+    """
     for lineno, line in enumerate(_text(data, name).split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            value = json.loads(line)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, an over-long integer, too deep a nesting
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0]
             raise ValueError(f"{name}: line {lineno} is not valid JSON ({reason})") from None
+        yield lineno, value
+
+
+def _read_jsonl(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
+    """One JSON object per line; blank lines are skipped."""
+    rows = []
+    for lineno, row in iter_jsonl(data, name):
         if not isinstance(row, dict):
             raise ValueError(f"{name}: line {lineno} is not a JSON object (it is a {type(row).__name__})")
         if fields[0] not in row or fields[1] not in row:

@@ -6,11 +6,10 @@ row, :func:`load_math_shepherd` a whole file or Hugging Face dataset. Pure Pytho
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from .data import load_hub_split
+from .data import iter_jsonl, load_hub_split
 
 MATH_SHEPHERD_TAG = "ки"
 _FIRST_STEP_RE = re.compile(r"step 1\s*:", re.IGNORECASE)
@@ -91,12 +90,7 @@ def load_math_shepherd(name: str, tag: str = "ки") -> tuple[list[tuple[str, li
         if not path.is_file():
             raise ValueError(f"rm_data {name!r}: no such file")
         if path.suffix.lower() == ".jsonl":
-            raw = []
-            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-                try:
-                    raw += [json.loads(line)] if line.strip() else []
-                except ValueError as exc:
-                    raise ValueError(f"rm_data {name!r}: line {lineno} is not valid JSON ({exc})") from None
+            raw = [row for _, row in iter_jsonl(path.read_bytes(), f"rm_data {name!r}")]
         else:
             import pyarrow.parquet as pq
 

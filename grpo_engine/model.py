@@ -22,7 +22,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from .config import BUILTIN_MODEL, is_local_path
-from .data import format_prompt, warmup_examples
+from .builtin_task import warmup_examples
+from .data import format_prompt
 
 BUILTIN_VERSION = "v6"  # bump when the recipe below changes; the cache is keyed by it
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"

@@ -1,7 +1,8 @@
 """Rule-based rewards: small pure functions returning ``(total, components)``.
 
 The verifier plays the outcome reward model's part (paper 4.1.2): it knows the reference answer.
-The step checker plays the process reward model's part (4.1.3) on the built-in task.
+The process reward model's part (4.1.3) on the built-in task is played by builtin_task.check_step,
+which reads and compares a solution's final answer line with this module's functions.
 
 Final answers are read from a completion in two forms (:func:`extract_final_answer`): a GSM8K
 ``#### <answer>`` last line, or the last ``\\boxed{...}``. Two answers are compared as mathematics,
@@ -15,32 +16,11 @@ import re
 import threading
 from fractions import Fraction
 
-from .data import ANSWER_PREFIX, STEP_DELIMITER
-
-_ANSWER_RE = re.compile(re.escape(ANSWER_PREFIX.strip()) + r"\s*(-?\d+(?:\.\d+)?)\s*$")
-_STEP_RE = re.compile(r"^(-?\d+)([+\-*])(-?\d+)=(-?\d+)$")
+ANSWER_PREFIX = "#### "  # a GSM8K solution's last line: this prefix, then the final answer
 
 MATH_VERIFY_TIMEOUT_S = 2  # math-verify's limit (whole seconds, signal.alarm) per parse and per comparison
 MAX_ANSWER_CHARS = 300  # a predicted final answer longer than this is not compared (counts as wrong)
 DECIMAL_REL_TOL = 1e-9  # plain decimals are equal when within this relative tolerance
-
-
-def extract_answer(completion: str) -> str | None:
-    """The number on the final ``#### N`` line, or None if the output has no such line."""
-    for line in reversed(completion.strip().split(STEP_DELIMITER)):
-        match = _ANSWER_RE.match(line.strip())
-        if match:
-            return match.group(1)
-        if line.strip():
-            return None
-    return None
-
-
-def _same_number(a: str, b: str) -> bool:
-    try:
-        return float(a) == float(b)
-    except ValueError:
-        return a.strip() == b.strip()
 
 
 # ---- final answers ------------------------------------------------------------------------------
@@ -144,9 +124,14 @@ _COSTLY_RES = (
 _MAX_NESTING = 12
 
 
-def _plain_number(text: str) -> Fraction | None:
+def plain_number(text: str) -> Fraction | None:
     """``text`` as an exact number when it is a plain one: sign, digits (``1,000`` separators),
-    decimals, surrounding ``$``; else None. ``- 3``, ``$1,000``, ``14.0``, ``14.`` are plain."""
+    decimals, surrounding ``$``; else None. ``- 3``, ``$1,000``, ``14.0``, ``14.`` are plain.
+    >>> plain_number("$1,000")
+    Fraction(1000, 1)
+    >>> plain_number("2+12") is None
+    True
+    """
     s = text.replace("\\$", "$").strip().strip("$").strip()
     match = _PLAIN_NUMBER_RE.fullmatch(s)
     if not match or not (match.group(2) or match.group(3)):
@@ -236,7 +221,7 @@ def answers_match(predicted: str, reference: str) -> bool:
        when the reference is not an equation). Its decimals are compared to 6 places.
     Never raises on any input (math-verify's errors and timeouts count as not equal).
     """
-    a, b = _plain_number(predicted), _plain_number(reference)
+    a, b = plain_number(predicted), plain_number(reference)
     if a is not None and b is not None:
         return _numbers_equal(a, b)
     if not predicted.strip() or not reference.strip() or _costly(predicted) or _unevaluated(predicted):
@@ -264,32 +249,3 @@ def outcome_reward(
         components["format"] = format_weight * formatted
         total += components["format"]
     return total, components
-
-
-# ---- steps ------------------------------------------------------------------------------------------
-
-def check_step(step: str, question: str, previous: list[str]) -> bool:
-    """Is this step of a built-in solution right?
-
-    A step ``x op y = z`` is right when its arithmetic is right and it is the operation that
-    operator precedence says comes next, given the steps before it; the final line must state the
-    last step's result.
-    """
-    from .data import solve  # the reference order of operations
-
-    q = question
-    if len(q) != 5:
-        return False
-    reference_steps, answer = solve(int(q[0]), q[1], int(q[2]), q[3], int(q[4]))
-    k = len(previous)
-    if k < len(reference_steps):
-        return step.strip() == reference_steps[k]
-    if k == len(reference_steps):
-        got = extract_answer(step)
-        return got is not None and _same_number(got, str(answer))
-    return False
-
-
-def split_steps(completion: str) -> list[str]:
-    """The completion's reasoning steps (lines), without empty ones."""
-    return [s for s in completion.split(STEP_DELIMITER) if s.strip()]

@@ -25,13 +25,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .builtin_task import STEP_DELIMITER, check_step
 from .config import RunSpec
-from .data import STEP_DELIMITER, format_prompt
+from .data import format_prompt
 from .objective import grpo_loss, outcome_advantages, process_advantages
 from .parallel import Processes
 from .recorder import GroupRecord, SampleRecord
 from .reward_model import RewardModel, RMExample
-from .rewards import check_step, outcome_reward
+from .rewards import outcome_reward
 from .sampling import generate
 from .tokenization import completion_mask, step_boundaries, token_pieces
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .data import STEP_DELIMITER, format_prompt
+from .builtin_task import STEP_DELIMITER
+from .data import format_prompt
 
 PIECE_CONTEXT = 4  # tokens decoded before a token to read its text in context (see token_pieces)
 REPLACEMENT = "\ufffd"  # what a decoder gives for the bytes of a character cut in the middle

@@ -2,7 +2,7 @@
 
 The trainer wraps the policy in a peft LoRA adapter; the reference policy is the same model with
 the adapter disabled (no second copy of the weights). The run's peft model is caught by wrapping
-``trainer._wrap_lora`` (the real one still does the work) so the tests can look at it afterwards.
+``loading.wrap_lora`` (the real one still does the work) so the tests can look at it afterwards.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo_engine import step, trainer
+from grpo_engine import loading, sampling, step, trainer
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.model import builtin_model_dir, load_policy
 from grpo_engine.recorder import METRICS, MemoryRecorder
@@ -25,7 +25,7 @@ SPEC = dict(lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, grou
 @pytest.fixture(scope="module")
 def lora_run(grpo_cache_dir):
     """(result, recorder, the trained peft model) of a 4-step LoRA run."""
-    wrapped, real_wrap = [], trainer._wrap_lora
+    wrapped, real_wrap = [], loading.wrap_lora
 
     def catch(policy, rank):
         wrapped.append(real_wrap(policy, rank))
@@ -33,7 +33,7 @@ def lora_run(grpo_cache_dir):
 
     recorder = MemoryRecorder()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(trainer, "_wrap_lora", catch)
+        mp.setattr(loading, "wrap_lora", catch)
         result = trainer.train(validate_spec(SPEC), recorder, grpo_cache_dir, device="cpu")
     assert len(wrapped) == 1
     return result, recorder, wrapped[0]
@@ -79,7 +79,7 @@ def test_reference_is_the_base_model_with_the_adapter_disabled(lora_run, grpo_ca
     base.eval()
     prompts = step.encode_prompts(tokenizer, ["2+3*4", "6-1*5", "4*4+1"], "cpu")
     torch.manual_seed(0)
-    completions = trainer.generate(peft_model, tokenizer, prompts, repeat=4, max_new_tokens=24, greedy=False)
+    completions = sampling.generate(peft_model, tokenizer, prompts, repeat=4, max_new_tokens=24, greedy=False)
     mask, _ = completion_mask(completions, tokenizer.eos_token_id)
     ids = prompts["input_ids"].repeat_interleave(4, dim=0)
     attn = prompts["attention_mask"].repeat_interleave(4, dim=0)

@@ -11,14 +11,15 @@ import random
 import pytest
 import torch
 
-from grpo_engine import trainer
+from grpo_engine import rm_training, trainer
+from grpo_engine.builtin_task import check_step
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.data import format_prompt, load_dataset
 from grpo_engine.model import load_policy, resolve_model_path
 from grpo_engine.objective import process_advantages
 from grpo_engine.recorder import METRICS, RM_METRICS, MemoryRecorder
 from grpo_engine.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
-from grpo_engine.rewards import check_step, outcome_reward
+from grpo_engine.rewards import outcome_reward
 
 BASE = dict(reward="model", batch_size=2, group_size=4, max_new_tokens=24, eval_every=0, rm_samples=48)
 
@@ -98,7 +99,7 @@ def test_labels_come_from_the_verifier_and_the_step_checker(grpo_cache_dir, kind
     train_set, _ = load_dataset("builtin-arith")
     questions = random.Random(0).choices(train_set, k=20)
     spec = validate_spec({**BASE, "supervision": "outcome" if kind == "orm" else "process"})
-    examples = trainer.sample_labelled(policy, tokenizer, format_prompt, questions, spec, kind, "cpu")
+    examples = rm_training.sample_labelled(policy, tokenizer, format_prompt, questions, spec, kind, "cpu")
     assert len(examples) == len(questions)
     for ex, q in zip(examples, questions):
         assert ex.question == q["question"]
@@ -233,8 +234,7 @@ def write_math_shepherd(path, n: int = 40):
     the tag 'ки'; the label text has '+' (the step checker accepts it) or '-' in its place."""
     import json
 
-    from grpo_engine.data import builtin_examples, solve
-    from grpo_engine.rewards import check_step
+    from grpo_engine.builtin_task import builtin_examples, solve
 
     rows = []
     for k, ex in enumerate(builtin_examples()[0][:n]):

@@ -6,17 +6,22 @@ import os
 import pytest
 import torch
 
-from grpo_engine.data import (
+from grpo_engine.builtin_task import (
     HELDOUT_SIZE,
     PRECEDENCE_SHARE,
     builtin_examples,
-    load_dataset,
-    read_dataset_file,
+    check_step,
     solve,
     warmup_examples,
 )
-from grpo_engine.rewards import check_step, extract_answer, outcome_reward, split_steps
+from grpo_engine.data import load_dataset, read_dataset_file
+from grpo_engine.rewards import extract_final_answer, outcome_reward
 from grpo_engine.tokenization import completion_mask, step_boundaries
+
+
+def steps_of(text: str) -> list[str]:
+    """A completion's steps, cut as a run cuts them (step_boundaries at the default delimiter)."""
+    return step_boundaries([text])[0]
 
 
 # --- the verifier (outcome reward) -----------------------------------------------------------
@@ -35,8 +40,8 @@ from grpo_engine.tokenization import completion_mask, step_boundaries
     ("#### 14\nso the answer is 14", None),  # junk line after the answer line
     ("#### fourteen", None),
 ])
-def test_extract_answer(completion, answer):
-    assert extract_answer(completion) == answer
+def test_extract_final_answer_reads_the_gsm8k_line(completion, answer):
+    assert extract_final_answer(completion)[0] == answer
 
 
 @pytest.mark.parametrize("completion, reference, reward, formatted", [
@@ -90,10 +95,39 @@ def test_check_step_refuses_out_of_place_steps():
     assert not check_step("3*4=12", "2+3*4+5", [])  # not a built-in question
 
 
-def test_split_steps():
-    assert split_steps("3*4=12\n\n2+12=14\n#### 14\n") == ["3*4=12", "2+12=14", "#### 14"]
-    assert split_steps("") == []
-    assert split_steps(" \n\n") == []
+def test_check_step_final_line_states_the_answer_as_a_plain_number():
+    q = "2+3*4"
+    right = ["3*4=12", "2+12=14"]
+    for line in ("#### 14", "####14", "#### 14  ", "#### 14.0", "#### 014"):
+        assert check_step(line, q, right), line
+    for line in ("#### 15", "#### 14.5", "#### 14 apples", "#### fourteen", "14", "\\boxed{14}", "#### ", "#### 2+12",
+                 "#### 28/2", "#### x=14"):
+        assert not check_step(line, q, right), line
+    assert check_step("#### -10", "2-3*4", ["3*4=12", "2-12=-10"])
+
+
+def test_check_step_verdicts_on_every_builtin_example_and_its_wrong_variants():
+    """Every step of every reference solution is right; a left-to-right solution is wrong from its first
+    step wherever that differs; a wrong, missing or misplaced answer line is wrong; and on a ``####`` line
+    the last step's verdict is the verifier's (outcome "correct") on the whole solution."""
+    train, heldout = builtin_examples()
+    for e in train + heldout:
+        q, answer = e["question"], int(e["answer"])
+        a, op1, b, op2, c = int(q[0]), q[1], int(q[2]), q[3], int(q[4])
+        right, _ = solve(a, op1, b, op2, c)
+        good = {f"#### {answer}", f"####{answer}", f"#### {answer}.0"}
+        wrong = (f"#### {answer + 1}", f"#### {-answer}", f"#### {answer} apples", f"\\boxed{{{answer}}}", str(answer))
+        for final in (*good, *wrong):
+            steps = [*right, final]
+            assert [check_step(s, q, steps[:j]) for j, s in enumerate(steps)] == [True, True, final in good], (q, final)
+            if final.startswith("####"):
+                assert outcome_reward("\n".join(steps), e["answer"])[1]["correct"] == float(final in good), (q, final)
+        slip, slip_answer = solve(a, op1, b, op2, c, respect_precedence=False)
+        steps = [*slip, f"#### {slip_answer}"]
+        same = slip == right  # left to right is right when the first operator binds at least as tightly
+        assert [check_step(s, q, steps[:j]) for j, s in enumerate(steps)] == [same, same, slip_answer == answer], q
+        assert not check_step(f"#### {answer}", q, right[:1])  # the answer line too early
+        assert not check_step(f"#### {answer}", q, [*right, f"#### {answer}"])  # a step after the answer
 
 
 # --- the built-in dataset --------------------------------------------------------------------
@@ -119,7 +153,7 @@ def test_builtin_answers_equal_python_eval_and_solutions_check_out():
     for e in train + heldout:
         q = e["question"]
         assert e["answer"] == str(eval(q)), q
-        steps = split_steps(e["solution"])
+        steps = steps_of(e["solution"])
         assert steps[-1] == f"#### {e['answer']}"
         assert [check_step(s, q, steps[:j]) for j, s in enumerate(steps)] == [True] * len(steps), e
 
@@ -162,7 +196,7 @@ def test_warmup_examples_contain_left_to_right_solutions_at_the_configured_share
     precedence = [e for e in full if _is_precedence_shape(e["question"])]
     for e in full:
         q = e["question"]
-        first_step = split_steps(e["solution"])[0]
+        first_step = steps_of(e["solution"])[0]
         is_l2r = first_step.startswith(q[:3] + "=") and _is_precedence_shape(q)
         left_to_right += is_l2r
         if e["answer"] != str(eval(q)):

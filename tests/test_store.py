@@ -1,4 +1,4 @@
-"""The store (app/store.py) against real databases: a SQLite file and a PostgreSQL database.
+"""The store (app/store/) against real databases: a SQLite file and a PostgreSQL database.
 
 Every test runs on both backends through the ``db_url`` fixture (tests/conftest.py).
 """
@@ -115,7 +115,7 @@ def test_status_transitions_set_timestamps(db_url):
     with session_scope(db_url) as s:
         run = store.get_run(s, failed)
     assert run["status"] == "failed" and run["error"].endswith("out of memory") and recent(run["finished_at"])
-    assert set(store.RUN_STATUSES) == {"queued", "running", "completed", "failed", "cancelled"}
+    assert store.FINISHED_STATUSES == ("completed", "failed", "cancelled")
 
 
 def test_session_scope_rolls_back_on_error(db_url):

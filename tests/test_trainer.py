@@ -9,10 +9,12 @@ import math
 import pytest
 import torch
 
+from grpo_engine.builtin_task import check_step
 from grpo_engine.config import validate_spec
 from grpo_engine.objective import ADV_EPS, process_advantages
 from grpo_engine.recorder import METRICS, MemoryRecorder
-from grpo_engine.rewards import check_step, outcome_reward, split_steps
+from grpo_engine.rewards import outcome_reward
+from grpo_engine.tokenization import step_boundaries
 from grpo_engine.trainer import train
 
 BASE = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
@@ -110,7 +112,7 @@ def test_process_step_rewards_judge_the_completion_steps(process_run):
     for groups in rec.group_log.values():
         for group in groups:
             for s in group.samples:
-                steps = split_steps(s.completion)
+                steps = step_boundaries([s.completion])[0]
                 verdicts = [float(check_step(x, group.prompt, steps[:j])) for j, x in enumerate(steps)]
                 assert s.step_rewards == verdicts, (s.completion, s.tokens[-3:])
 
@@ -157,13 +159,13 @@ def test_several_policy_updates_per_batch_report_clipping(grpo_cache_dir):
     ("fp32", "cuda", True, "no"), ("bf16", "cpu", False, "bf16"), ("bf16", "cuda", True, "bf16"),
 ])
 def test_precision_resolves_per_device(precision, device_type, bf16_ok, expected):
-    from grpo_engine.trainer import resolve_precision
+    from grpo_engine.loading import resolve_precision
 
     assert resolve_precision(precision, device_type, bf16_ok) == expected
 
 
 def test_bf16_on_a_gpu_without_it_names_the_key():
-    from grpo_engine.trainer import resolve_precision
+    from grpo_engine.loading import resolve_precision
 
     with pytest.raises(ValueError, match="^precision: "):
         resolve_precision("bf16", "cuda", False)
@@ -185,7 +187,7 @@ def test_bf16_run_completes_under_autocast(grpo_cache_dir):
     steps = by_step(rec)
     assert all(math.isfinite(steps[s]["loss"]) and math.isfinite(steps[s]["grad_norm"]) for s in (1, 2))
     # autocast is on in the trainer's Accelerator: a matmul inside it comes out in bf16
-    from grpo_engine.trainer import make_accelerator
+    from grpo_engine.loading import make_accelerator
 
     acc = make_accelerator("cpu", "bf16")
     with acc.autocast():

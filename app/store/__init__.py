@@ -1,0 +1,17 @@
+"""The store: data access as small functions taking a Session (``app.db.session_scope`` owns the transaction).
+
+``runs``: a run's life cycle and lease, and the workers; ``records``: what a run records (metrics, groups
+and samples, logs). Callers use them through this package: ``store.create_run(s, ...)``.
+"""
+from app.store.records import (EXPORT_COLUMNS, GROUP_ORDERS, append_log, get_group, get_logs, get_metrics,
+                               group_steps, iter_sample_rows, list_groups, record_groups, record_step,
+                               truncate_after)
+from app.store.runs import (FINISHED_STATUSES, LeaseLost, claim_run, create_run, default_run_name, finish_run,
+                            get_run, is_cancel_requested, list_runs, live_workers, mark_running, record_checkpoint,
+                            renew_lease, report_worker, request_cancel, requeue_run, requeue_stale_runs)
+
+__all__ = ["EXPORT_COLUMNS", "FINISHED_STATUSES", "GROUP_ORDERS", "LeaseLost", "append_log", "claim_run",
+           "create_run", "default_run_name", "finish_run", "get_group", "get_logs", "get_metrics", "get_run",
+           "group_steps", "is_cancel_requested", "iter_sample_rows", "list_groups", "list_runs", "live_workers",
+           "mark_running", "record_checkpoint", "record_groups", "record_step", "renew_lease", "report_worker",
+           "request_cancel", "requeue_run", "requeue_stale_runs", "truncate_after"]

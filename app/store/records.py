@@ -1,0 +1,197 @@
+"""What a run records: per-step metrics, every sampled group with its samples, and log lines; small functions
+taking a Session, returning plain JSON-able values. One mapping per table turns a row into its dict
+(``sample_dict``, ``group_summary``).
+
+Writes of a worker go through its lease (``runs.renew_lease``): a worker that lost the run's lease
+records nothing more (``LeaseLost``).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from app.models import Group, Metric, Run, RunLog, Sample
+from app.store.runs import UPSERT, LeaseLost, renew_lease
+
+
+def _finite_or_none(value: Any) -> float | None:
+    """A metric as a JSON number: NaN / inf (a diverged run) become null."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def truncate_after(s: Session, run_id: int, step: int) -> None:
+    """Forget what a run recorded after ``step`` (training resumes from there and records it again)."""
+    s.execute(delete(Metric).where(Metric.run_id == run_id, Metric.step > step))
+    s.execute(delete(Group).where(Group.run_id == run_id, Group.step > step))
+    s.execute(update(Run).where(Run.id == run_id).values(step=step))
+
+
+# ---- metrics --------------------------------------------------------------------------------
+
+
+def record_step(s: Session, run_id: int, step: int, iteration: int, metrics: dict[str, float],
+                worker: str | None = None) -> None:
+    """Store the metrics of one step (replacing that step's row if a resumed job repeats it).
+
+    ``worker`` given: the write also renews that worker's lease, and raises LeaseLost (the caller's
+    transaction then rolls back) when it no longer holds it.
+    """
+    if worker is not None and not renew_lease(s, run_id, worker):
+        raise LeaseLost(f"run {run_id}: worker {worker} no longer holds the lease; step {step} not recorded")
+    values = {key: _finite_or_none(value) for key, value in metrics.items()}
+    upsert = UPSERT[s.get_bind().dialect.name]
+    statement = upsert(Metric).values(run_id=run_id, step=step, iteration=iteration, values=values)
+    statement = statement.on_conflict_do_update(
+        index_elements=[Metric.run_id, Metric.step],
+        set_={"iteration": statement.excluded.iteration, "values": statement.excluded["values"]},
+    )
+    s.execute(statement)
+    s.execute(update(Run).where(Run.id == run_id).values(step=step))
+
+
+def get_metrics(s: Session, run_id: int) -> list[dict[str, Any]]:
+    """One dict per recorded step, by step: ``{"step", "iteration", **metrics}``."""
+    rows = s.scalars(select(Metric).where(Metric.run_id == run_id).order_by(Metric.step))
+    return [{"step": m.step, "iteration": m.iteration, **m.values} for m in rows]
+
+
+# ---- groups and samples ---------------------------------------------------------------------
+
+
+def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any]]) -> None:
+    """Store every group sampled at ``step`` (``GroupRecord.to_dict()`` each), replacing earlier ones.
+
+    Each group keeps the mean and population std of its G rewards, the numbers its
+    advantages were normalised with (outcome supervision).
+    """
+    s.execute(delete(Group).where(Group.run_id == run_id, Group.step == step))
+    rows = []
+    for position, group in enumerate(groups):
+        rewards = [float(sample["reward"]) for sample in group["samples"]]
+        row = Group(run_id=run_id, step=step, position=position, prompt=group["prompt"],
+                    reference=group["reference"], reward_mean=statistics.fmean(rewards),
+                    reward_std=statistics.pstdev(rewards))
+        s.add(row)
+        rows.append(row)
+    s.flush()  # the groups get their ids; their samples go in as one multi-row insert (cheap per step)
+    samples = [{"group_id": row.id, **_sample(i, sample)}
+               for row, group in zip(rows, groups) for i, sample in enumerate(group["samples"])]
+    if samples:
+        s.execute(insert(Sample), samples)
+
+
+def _sample(position: int, sample: dict[str, Any]) -> dict[str, Any]:
+    """The samples row of one ``SampleRecord`` dict."""
+    step_rewards = sample.get("step_rewards")
+    step_end_indices = sample.get("step_end_indices")
+    return dict(
+        position=position,
+        completion=sample["completion"],
+        tokens=[str(token) for token in sample["tokens"]],
+        advantages=[float(a) for a in sample["advantages"]],
+        reward=float(sample["reward"]),
+        step_rewards=None if step_rewards is None else [float(r) for r in step_rewards],
+        step_end_indices=None if step_end_indices is None else [int(i) for i in step_end_indices],
+        reward_components={key: float(v) for key, v in (sample.get("reward_components") or {}).items()},
+    )
+
+
+def group_steps(s: Session, run_id: int) -> list[int]:
+    """The steps that have recorded groups, ascending."""
+    return list(s.scalars(select(Group.step).where(Group.run_id == run_id).distinct().order_by(Group.step)))
+
+
+GROUP_ORDERS = {  # how list_groups may sort a step's groups
+    "position": (Group.position,),  # sampling order
+    "spread": (Group.reward_std.desc(), Group.position),  # most disagreeing rewards first
+    "mean": (Group.reward_mean.desc(), Group.position),  # highest mean reward first
+    "mean_asc": (Group.reward_mean, Group.position),  # lowest mean reward first
+}
+
+
+def list_groups(s: Session, run_id: int, step: int | None = None, order: str = "position") -> list[dict[str, Any]]:
+    """The groups of one step (default: the latest step with groups), sorted by ``order`` (GROUP_ORDERS)."""
+    if order not in GROUP_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(GROUP_ORDERS)}, got {order!r}")
+    if step is None:
+        step = s.scalar(select(func.max(Group.step)).where(Group.run_id == run_id))
+        if step is None:
+            return []
+    rows = s.execute(
+        select(Group.id, Group.step, Group.prompt, Group.reward_mean, Group.reward_std)
+        .where(Group.run_id == run_id, Group.step == step)
+        .order_by(*GROUP_ORDERS[order])
+    )
+    return [group_summary(r) for r in rows]
+
+
+def sample_dict(sample: Sample) -> dict[str, Any]:
+    """A samples row as the API returns it (``/get_group``) and exports it."""
+    return {"sample_id": sample.id, "sample_position": sample.position, "completion": sample.completion,
+            "tokens": sample.tokens, "reward": sample.reward, "step_rewards": sample.step_rewards,
+            "step_end_indices": sample.step_end_indices, "advantages": sample.advantages,
+            "reward_components": sample.reward_components}
+
+
+def group_summary(row) -> dict[str, Any]:
+    """A groups row as ``list_groups`` shows it (a Group, or a row with those columns)."""
+    return {"group_id": row.id, "step": row.step, "prompt": row.prompt, "reward_mean": row.reward_mean,
+            "reward_std": row.reward_std}
+
+
+def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
+    """A group with all its samples (tokens, per-token advantages, rewards)."""
+    group = s.get(Group, group_id)
+    if group is None:
+        return None
+    return {**group_summary(group), "run_id": group.run_id, "reference": group.reference,
+            "samples": [sample_dict(sample) for sample in group.samples]}
+
+
+EXPORT_COLUMNS = ("run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
+                  "group_reward_std", "sample_id", "sample_position", "completion", "reward", "reward_components",
+                  "tokens", "advantages", "step_rewards", "step_end_indices")  # an export's columns, in order
+
+
+def iter_sample_rows(s: Session, run_id: int, chunk: int = 200):
+    """Every recorded sample of a run, one flat dict each (its group's columns, then ``sample_dict``; the keys of
+    EXPORT_COLUMNS), by step, group and sample position.
+
+    Reads ``chunk`` groups at a time, so exporting a large run does not load it all at once.
+    """
+    last = (-1, -1)  # (step, position) of the last group read
+    while True:
+        groups = list(s.scalars(
+            select(Group).where(Group.run_id == run_id,
+                                (Group.step > last[0]) | ((Group.step == last[0]) & (Group.position > last[1])))
+            .order_by(Group.step, Group.position).limit(chunk)
+        ))
+        if not groups:
+            return
+        for g in groups:
+            for sample in g.samples:
+                yield {"run_id": run_id, "step": g.step, "group_id": g.id, "group_position": g.position,
+                       "prompt": g.prompt, "reference": g.reference, "group_reward_mean": g.reward_mean,
+                       "group_reward_std": g.reward_std, **sample_dict(sample)}
+        last = (groups[-1].step, groups[-1].position)
+        s.expunge_all()  # keep the session small
+
+
+# ---- logs -----------------------------------------------------------------------------------
+
+
+def append_log(s: Session, run_id: int, message: str) -> None:
+    """Add a line to the run's log."""
+    s.add(RunLog(run_id=run_id, message=message))
+    s.flush()
+
+
+def get_logs(s: Session, run_id: int, limit: int = 200) -> list[str]:
+    """The last ``limit`` log lines of a run, oldest first."""
+    rows = s.scalars(select(RunLog.message).where(RunLog.run_id == run_id).order_by(RunLog.id.desc()).limit(limit))
+    return list(rows)[::-1]

@@ -1,0 +1,195 @@
+"""Everything a run needs before its first step, and the reference reset between iterations.
+
+``load_learner`` places the run (Accelerate: device, mixed precision, data-parallel processes), loads the
+policy (fp32, dropout off, LoRA when asked), the dataset, the frozen reference and the optimizer, logs the
+memory estimate (and refuses a run too big for its GPU), and loads the learned reward model
+(``reward: model``, with its Math-Shepherd data when ``rm_data`` is given). ``new_iteration`` is Algorithm 1's reference reset.
+"""
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+
+import torch
+
+from .config import RunSpec, decode_delimiter
+from .data import load_dataset
+from .math_shepherd import load_math_shepherd
+from .memory import estimate_memory, too_big_message
+from .model import disable_dropout, load_policy, resolve_model_path
+from .parallel import Processes
+from .recorder import Recorder
+from .reward_model import RMExample, load_reward_model
+from .rm_training import RewardModelState
+from .step import Learner
+from .tokenization import end_token_ids, prompt_formatter
+
+
+def resolve_precision(precision: str, device_type: str, bf16_supported: bool) -> str:
+    """Accelerate's ``mixed_precision`` for a run-spec ``precision`` on a device: "bf16" or "no".
+
+    auto -> bf16 on a CUDA device that supports it, else no autocast; fp32 -> no; bf16 -> bf16, which
+    a CUDA device without bf16 support refuses (ValueError naming the key). bf16 autocast on CPU is
+    supported by torch, though rarely faster there.
+    """
+    if precision == "fp32":
+        return "no"
+    if precision == "auto":
+        return "bf16" if device_type == "cuda" and bf16_supported else "no"
+    if precision == "bf16":
+        if device_type == "cuda" and not bf16_supported:
+            raise ValueError("precision: this GPU does not support bf16; use 'fp32' or 'auto'")
+        return "bf16"
+    raise ValueError(f"precision: unknown value {precision!r}")
+
+
+def make_accelerator(device: str | None, precision: str):
+    """The run's Accelerator: it places the models and runs their forward passes under autocast.
+
+    ``device``: None picks what Accelerate sees (a GPU when there is one), "cpu" forces the CPU.
+    One worker process runs many jobs one after another, each with its own precision, so the
+    process-wide Accelerate state left by an earlier job is cleared first (unless this process is
+    part of a distributed launch).
+    """
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
+    if device not in (None, "cpu") and not str(device).startswith("cuda"):
+        raise ValueError(f"device must be None, 'cpu' or 'cuda', got {device!r}")
+    if not (PartialState._shared_state and PartialState().use_distributed):
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+    device_type = "cpu" if cpu else "cuda"
+    bf16_ok = (not cpu) and torch.cuda.is_bf16_supported()
+    return Accelerator(cpu=cpu, mixed_precision=resolve_precision(precision, device_type, bf16_ok))
+
+
+def run_device(spec_device: str, device: str | None = None) -> str | None:
+    """The device a run trains on: ``device`` when given (tests force "cpu"), else by the spec's
+    ``device`` key: "cpu", "gpu" (refused on a machine without CUDA) or "auto" (None: a GPU if any)."""
+    if device is not None:
+        return device
+    if spec_device == "cpu":
+        return "cpu"
+    if spec_device == "gpu" and not torch.cuda.is_available():
+        raise ValueError("device: the run asks for 'gpu' but this worker has no CUDA GPU")
+    return None
+
+
+def wrap_lora(policy, rank: int):
+    """The policy with a LoRA adapter of ``rank`` on every linear layer (alpha = 2 x rank, no dropout)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear",
+                        task_type="CAUSAL_LM")
+    return get_peft_model(policy, config)
+
+
+def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_params: int | None = None) -> None:
+    """Log the estimated memory of the run's weights, gradients, optimizer state and reference (memory.py), and
+    refuse (ValueError naming the keys to change) a run on a GPU whose memory it exceeds. ``policy``: loaded,
+    LoRA-wrapped when the run uses LoRA. ``rm_params``: the learned reward model's parameters; None counts it as
+    large as the policy's base when it starts from the policy's weights (0 without one, or before a reward model
+    from another checkpoint is loaded: the check is then made again with it)."""
+    params = sum(p.numel() for p in policy.parameters())
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    if rm_params is None:
+        rm_params = params - trainable * (spec.lora_rank > 0) if spec.reward == "model" and not spec.reward_model else 0
+    estimate = estimate_memory(params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params)
+    log(f"memory estimate (activations not included): {estimate.describe()}")
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        if estimate.total > props.total_memory:
+            raise ValueError(too_big_message(estimate, props.total_memory, f"this worker's GPU ({props.name})",
+                                             lora=spec.lora_rank > 0, bf16=bf16))
+
+
+
+def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None):
+    """Place the run (Accelerate), load the policy (fp32, dropout off), the dataset, the reference and the
+    optimizer, and the learned reward model (reward: model). Returns (learner, train set, held-out set,
+    RewardModelState or None)."""
+    accelerator = make_accelerator(run_device(spec.device, device), spec.precision)
+    dev = accelerator.device
+    procs = Processes(accelerator)  # one, or the data-parallel processes of a run with devices > 1
+    if procs.n != spec.devices:
+        raise ValueError(f"devices: the run asks for {spec.devices} processes but was started in {procs.n}")
+    torch.manual_seed(spec.seed)
+    bf16 = accelerator.mixed_precision == "bf16"
+    recorder.log(f"loading model {spec.model!r} on {dev} ({'bf16 mixed precision' if bf16 else 'fp32'})"
+                 + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
+    if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
+        if procs.main:
+            for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else [])}:
+                resolve_model_path(name, cache_dir, log=recorder.log)
+        procs.barrier()
+    policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log)
+    disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
+    if spec.gradient_checkpointing:
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    recorder.log(f"loading dataset {spec.dataset!r}")
+    train_set, heldout = load_dataset(spec.dataset, config=spec.dataset_config, split=spec.dataset_split,
+                                      eval_split=spec.eval_split,
+                                      fields=(spec.question_field, spec.answer_field, spec.solution_field))
+    if spec.batch_size > len(train_set):
+        raise ValueError(f"batch_size {spec.batch_size} is larger than the dataset's {len(train_set)} training rows")
+    if spec.lora_rank > 0:
+        policy = wrap_lora(policy, spec.lora_rank)
+    check_memory(policy, spec, bf16, dev, recorder.log)
+    if spec.lora_rank > 0:
+        reference = None  # the base model with the adapter disabled
+    else:  # frozen: in bf16 under bf16 autocast, where its forward passes run in bf16 anyway
+        reference = copy.deepcopy(policy).eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+    policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
+    learner = Learner(spec, accelerator, procs, policy, optimizer, params, reference, tokenizer,
+                      prompt_formatter(tokenizer, spec.prompt_template), end_token_ids(policy, tokenizer),
+                      decode_delimiter(spec.step_delimiter))
+    rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16) if spec.reward == "model" else None
+    return learner, train_set, heldout, rm_state
+
+
+def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool) -> RewardModelState:
+    """A learned ORM (outcome) or PRM (process), its backbone started from a causal LM, set on ``learner.rm``;
+    with ``rm_data``, its Math-Shepherd-labelled solutions (a tenth, at most rm_samples / 4, held out)."""
+    spec, dev = learner.spec, learner.dev
+    kind = "orm" if spec.supervision == "outcome" else "prm"
+    state = RewardModelState(f"{kind.upper()} from {(spec.reward_model or spec.model)!r}",
+                             rng=random.Random(spec.seed + 1))
+    recorder.log(f"loading the reward model: {state.name}")
+    # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
+    rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log),
+                           kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
+                           prior_dtype=torch.bfloat16 if bf16 else torch.float32, delimiter=learner.delimiter,
+                           autocast=learner.accelerator.autocast)
+    if spec.reward_model:  # the estimate again, with this reward model's size
+        check_memory(learner.unwrapped(), spec, bf16, dev, recorder.log,
+                     rm_params=sum(p.numel() for p in rm.backbone.parameters()))
+    learner.rm = rm
+    if spec.rm_data:  # Math-Shepherd-labelled solutions instead of the step checker's labels
+        labelled, skipped = load_math_shepherd(spec.rm_data)
+        labelled = [RMExample(q, steps, labels) for q, steps, labels in labelled]
+        random.Random(spec.seed + 2).shuffle(labelled)
+        n_held = max(1, min(len(labelled) // 10, spec.rm_samples // 4))
+        state.data = (labelled[:-n_held], labelled[-n_held:])
+        recorder.log(f"rm_data {spec.rm_data!r}: {len(labelled)} step-labelled solutions ({skipped} rows skipped), "
+                     f"{n_held} held out to measure the PRM")
+    return state
+
+
+def new_iteration(learner: Learner) -> None:
+    """Algorithm 1's reference reset at the start of iterations 2, 3, ...: the reference becomes the policy.
+    LoRA: the adapter is folded into the base (the new reference) and a fresh adapter is trained, with a new
+    optimizer."""
+    if learner.reference is not None:
+        learner.reference.load_state_dict(learner.unwrapped().state_dict())
+        return
+    accelerator = learner.accelerator
+    accelerator.free_memory()  # forgets the previous model and optimizer
+    policy = wrap_lora(learner.unwrapped().merge_and_unload(), learner.spec.lora_rank)
+    learner.params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(learner.params, lr=learner.spec.learning_rate, weight_decay=0.0)
+    learner.policy, learner.optimizer = accelerator.prepare(policy, optimizer)
