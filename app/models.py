@@ -70,7 +70,7 @@ class Run(Base):
     total_steps: Mapped[int]
     error: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
-    # The lease (migration 0002): the worker training the run renews heartbeat_at; a stale one is requeued.
+    # The lease: the worker training the run renews heartbeat_at; a stale one is requeued.
     worker: Mapped[str | None] = mapped_column(Text)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     attempts: Mapped[int] = mapped_column(default=0, server_default="0")  # starts and resumptions by workers
@@ -143,7 +143,7 @@ class RunLog(Base):
 
 
 class Worker(Base):
-    """A worker process: the queues it consumes, its GPUs, and when it last reported (migration 0003)."""
+    """A worker process: the queues it consumes, its GPUs, and when it last reported."""
 
     __tablename__ = "workers"
 

@@ -11,9 +11,10 @@ import threading
 
 from tqdm import tqdm
 
+from grpo_engine.recorder import METRIC_REGISTRY
 from workers.recorder import DBRecorder
 
-PROGRESS_METRICS = ("reward_mean", "kl", "loss", "eval/accuracy")  # shown next to `train`'s progress bar
+PROGRESS_METRICS = tuple(m.name for m in METRIC_REGISTRY if m.headline)  # shown next to `train`'s progress bar
 
 
 class ProgressBar:

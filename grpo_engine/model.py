@@ -31,7 +31,7 @@ PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 # The recipe of the built-in policy: ~0.58M parameters; the warm start (900 updates) takes about 1-2 minutes
 # on 2 CPU cores and leaves a model that gets ~35% of the held-out questions right (greedy), mostly by
 # ignoring precedence, while its one-step arithmetic is nearly always right: GRPO then takes it past 0.95.
-# (With half the warm start, arithmetic slips cap GRPO near 0.88.)
+# The warm start is long enough that GRPO is not held back by arithmetic slips (half of it caps GRPO near 0.88).
 BUILTIN_ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=4, max_position_embeddings=64)
 WARMUP = dict(examples=8000, wrong_share=0.75, steps=900, batch_size=64, lr=3e-3, seed=0)
@@ -126,7 +126,7 @@ def builtin_model_dir(cache_dir: Path, log=print) -> Path:
         create_builtin_model(tmp, log=log)
         if not (tmp / "model.safetensors").exists():  # transformers saves on rank 0 only in a distributed launch
             raise RuntimeError("the built-in model was not written; create it from the main process only")
-        shutil.rmtree(target, ignore_errors=True)  # an incomplete directory left by an older version
+        shutil.rmtree(target, ignore_errors=True)  # an incomplete directory from an interrupted build
         tmp.rename(target)
     return target
 

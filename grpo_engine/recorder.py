@@ -1,7 +1,8 @@
 """How the engine reports what it does, without knowing where it goes.
 
 The worker implements :class:`Recorder` against the database; tests and benchmarks
-use the base class (which records nothing) or :class:`MemoryRecorder`.
+use the base class (which records nothing) or :class:`MemoryRecorder`. :data:`METRIC_REGISTRY`
+names every metric a step reports, with its meaning and the dashboard chart panel that draws it.
 Pure Python: no torch here.
 """
 from __future__ import annotations
@@ -92,37 +93,60 @@ class MemoryRecorder(Recorder):
         self.group_log[step] = groups
 
 
-# Every metric the engine records, documented once. The same names are used in the store, the API
-# (``/get_metrics``) and the dashboard's charts.
-METRICS: dict[str, str] = {
-    "reward_mean": "mean reward of the step's B x G sampled outputs",
-    "reward_std": "standard deviation (population) of those rewards",
-    "correct_frac": "share of sampled outputs whose final answer the verifier accepts",
-    "zero_std_frac": "share of groups whose rewards are all equal (their advantages are 0: they teach nothing)",
-    "loss": "policy loss -J_GRPO (Eq. 3), averaged over the mu updates",
-    "kl": "mean over tokens of the k3 estimator of KL(pi_theta || pi_ref) (Eq. 4)",
-    "clip_frac": "share of tokens where the clipped ratio term was the active one (only > 0 when mu > 1)",
-    "entropy": "mean per-token entropy of the policy on the sampled outputs, in nats",
-    "completion_len": "mean completion length in tokens (EOS included)",
-    "truncated_frac": "share of completions cut at max_new_tokens without an EOS",
-    "learning_rate": "policy learning rate used at this step",
-    "grad_norm": "policy gradient norm before clipping (last of the mu updates)",
-    "time/step": "seconds for the step (sampling, scoring, update, recording; evaluation and an RM refresh apart)",
-    "time/sampling": "seconds spent generating the G outputs per question",
-    "time/scoring": "seconds spent on rewards, advantages and reference log-probs",
-    "time/update": "seconds spent on the mu policy updates",
-    "time/eval": "seconds spent on the held-out evaluation, on the steps that have one",
-    "eval/accuracy": "held-out greedy accuracy (exact final answer); at step 0, before training, and every eval_every steps",
-}
+@dataclass(frozen=True)
+class Metric:
+    """One metric the engine records: its key (the same in the store, the API's ``/get_metrics`` and the
+    dashboard), what it means, the dashboard chart panel that draws it (None: the "other" panel), and whether
+    ``grpo-dashboard train`` shows it beside its progress bar (``headline``)."""
 
-# With ``reward: model``, the learned reward model's training, recorded at step 0 (its initial training on
-# the initial policy's labelled outputs; no accuracy_before) and on the last step of every iteration but the
-# last (the refresh of Algorithm 1; after the last iteration nothing would use it). Accuracy is over outputs (ORM) or steps (PRM): (score > 0.5) == label, on
-# fresh samples of the current policy on held-out questions, measured before and after the refresh.
-RM_METRICS: dict[str, str] = {
-    "rm/loss": "reward model: mean binary cross-entropy of its last training epoch",
-    "rm/accuracy_before": "reward model: held-out accuracy on fresh policy samples just before the refresh",
-    "rm/accuracy_after": "reward model: held-out accuracy on the same samples after the (re)training",
-    "rm/train_examples": "reward model: labelled outputs it was (re)trained on, replayed ones included",
-    "rm/replayed": "reward model: how many of those were replayed from its earlier data (rm_replay_ratio x fresh)",
-}
+    name: str
+    meaning: str
+    panel: str | None
+    headline: bool = False
+
+
+# Every metric the engine records, documented once, in the order the dashboard draws them: the panels in
+# order of their first metric, each panel's lines in this order.
+METRIC_REGISTRY: tuple[Metric, ...] = (
+    Metric("reward_mean", "mean reward of the step's B x G sampled outputs", "reward", headline=True),
+    Metric("reward_std", "standard deviation (population) of those rewards", "reward"),
+    Metric("correct_frac", "share of sampled outputs whose final answer the verifier accepts", "reward"),
+    Metric("zero_std_frac", "share of groups whose rewards are all equal (their advantages are 0: they teach nothing)",
+           "reward"),
+    Metric("eval/accuracy", "held-out greedy accuracy (exact final answer); at step 0, before training, and every "
+           "eval_every steps", "accuracy", headline=True),
+    Metric("kl", "mean over tokens of the k3 estimator of KL(pi_theta || pi_ref) (Eq. 4)", "KL and loss", headline=True),
+    Metric("loss", "policy loss -J_GRPO (Eq. 3), averaged over the mu updates", "KL and loss", headline=True),
+    Metric("clip_frac", "share of tokens where the clipped ratio term was the active one (only > 0 when mu > 1)",
+           "clip and entropy"),
+    Metric("entropy", "mean per-token entropy of the policy on the sampled outputs, in nats", "clip and entropy"),
+    Metric("completion_len", "mean completion length in tokens (EOS included)", "lengths"),
+    Metric("truncated_frac", "share of completions cut at max_new_tokens without an EOS", "lengths"),
+    Metric("grad_norm", "policy gradient norm before clipping (last of the mu updates)", "optimizer"),
+    Metric("learning_rate", "policy learning rate used at this step", "optimizer"),
+    Metric("time/sampling", "seconds spent generating the G outputs per question", "timing (s)"),
+    Metric("time/scoring", "seconds spent on rewards, advantages and reference log-probs", "timing (s)"),
+    Metric("time/update", "seconds spent on the mu policy updates", "timing (s)"),
+    Metric("time/step", "seconds for the step (sampling, scoring, update, recording; evaluation and an RM refresh "
+           "apart)", "timing (s)"),
+    Metric("time/eval", "seconds spent on the held-out evaluation, on the steps that have one", "timing (s)"),
+    # With ``reward: model``, the learned reward model's training, recorded at step 0 (its initial training on
+    # the initial policy's labelled outputs; no accuracy_before) and on the last step of every iteration but
+    # the last (the refresh of Algorithm 1; after the last iteration nothing would use it). Accuracy is over
+    # outputs (ORM) or steps (PRM): (score > 0.5) == label, on fresh samples of the current policy on held-out
+    # questions, measured before and after the refresh.
+    Metric("rm/accuracy_before", "reward model: held-out accuracy on fresh policy samples just before the refresh",
+           "reward model"),
+    Metric("rm/accuracy_after", "reward model: held-out accuracy on the same samples after the (re)training",
+           "reward model"),
+    Metric("rm/loss", "reward model: mean binary cross-entropy of its last training epoch", "reward model"),
+    Metric("rm/train_examples", "reward model: labelled outputs it was (re)trained on, replayed ones included", None),
+    Metric("rm/replayed", "reward model: how many of those were replayed from its earlier data "
+           "(rm_replay_ratio x fresh)", None),
+)
+RM_PREFIX = "rm/"  # the reward model's metrics: recorded only with ``reward: model``
+
+# name -> meaning: the metrics of every training step (``eval/accuracy`` and ``time/eval`` on evaluation steps)
+METRICS: dict[str, str] = {m.name: m.meaning for m in METRIC_REGISTRY if not m.name.startswith(RM_PREFIX)}
+# name -> meaning: the reward model's (re)trainings, on the steps described above
+RM_METRICS: dict[str, str] = {m.name: m.meaning for m in METRIC_REGISTRY if m.name.startswith(RM_PREFIX)}

@@ -148,7 +148,7 @@ def test_counts_read_a_hand_written_header(tmp_path):
     assert count_parameters(str(tmp_path)) == (800 + 128 + 8 + 800, [(16, 8)])
 
 
-# ---- the workers table (migration 0003) and its store functions -------------------------------------
+# ---- the workers table and its store functions -------------------------------------
 
 
 def test_workers_table_comes_and_goes_with_migration_0003(db_url):

@@ -397,7 +397,7 @@ def test_concurrent_upgrades_do_not_collide(db_url):
     new_run(db_url)
 
 
-# ---- leases (migration 0002) ------------------------------------------------------------------
+# ---- leases ------------------------------------------------------------------
 
 
 def test_migration_0002_keeps_existing_runs(db_url):

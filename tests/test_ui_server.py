@@ -18,10 +18,10 @@ from gradio_client.exceptions import AppError
 from kombu import Connection
 
 from app import store
-from app.ui import (compare_figure, config_diff_html, group_html, metrics_figure, progress_html, rm_refresh_frame,
-                    token_span)
+from app.render import (PANELS, RM_TABLE, compare_figure, config_diff_html, group_html, metrics_figure, progress_html,
+                        rm_refresh_frame, token_span)
 from app.db import make_engine, session_scope, upgrade_database
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
 from app.broker import RUN_TASK
 
@@ -219,7 +219,8 @@ def test_server_process_has_not_loaded_torch(server, client):
     client.predict("builtin-arith", api_name="/preview_dataset")  # the engine's pure-Python data module, no torch
     maps = Path(f"/proc/{server[3].pid}/maps").read_text()
     assert "libtorch" not in maps
-    check = "import sys, app.ui; assert 'torch' not in sys.modules, 'app.ui imported torch'"
+    check = ("import sys, app.ui, app.endpoints, app.render; "
+             "assert 'torch' not in sys.modules, 'the web app imported torch'")
     subprocess.run([sys.executable, "-c", check], cwd=ROOT, check=True)
 
 
@@ -289,6 +290,8 @@ def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
     titles = [a.text for a in fig.layout.annotations]
     assert {"reward", "accuracy", "KL and loss", "clip and entropy", "lengths", "optimizer", "timing (s)",
             "reward model", "other"} <= set(titles)
+    assert [title for title, _ in PANELS] == ["reward", "accuracy", "KL and loss", "clip and entropy", "lengths",
+                                              "optimizer", "timing (s)", "reward model"]
 
 
 def test_rm_refresh_table_has_one_row_per_training():
@@ -300,6 +303,16 @@ def test_rm_refresh_table_has_one_row_per_training():
     assert frame["step"].tolist() == [0, 2]
     assert frame.iloc[1]["change"] == pytest.approx(0.1) and frame.iloc[1]["replayed"] == 6.0
     assert rm_refresh_frame([{"step": 1, "iteration": 1, "kl": 0.0}]).empty
+    registered = {m.name for m in METRIC_REGISTRY} | {"step", "iteration"}
+    assert {key for _, key in RM_TABLE if key is not None} <= registered  # every column shows a recorded metric
+
+
+def test_group_html_shows_the_advantage_as_the_normalised_reward():
+    samples = [{"sample_id": i, "completion": "x", "tokens": ["x", "<eos>"][:n], "reward": 0.5,
+                "advantages": [0.25] * n, "step_rewards": None, "step_end_indices": None, "reward_components": {}}
+               for i, n in enumerate([2, 0])]
+    page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
+    assert 'class="norm">+0.250<' in page and 'class="norm">n/a<' in page  # the engine's value, not recomputed
 
 
 def test_config_diff_marks_the_differing_keys_and_compare_figure_draws_each_run():
@@ -315,11 +328,12 @@ def test_config_diff_marks_the_differing_keys_and_compare_figure_draws_each_run(
 
 
 def test_group_html_shows_normalised_rewards_and_the_rm_score_beside_the_verifier():
-    samples = [{"sample_id": i, "completion": "x", "tokens": ["x"], "reward": r, "advantages": [0.0],
-                "step_rewards": None, "step_end_indices": None,
-                "reward_components": {"correct": c, "rm_score": r}} for i, (r, c) in enumerate([(0.9, 1.0), (0.1, 0.0)])]
+    norm = 0.4 / (0.4 + 1e-4)  # rewards 0.9 and 0.1: (r - mean) / (std + eps'), the engine's outcome advantage
+    samples = [{"sample_id": i, "completion": "x", "tokens": ["x"], "reward": r, "advantages": [a],
+                "step_rewards": None, "step_end_indices": None, "reward_components": {"correct": c, "rm_score": r}}
+               for i, (r, a, c) in enumerate([(0.9, norm, 1.0), (0.1, -norm, 0.0)])]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
-    assert page.count('class="norm">+1.000<') == 1 and page.count('class="norm">-1.000<') == 1  # 0.4 / (0.4 + eps')
+    assert page.count('class="norm">+1.000<') == 1 and page.count('class="norm">-1.000<') == 1
     assert "verifier ✓ correct" in page and "verifier ✗ wrong" in page
     assert '<span class="rm-score">RM 0.900</span>' in page
 

@@ -1,0 +1,108 @@
+"""The dashboard's named API endpoints: what ``gradio_client`` calls, and all that the API page lists.
+
+``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/list_groups``, ``/get_group``,
+``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset`` and ``/preview_dataset`` wrap app.api
+one to one; a refused request reaches the client as gr.Error with its reason. app.ui registers
+:data:`ENDPOINTS` under their function names.
+
+No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
+them with these docstrings.
+"""
+from pathlib import Path
+
+import gradio as gr
+import gradio.utils
+
+from app import api, auth
+
+
+def call_api(fn, *args):
+    """Run an api function; an ApiError reaches the client as gr.Error with its message, any other error
+    as gr.Error too (its traceback in the server's log); passwords in URLs are masked in both."""
+    try:
+        return fn(*args)
+    except api.ApiError as e:
+        raise gr.Error(auth.mask_secrets(str(e)), print_exception=False) from None
+    except Exception as e:
+        raise gr.Error(auth.mask_secrets(f"{type(e).__name__}: {e}")) from e
+
+
+def launch_run(spec: dict) -> dict:
+    """Launch a run from a run spec (JSON object; missing keys take their defaults). Returns {run_id, status}."""
+    return call_api(api.launch_run, spec)
+
+
+def list_runs() -> list[dict]:
+    """Every run, newest first."""
+    return call_api(api.list_runs)
+
+
+def get_run(run_id: int) -> dict:
+    """One run: status, config, step / total_steps, error, timestamps."""
+    return call_api(api.get_run, run_id)
+
+
+def get_metrics(run_id: int) -> list[dict]:
+    """Per-step metrics of a run, ordered by step."""
+    return call_api(api.get_metrics, run_id)
+
+
+def list_groups(run_id: int, step: int | None = None, order: str | None = None) -> list[dict]:
+    """Groups sampled at a step (default: the latest step that has groups), sorted by order:
+    position (default), spread, mean or mean_asc."""
+    return call_api(api.list_groups, run_id, step, order)
+
+
+def get_group(group_id: int) -> dict:
+    """One group: prompt, reference and its samples with tokens, rewards and per-token advantages."""
+    return call_api(api.get_group, group_id)
+
+
+def cancel_run(run_id: int) -> dict:
+    """Cancel a run (queued: at once; running: at the next step). Returns {run_id, status}."""
+    return call_api(api.cancel_run, run_id)
+
+
+def compare_runs(run_ids: list) -> dict:
+    """Several runs side by side: {runs, differing_keys (config keys that differ), metrics: {"<run_id>": [...]}}."""
+    return call_api(api.compare_runs, run_ids)
+
+
+def export_run(run_id: int, kind: str = "parquet") -> dict:
+    """A run's export as a file: its recorded samples as 'parquet' or 'csv', its 'config' as JSON, or the
+    trained policy of a completed run as a zip: 'model' (LoRA merged) or 'adapter' (LoRA adapter alone)."""
+    path = call_api(api.export_run, run_id, kind)
+    return {"path": path, "orig_name": path.rsplit("/", 1)[-1], "meta": {"_type": "gradio.FileData"}}
+
+
+def _is_upload(file) -> bool:
+    """Whether ``file`` is Gradio's dict of a file uploaded to this server: a path in Gradio's upload folder.
+
+    Anything else (a bare path, a dict naming another file on the server) would let a caller make the
+    server read a file of its choosing.
+    """
+    if not isinstance(file, dict) or (file.get("meta") or {}).get("_type") != "gradio.FileData":
+        return False
+    path = file.get("path")
+    folder = Path(gradio.utils.get_upload_folder()).resolve()
+    return isinstance(path, str) and Path(path).resolve().is_relative_to(folder)
+
+
+def upload_dataset(file: dict) -> dict:
+    """Upload a dataset file (gradio_client: handle_file(path)): .jsonl, .csv or .parquet with 'question' and
+    'answer' (and optional 'solution'). Returns {dataset: the stored path, for a run spec's dataset, rows, preview}."""
+    if not _is_upload(file):
+        raise gr.Error("file must be an uploaded file (gradio_client: handle_file(path))", print_exception=False)
+    return call_api(api.upload_dataset, file)
+
+
+def preview_dataset(dataset: str, question_field: str | None = None, answer_field: str | None = None,
+                    solution_field: str | None = None) -> dict:
+    """The first rows of a dataset as a run reads it: 'builtin-arith' or a local file's path (inside the path
+    roots), from the columns the *_field arguments name (default question, answer, solution). Returns
+    {dataset, rows, preview}; a bad file is refused naming the file and line."""
+    return call_api(api.preview_dataset, dataset, question_field, answer_field, solution_field)
+
+
+ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, list_groups, get_group, cancel_run, compare_runs,
+             export_run, upload_dataset, preview_dataset)
