@@ -19,7 +19,7 @@ import math
 import time
 from contextlib import nullcontext
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -151,19 +151,19 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     rows = [sampled.batch[i // G] for i in range(N)]
     judged = judge(learner.tokenizer, sampled.completions, sampled.mask, sampled.ended, rows,
                    spec.supervision == "process", spec.format_reward, learner.delimiter)
-    components = [dict(c) for _, c in judged["outcome"]]
+    components = [dict(c) for _, c in judged.outcome]
     scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
     step_rewards: list[list[float] | None] = [None] * N
     step_ends: list[list[int] | None] = [None] * N
     if spec.supervision == "outcome":
-        flat = [s[0] for s in scores] if scores is not None else [r for r, _ in judged["outcome"]]
+        flat = [s[0] for s in scores] if scores is not None else [r for r, _ in judged.outcome]
         rewards = torch.tensor(flat, device=learner.dev).view(-1, G)  # (B, G)
         advantages = outcome_advantages(rewards).view(-1, 1) * sampled.mask  # every token of o_i gets A_i
         rewards = rewards.view(-1)
         group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(B)]
     else:
-        step_rewards = scores if scores is not None else judged["verdicts"]
-        step_ends = judged["step_ends"]
+        step_rewards = scores if scores is not None else judged.verdicts
+        step_ends = judged.step_ends
         adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T)
                     for b in range(B)]  # each (G, T)
         advantages = torch.cat(adv_rows).to(learner.dev) * sampled.mask
@@ -173,7 +173,7 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     if scores is not None:
         for c, r in zip(components, rewards.tolist()):
             c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
-    return Scored(judged["texts"], judged["tokens"], components, rewards, group_rewards, advantages.to(learner.dev),
+    return Scored(judged.texts, judged.tokens, components, rewards, group_rewards, advantages.to(learner.dev),
                   step_rewards, step_ends)
 
 
@@ -330,38 +330,44 @@ def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
     return known
 
 
-def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
-          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> dict[str, list]:
-    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
+@dataclass
+class Judged:
+    """N decoded outputs and the rules' verdicts on them, each list one entry per output."""
 
-    Returns lists of N: ``texts``, ``tokens`` (each token's text in context, see token_pieces, so that they
-    spell the text; then the end token's own text, as the group view shows them), ``outcome`` ((reward,
-    components) from the verifier) and, when ``process``, ``steps`` (cut from those texts), ``step_ends``
-    (0-based token index of each step's end; the end token is no step) and ``verdicts`` (the step
-    checker's, 1.0 / 0.0).
-    """
+    texts: list[str]
+    tokens: list[list[str]]  # each token's text in context (token_pieces: they spell the text), then the end token's
+    outcome: list[tuple[float, dict[str, float]]]  # the verifier's (reward, components)
+    steps: list[list[str]] = field(default_factory=list)  # process: the reasoning steps cut from the text
+    step_ends: list[list[int]] = field(default_factory=list)  # process: 0-based token index of each step's end
+    verdicts: list[list[float]] = field(default_factory=list)  # process: the step checker's, 1.0 / 0.0 per step
+
+
+def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
+          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> Judged:
+    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
+    With ``process``, each output is also cut into steps (the end token is no step) and each step checked."""
     lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
     ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
     pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
     end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended) if e})
     texts = ["".join(p) for p in pieces]
-    out = {"texts": texts, "tokens": [], "outcome": [], "steps": [], "step_ends": [], "verdicts": []}
+    out = Judged(texts, [], [])
     for i, ex in enumerate(examples):
-        out["tokens"].append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
-        out["outcome"].append(outcome_reward(texts[i], ex["answer"], format_weight))
+        out.tokens.append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
+        out.outcome.append(outcome_reward(texts[i], ex["answer"], format_weight))
         if process:
             steps, ends = step_boundaries(pieces[i], delimiter)
-            out["steps"].append(steps)
-            out["step_ends"].append(ends)
-            out["verdicts"].append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
+            out.steps.append(steps)
+            out.step_ends.append(ends)
+            out.verdicts.append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
     return out
 
 
-def rm_examples(judged: dict[str, list], examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:
+def rm_examples(judged: Judged, examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:
     """The reward model's view of judged outputs: ORM the whole output labelled by the verifier,
     PRM its steps labelled by the step checker (``labelled=False``: no labels, for scoring only)."""
     if kind == "orm":
         return [RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
-                for ex, text, (_, comps) in zip(examples, judged["texts"], judged["outcome"])]
+                for ex, text, (_, comps) in zip(examples, judged.texts, judged.outcome)]
     return [RMExample(ex["question"], steps, verdicts if labelled else [])
-            for ex, steps, verdicts in zip(examples, judged["steps"], judged["verdicts"])]
+            for ex, steps, verdicts in zip(examples, judged.steps, judged.verdicts)]

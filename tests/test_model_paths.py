@@ -329,9 +329,9 @@ def test_the_group_view_shows_each_tokens_text_in_context():
         completions = torch.tensor([ids + [tokenizer.eos_token_id, tokenizer.pad_token_id], ids + ids[:2]])
         mask, ended = completion_mask(completions, tokenizer.eos_token_id)
         judged = judge(tokenizer, completions, mask, ended, [{"question": "q", "answer": "72"}] * 2, process=True)
-        first, second = judged["tokens"]
-        assert "".join(first[:-1]) == judged["texts"][0] == text and first[-1] == tokenizer.eos_token
+        first, second = judged.tokens
+        assert "".join(first[:-1]) == judged.texts[0] == text and first[-1] == tokenizer.eos_token
         assert len(first) == len(ids) + 1 and len(second) == len(ids) + 2  # one text per token
-        assert "".join(second) == judged["texts"][1] == tokenizer.decode(ids + ids[:2])  # cut at max_new_tokens
-        assert judged["outcome"][0][1]["correct"] == 1.0
-        assert judged["steps"][0] == text.split("\n")
+        assert "".join(second) == judged.texts[1] == tokenizer.decode(ids + ids[:2])  # cut at max_new_tokens
+        assert judged.outcome[0][1]["correct"] == 1.0
+        assert judged.steps[0] == text.split("\n")
