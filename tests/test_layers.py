@@ -1,7 +1,8 @@
 """The layering of ARCHITECTURE.md, read from the source (every import statement, module level or not):
 
-engine (grpo_engine) <- app (shared core, store, web) <- workers <- CLI (grpo_dashboard); migrations run
-against the store. No module and no package imports in a circle. (That the live web process never loads
+engine (grpo_engine) <- shared core <- store <- {web app, workers} <- CLI (grpo_dashboard); the core, the store
+and the web app are modules of the ``app`` package, and migrations run against the store. No module and no
+package imports in a circle. (That the live web process never loads
 torch is checked on a real server: tests/test_ui_server.py::test_server_process_has_not_loaded_torch.)
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ ALLOWED = {
     "grpo_dashboard": {"grpo_engine", "app", "workers"},
     "migrations": {"app"},
 }
+CORE = {"app.settings", "app.paths", "app.auth", "app.broker"}  # the shared core
+STORE = {"app.models", "app.db", "app.store", "app.store.runs", "app.store.records"}
 
 
 def module_imports() -> dict[str, set[str]]:
@@ -94,3 +97,14 @@ def test_packages_import_only_downward():
 def test_the_circle_finder_finds_circles():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_core_and_store_sit_below_the_web_app_and_the_workers():
+    graph = module_imports()
+    web = {m for m in graph if m.startswith("app.")} - CORE - STORE
+    assert {"app.ui", "app.api", "app.render", "app.endpoints"} <= web
+    assert {(a, b) for a in CORE for b in graph[a] if b in STORE | web} == set()  # the core imports neither
+    assert {(a, b) for a in STORE for b in graph[a] if b in web} == set()  # the store imports no web module
+    workers_to_app = {b for a, targets in graph.items() if a.startswith(("workers", "grpo_engine")) for b in targets
+                      if b.startswith("app")}
+    assert workers_to_app and workers_to_app <= CORE | STORE, workers_to_app - CORE - STORE
