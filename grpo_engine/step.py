@@ -321,13 +321,9 @@ def completion_texts(tokenizer, completions, mask, ended) -> list[str]:
 
 
 def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
-    """The text of each token id decoded alone (the group view shows end tokens so), remembered on the
-    tokenizer: a run decodes the same few ids over and over."""
-    known = tokenizer.__dict__.setdefault("_grpo_token_texts", {})
-    new = sorted(ids - known.keys())
-    if new:
-        known.update(zip(new, tokenizer.batch_decode([[t] for t in new])))
-    return known
+    """The text of each token id decoded alone, as the group view shows end tokens (a handful of ids a step)."""
+    ordered = sorted(ids)
+    return dict(zip(ordered, tokenizer.batch_decode([[t] for t in ordered])))
 
 
 @dataclass
