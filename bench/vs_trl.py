@@ -189,7 +189,10 @@ def engine_trial(t: dict) -> dict:
 
 
 def trl_trial(t: dict) -> dict:
-    """trl.GRPOTrainer on the trial's settings, with the engine's questions, prompts and verifier."""
+    """trl.GRPOTrainer on the trial's settings, with the engine's questions, prompts and verifier.
+
+    One function over ~80 lines: TRL's config, its reward function and its timing callback are read best
+    side by side with the engine's trial they mirror."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -459,6 +462,8 @@ def report_engine_work(engine: Pooled, params: int) -> None:
 # ---- main ------------------------------------------------------------------------------------------------
 
 def main() -> int:
+    """Parse the flags, run the trials alternated and print the comparison tables (over ~80 lines: the flags
+    and the table columns read as one list each)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", help="built-in model cache (default: a temporary dir; the model is built there first)")
     parser.add_argument("--configs", default=",".join(CPU_CONFIGS), help=f"of {', '.join(CPU_CONFIGS + (GPU_CONFIG,))}")

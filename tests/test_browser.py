@@ -53,6 +53,8 @@ def _progress_step(page) -> tuple[str, int]:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_launch_watch_reload_and_browse_groups(dashboard, page):
+    """A new user's first run in one browser session: launch, watch it train, reload, browse its groups.
+    Over ~80 lines because each numbered part needs the page the one before left."""
     ARTIFACTS.mkdir(exist_ok=True)
     page.set_default_timeout(30_000)
     expect.set_options(timeout=30_000)
