@@ -80,3 +80,12 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in gpu_items:
         item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
+
+
+@pytest.fixture
+def settings_env(tmp_path, monkeypatch):
+    """Settings pointed at a data dir in tmp_path, with no GRPO_* variable from outside."""
+    for key in [k for k in os.environ if k.startswith("GRPO_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("GRPO_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path

@@ -5,22 +5,15 @@ Every test runs on both backends through the ``db_url`` fixture (tests/conftest.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
-from sqlalchemy import delete, func, inspect, select, update
+from sqlalchemy import delete, func, select, update
 
 from app import store
-from app.db import alembic_config, make_engine, session_scope, upgrade_database
+from app.db import session_scope
 from app.models import Base, Group, Run, Sample
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord
@@ -294,127 +287,7 @@ def test_deleting_a_run_deletes_everything_under_it(db_url):
             assert s.scalar(select(func.count()).select_from(table)) == 0, table.name
 
 
-# ---- schema and engines ---------------------------------------------------------------------
-
-
-def test_schema_comes_only_from_the_migrations(db_url):
-    engine = make_engine(db_url)
-
-    def tables() -> set[str]:
-        engine.dispose()  # drop cached connections (and their cached schema) between DDL runs
-        return set(inspect(engine).get_table_names())
-
-    assert tables() == TABLES | {"alembic_version"}
-    with engine.connect() as connection:  # the migrated schema is exactly what the models describe
-        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
-
-    command.downgrade(alembic_config(db_url), "base")
-    assert tables() == {"alembic_version"}
-    upgrade_database(db_url)
-    assert tables() == TABLES | {"alembic_version"}
-    new_run(db_url)  # usable again
-
-
-def test_fresh_database_has_no_tables_until_upgraded(tmp_path):
-    url = f"sqlite:///{tmp_path / 'nested' / 'dir' / 'grpo.sqlite'}"
-    engine = make_engine(url)
-    assert inspect(engine).get_table_names() == []
-    upgrade_database(url)
-    engine.dispose()
-    assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
-    engine.dispose()
-
-
-def test_alembic_command_line_reads_the_settings(tmp_path):
-    path = tmp_path / "data" / "cli.sqlite"
-    env = {**os.environ, "GRPO_DATABASE_URL": f"sqlite:///{path}"}
-    alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
-    subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
-    current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0003 (head)" in current.stdout
-    engine = make_engine(env["GRPO_DATABASE_URL"])
-    assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
-    engine.dispose()
-
-
-def test_sqlite_connections_use_wal_and_wait_for_locks(sqlite_url):
-    with make_engine(sqlite_url).connect() as connection:
-        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
-        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-
-
-def test_a_writer_waits_for_another_writer(db_url):
-    """The worker writes while the web process cancels: the second writer waits, it does not fail."""
-    run_id = new_run(db_url)
-    errors: list[BaseException] = []
-    done = threading.Event()
-
-    def cancel() -> None:
-        try:
-            with session_scope(db_url) as s:
-                store.request_cancel(s, run_id)
-        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
-            errors.append(error)
-        done.set()
-
-    with session_scope(db_url) as s:
-        store.mark_running(s, run_id, total_steps=6)  # holds the write lock (SQLite) / the row lock (PostgreSQL)
-        thread = threading.Thread(target=cancel)
-        thread.start()
-        time.sleep(0.5)
-        assert not done.is_set()
-        store.append_log(s, run_id, "step 1")
-    thread.join(timeout=30)
-    assert done.is_set() and errors == []
-    with session_scope(db_url) as s:
-        run = store.get_run(s, run_id)
-        assert (run["status"], run["cancel_requested"]) == ("running", True)
-
-
-def test_read_then_write_after_another_commit(db_url):
-    """A session that read before another process committed can still write afterwards."""
-    run_id = new_run(db_url)
-    with session_scope(db_url) as worker:
-        assert store.get_run(worker, run_id)["status"] == "queued"
-        with session_scope(db_url) as web:
-            store.request_cancel(web, run_id)
-        store.append_log(worker, run_id, "skipped: cancelled")
-        store.mark_running(worker, run_id, total_steps=6)
-    with session_scope(db_url) as s:
-        assert store.get_run(s, run_id)["status"] == "cancelled"
-        assert store.get_logs(s, run_id) == ["skipped: cancelled"]
-
-
-def test_concurrent_upgrades_do_not_collide(db_url):
-    """The web process and workers may all upgrade at start-up, each in its own process."""
-    command.downgrade(alembic_config(db_url), "base")
-    code = f"from app.db import upgrade_database; upgrade_database({db_url!r})"
-    processes = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    for process in processes:
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode == 0, stderr
-    new_run(db_url)
-
-
 # ---- leases ------------------------------------------------------------------
-
-
-def test_migration_0002_keeps_existing_runs(db_url):
-    command.downgrade(alembic_config(db_url), "0001")
-    engine = make_engine(db_url)
-    engine.dispose()
-    with engine.begin() as connection:  # a run written by the 0001 schema
-        connection.exec_driver_sql(
-            "INSERT INTO runs (name, status, config, model, dataset, supervision, step, total_steps, "
-            "cancel_requested, created_at, updated_at) VALUES ('old', 'running', '{}', 'm', 'd', 'outcome', 3, 6, "
-            "false, '2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')")
-    upgrade_database(db_url)
-    engine.dispose()
-    with session_scope(db_url) as s:
-        (run,) = [r for r in store.list_runs(s) if r["name"] == "old"]
-        full = store.get_run(s, run["run_id"])
-    assert full["step"] == 3 and full["attempts"] == 0 and full["worker"] is None and full["checkpoint_step"] is None
 
 
 def test_one_worker_wins_the_claim_and_only_it_may_write(db_url):
