@@ -25,6 +25,7 @@ import hmac
 import re
 import secrets
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 from urllib.parse import unquote
@@ -147,10 +148,17 @@ def load_users(settings: Settings) -> dict[str, str]:
     return users
 
 
-@lru_cache(maxsize=1)
-def _decoy_hash() -> str:
-    """A hash nobody knows the password of, checked for unknown users so a login takes as long either way."""
-    return hash_password(secrets.token_urlsafe(16))
+@lru_cache(maxsize=8)
+def _decoy_hash(iterations: int) -> str:
+    """A hash of ``iterations`` nobody knows the password of, checked for unknown users."""
+    return hash_password(secrets.token_urlsafe(16), iterations)
+
+
+def decoy_hash(users: dict[str, str]) -> str:
+    """The hash an unknown user's password is checked against, as costly as the configured users' hashes (the
+    iteration count most of them use), so a login for an unknown user takes as long as one for a known user."""
+    counts = Counter(parse_hash(encoded)[0] for encoded in users.values())
+    return _decoy_hash(counts.most_common(1)[0][0] if counts else ITERATIONS)
 
 
 def check(user: str, password: str) -> bool:
@@ -165,7 +173,7 @@ def check(user: str, password: str) -> bool:
         print(f"grpo-dashboard: login refused: {e}", file=sys.stderr, flush=True)
         return False
     encoded = users.get(user)
-    matched = verify_password(password or "", encoded or _decoy_hash())
+    matched = verify_password(password or "", encoded or decoy_hash(users))
     return encoded is not None and matched
 
 

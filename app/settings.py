@@ -16,6 +16,9 @@ Infrastructure only; training settings are the run spec (grpo_engine.config).
 | GRPO_AUTH_FILE | (none) | a file of `user:hash` lines (blank lines and `#` comments allowed), read at start-up and at each login, so removing a line stops that user's next login |
 | GRPO_PATH_ROOTS | <data dir> and the directory the process started in | directories (separated by `:`, os.pathsep) that a local model, reward-model or dataset path in a run spec must lie in, after following symlinks; `<data dir>/uploads` (uploaded datasets) is always allowed |
 | GRPO_MAX_UPLOAD_MB | 200 | largest dataset file an upload may be, in MiB (2^20 bytes) |
+| GRPO_ALLOWED_ORIGINS | (none) | other web origins (comma-separated `scheme://host[:port]`) whose pages may call the dashboard with a user's session; its own origin is always allowed, every other is refused |
+| GRPO_SESSION_IDLE_MINUTES | 720 | a login session unused for this long ends (the next request asks for the login again) |
+| GRPO_LOGIN_FREE_ATTEMPTS | 5 | failed logins allowed per client address and per user before each further attempt must wait (1 s, doubling up to 5 minutes; a success clears the count) |
 """
 from __future__ import annotations
 
@@ -42,6 +45,21 @@ def _positive(env, name: str, default: float) -> float:
     return value
 
 
+def _origins(raw: str | None) -> tuple[str, ...]:
+    """GRPO_ALLOWED_ORIGINS: each ``scheme://host[:port]``, lower-cased, without a trailing slash; a ValueError that
+    names the variable for anything else."""
+    origins = []
+    for item in (raw or "").split(","):
+        origin = item.strip().rstrip("/").lower()
+        if not origin:
+            continue
+        scheme, sep, host = origin.partition("://")
+        if scheme not in ("http", "https") or not sep or not host or "/" in host:
+            raise ValueError(f"GRPO_ALLOWED_ORIGINS entries must be scheme://host[:port], got {item.strip()!r}")
+        origins.append(origin)
+    return tuple(origins)
+
+
 def _path_roots(raw: str | None, data_dir: Path) -> tuple[Path, ...]:
     """GRPO_PATH_ROOTS (os.pathsep-separated), else the data directory and the current directory; resolved
     (symlinks followed), with the uploads directory added."""
@@ -64,6 +82,9 @@ class Settings:
     auth_file: Path | None
     path_roots: tuple[Path, ...]  # resolved, the uploads directory included
     max_upload_mb: float
+    allowed_origins: tuple[str, ...] = ()  # besides the dashboard's own
+    session_idle_minutes: float = 720.0
+    login_free_attempts: int = 5
 
     @property
     def uploads_dir(self) -> Path:
@@ -94,4 +115,7 @@ def get_settings() -> Settings:
         auth_file=Path(env["GRPO_AUTH_FILE"]).expanduser() if env.get("GRPO_AUTH_FILE", "").strip() else None,
         path_roots=_path_roots(env.get("GRPO_PATH_ROOTS"), data_dir),
         max_upload_mb=_positive(env, "GRPO_MAX_UPLOAD_MB", 200.0),
+        allowed_origins=_origins(env.get("GRPO_ALLOWED_ORIGINS")),
+        session_idle_minutes=_positive(env, "GRPO_SESSION_IDLE_MINUTES", 720.0),
+        login_free_attempts=int(_positive(env, "GRPO_LOGIN_FREE_ATTEMPTS", 5)),
     )

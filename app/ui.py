@@ -17,17 +17,21 @@ import asyncio
 from pathlib import Path
 
 import gradio as gr
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Mount
 
 from app import auth
 from app.db import upgrade_database
 from app.endpoints import ENDPOINTS
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 from app.tab_compare import build_compare_tab
 from app.tab_groups import build_groups_tab
 from app.tab_launch import build_launch_tab
 from app.tab_run import build_run_tab
 from app.tab_runs import build_runs_tab
 from app.tab_shared import PRIVATE, Shared, make_shared
+from app.web_security import SecurityMiddleware
 
 CSS_PATH = Path(__file__).with_name("dashboard.css")
 
@@ -72,8 +76,11 @@ def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
 
     With users configured (GRPO_AUTH_USERS / GRPO_AUTH_FILE) the page and every API route need a login;
     a malformed entry stops the start (app.auth.AuthConfigError, naming where it is). Uploads larger than
-    GRPO_MAX_UPLOAD_MB are refused by Gradio before they are written.
+    GRPO_MAX_UPLOAD_MB are refused by Gradio before they are written. The Gradio app is mounted in a parent app
+    whose middleware (app.web_security) refuses other origins, sets the security headers and guards logins.
     """
+    import uvicorn
+
     settings = get_settings()
     users = auth.load_users(settings)
     upgrade_database()
@@ -82,6 +89,19 @@ def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
               flush=True)
     else:
         print("grpo-dashboard: no login required (set GRPO_AUTH_USERS or GRPO_AUTH_FILE to require one)", flush=True)
-    build_ui().queue().launch(server_name=host, server_port=port, show_error=True,
-                              css=CSS_PATH.read_text(encoding="utf-8"), auth=_login if users else None,
-                              max_file_size=settings.max_upload_bytes)
+    app = make_app(settings, login=bool(users))
+    print(f"grpo-dashboard: serving on http://{host}:{port}", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def make_app(settings: Settings, login: bool) -> FastAPI:
+    """The dashboard as an ASGI app: the Gradio app mounted at / in a parent app with the CORS policy (only
+    GRPO_ALLOWED_ORIGINS get CORS headers) and app.web_security's middleware outermost."""
+    parent = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    gr.mount_gradio_app(parent, build_ui().queue(), path="/", show_error=True, auth=_login if login else None,
+                        max_file_size=settings.max_upload_bytes, css=CSS_PATH.read_text(encoding="utf-8"))
+    mounted = next(route.app for route in parent.routes if isinstance(route, Mount))
+    parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,
+                          allow_methods=["*"], allow_headers=["*"])
+    parent.add_middleware(SecurityMiddleware, settings=settings, gradio_app=lambda: mounted, login=login)
+    return parent

@@ -232,7 +232,8 @@ def auth_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("auth")
     hashes = {user: hash_password(pw, iterations=FAST) for user, pw in USERS.items()}
     (tmp / "users").write_text(f"# dashboard users\nbob:{hashes['bob']}\n")
-    env = server_env(tmp, GRPO_AUTH_USERS=f"alice:{hashes['alice']}", GRPO_AUTH_FILE=str(tmp / "users"))
+    env = server_env(tmp, GRPO_AUTH_USERS=f"alice:{hashes['alice']}", GRPO_AUTH_FILE=str(tmp / "users"),
+                     GRPO_LOGIN_FREE_ATTEMPTS="1000")  # its wrong logins are many; the throttle: test_web_security.py
     with running_server(tmp, env) as (url, _, log_path):
         yield url, hashes, log_path
 
