@@ -1,6 +1,7 @@
 """The dashboard's API: plain functions, JSON in and JSON out.
 
-The Gradio endpoints (app/ui.py) are thin wrappers around these, so the same checks
+The Gradio endpoints (app/endpoints.py) are thin wrappers around these (and around app.exports and
+app.datasets), so the same checks
 apply to the browser form and to ``gradio_client``. Bad input raises :class:`ApiError`
 with a message meant for the caller (a bad run spec names the key).
 
@@ -9,27 +10,17 @@ broker by task name, so this process never imports torch (the engine's modules i
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-import secrets
-import shutil
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from app import store
 from app.auth import mask_secrets, mask_url
 from app.broker import queue_for, send_run
 from app.db import session_scope
-from app.paths import check_spec_paths, is_local_path, resolve_inside, spec_fields
+from app.paths import check_spec_paths, is_local_path
 from app.settings import get_settings
-from grpo_engine.builtin_task import builtin_examples
-from grpo_engine.config import BUILTIN_DATASET, SpecError, validate_spec
-from grpo_engine.data import read_dataset_file
+from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 
 
@@ -37,23 +28,33 @@ class ApiError(ValueError):
     """A request was refused; the message says why."""
 
 
-def _as_id(value: Any, what: str = "run_id") -> int:
-    """Accept 12, 12.0 and "12" (clients send ids in all three shapes)."""
-    if isinstance(value, bool):
-        raise ApiError(f"{what} must be an integer, got {value!r}")
+MAX_ID = 2**31 - 1  # the store's integer keys (PostgreSQL integer)
+
+
+def _shown(value: Any) -> str:
+    """A client's value in an error message: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def as_id(value: Any, what: str = "run_id", low: int = 1) -> int:
+    """Accept 12, 12.0 and "12" (clients send ids in all three shapes), from ``low`` to MAX_ID."""
+    number = None
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and len(value) <= 20:
         try:
-            return int(value.strip())
+            number = int(value.strip())
         except ValueError:
             pass
-    raise ApiError(f"{what} must be an integer, got {value!r}")
+    if number is None or not low <= number <= MAX_ID:
+        raise ApiError(f"{what} must be an integer from {low} to {MAX_ID}, got {_shown(value)}")
+    return number
 
 
-def _require_run(s, run_id: int) -> dict:
+def require_run(s, run_id: int) -> dict:
     run = store.get_run(s, run_id)
     if run is None:
         raise ApiError(f"run {run_id} not found")
@@ -167,32 +168,32 @@ def list_runs() -> list[dict]:
 
 def get_run(run_id: Any) -> dict:
     """One run: status, config, progress, error and timestamps."""
-    run_id = _as_id(run_id)
+    run_id = as_id(run_id)
     with session_scope() as s:
-        return _require_run(s, run_id)
+        return require_run(s, run_id)
 
 
 def get_metrics(run_id: Any) -> list[dict]:
     """Per-step metrics of a run, ordered by step."""
-    run_id = _as_id(run_id)
+    run_id = as_id(run_id)
     with session_scope() as s:
-        _require_run(s, run_id)
+        require_run(s, run_id)
         return store.get_metrics(s, run_id)
 
 
 def get_logs(run_id: Any, limit: int = 200) -> list[str]:
     """The last ``limit`` log lines of a run, oldest first."""
-    run_id = _as_id(run_id)
+    run_id = as_id(run_id)
     with session_scope() as s:
-        _require_run(s, run_id)
+        require_run(s, run_id)
         return store.get_logs(s, run_id, limit)
 
 
 def group_steps(run_id: Any) -> list[int]:
     """Steps of a run that have recorded groups, ascending."""
-    run_id = _as_id(run_id)
+    run_id = as_id(run_id)
     with session_scope() as s:
-        _require_run(s, run_id)
+        require_run(s, run_id)
         return store.group_steps(s, run_id)
 
 
@@ -200,19 +201,19 @@ def list_groups(run_id: Any, step: Any = None, order: Any = None) -> list[dict]:
     """Groups sampled at ``step`` (None or "": the latest step that has groups), sorted by ``order``:
     "position" (sampling order, the default), "spread" (reward std, largest first), "mean" (reward mean,
     highest first) or "mean_asc"."""
-    run_id = _as_id(run_id)
-    step = None if step is None or step == "" else _as_id(step, "step")
+    run_id = as_id(run_id)
+    step = None if step is None or step == "" else as_id(step, "step", low=0)
     order = order or "position"
     if order not in store.GROUP_ORDERS:
-        raise ApiError(f"order must be one of {', '.join(store.GROUP_ORDERS)}, got {order!r}")
+        raise ApiError(f"order must be one of {', '.join(store.GROUP_ORDERS)}, got {_shown(order)}")
     with session_scope() as s:
-        _require_run(s, run_id)
+        require_run(s, run_id)
         return store.list_groups(s, run_id, step, order)
 
 
 def get_group(group_id: Any) -> dict:
     """One group with its G samples: tokens, rewards and per-token advantages."""
-    group_id = _as_id(group_id, "group_id")
+    group_id = as_id(group_id, "group_id")
     with session_scope() as s:
         group = store.get_group(s, group_id)
     if group is None:
@@ -222,9 +223,9 @@ def get_group(group_id: Any) -> dict:
 
 def cancel_run(run_id: Any) -> dict:
     """Cancel a run: a queued run at once, a running one at its next step boundary."""
-    run_id = _as_id(run_id)
+    run_id = as_id(run_id)
     with session_scope() as s:
-        _require_run(s, run_id)
+        require_run(s, run_id)
         return store.request_cancel(s, run_id)
 
 
@@ -236,170 +237,11 @@ def compare_runs(run_ids: Any) -> dict:
     if isinstance(run_ids, str):
         run_ids = [x for x in run_ids.replace(",", " ").split() if x]
     if not isinstance(run_ids, (list, tuple)) or not run_ids:
-        raise ApiError(f"run_ids must be a non-empty list of run ids, got {run_ids!r}")
-    ids = list(dict.fromkeys(_as_id(r) for r in run_ids))  # order kept, duplicates dropped
+        raise ApiError(f"run_ids must be a non-empty list of run ids, got {_shown(run_ids)}")
+    ids = list(dict.fromkeys(as_id(r) for r in run_ids))  # order kept, duplicates dropped
     with session_scope() as s:
-        runs = [_require_run(s, run_id) for run_id in ids]
+        runs = [require_run(s, run_id) for run_id in ids]
         metrics = {str(run_id): store.get_metrics(s, run_id) for run_id in ids}
     keys = sorted({k for r in runs for k in r["config"]} - {"name"})
     differing = [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in runs}) > 1]
     return {"runs": runs, "differing_keys": differing, "metrics": metrics}
-
-
-EXPORT_KINDS = ("parquet", "csv", "config", "model", "adapter")
-POLICY_KINDS = ("model", "adapter")  # the trained policy: merged model, or the LoRA adapter alone
-
-
-def _export_policy(run: dict, kind: str, out_dir: Path) -> str:
-    """Zip the run's final policy directory (``<GRPO_CHECKPOINT_DIR>/run-<id>/final/<kind>``, written by
-    the worker when the run completed) and return the zip's path."""
-    run_id = run["run_id"]
-    if kind == "adapter" and not run["config"].get("lora_rank"):
-        raise ApiError(f"run {run_id} trained every weight (lora_rank 0): it has no adapter; export 'model'")
-    source = get_settings().checkpoint_dir / f"run-{run_id}" / "final" / kind
-    if not source.is_dir():
-        if run["status"] != "completed":
-            raise ApiError(f"run {run_id} has no final policy: it is saved when the run completes (status {run['status']})")
-        raise ApiError(f"run {run_id}: its final policy is not in this dashboard's checkpoint directory "
-                       "(GRPO_CHECKPOINT_DIR must be a directory the workers and the dashboard share)")
-    path = out_dir / f"run-{run_id}-{kind}.zip"
-    tmp = path.with_suffix(".zip.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:  # safetensors hardly compress
-        for file in sorted(source.rglob("*")):
-            if file.is_file():
-                archive.write(file, Path(f"run-{run_id}-{kind}") / file.relative_to(source))
-    tmp.replace(path)
-    return str(path)
-
-
-def export_run(run_id: Any, kind: Any = "parquet") -> str:
-    """Write a run's export to a file and return its path: every recorded sample as Parquet or CSV
-    (one row per sample; tokens, advantages and step data as lists in Parquet, JSON text in CSV),
-    the run's config as JSON (``kind`` "config") that /launch_run takes back as it is, or the trained
-    policy of a completed run as a zip of a Hugging Face model directory (safetensors): "model" (LoRA
-    merged into the base) or "adapter" (the LoRA adapter alone, for peft)."""
-    run_id = _as_id(run_id)
-    kind = kind or "parquet"
-    if kind not in EXPORT_KINDS:
-        raise ApiError(f"kind must be one of {', '.join(EXPORT_KINDS)}, got {kind!r}")
-    out_dir = Path(tempfile.gettempdir()) / "grpo-dashboard-exports"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with session_scope() as s:
-        run = _require_run(s, run_id)
-        if kind == "config":
-            path = out_dir / f"run-{run_id}-config.json"
-            path.write_text(json.dumps(run["config"], indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            return str(path)
-        if kind in POLICY_KINDS:
-            return _export_policy(run, kind, out_dir)
-        rows = list(store.iter_sample_rows(s, run_id))
-    frame = pd.DataFrame(rows, columns=list(store.EXPORT_COLUMNS))
-    path = out_dir / f"run-{run_id}-groups.{kind}"
-    tmp = path.with_suffix(f".{kind}.tmp")
-    if kind == "parquet":
-        frame.to_parquet(tmp, index=False)
-    else:
-        for column in ("reward_components", "tokens", "advantages", "step_rewards", "step_end_indices"):
-            frame[column] = [None if v is None else json.dumps(v) for v in frame[column]]
-        frame.to_csv(tmp, index=False)
-    tmp.replace(path)  # a reader never sees a half-written file
-    return str(path)
-
-
-
-
-# ---- dataset upload ----------------------------------------------------------------------------
-
-PREVIEW_ROWS = 5
-SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def _safe_name(name: str) -> str:
-    """A file name of letters, digits and ``._-`` only, at most 80 characters, its extension kept."""
-    stem, suffix = Path(name).stem, Path(name).suffix.lower()
-    stem = SAFE_NAME.sub("_", stem).strip("._-")[:80 - len(suffix)] or "dataset"
-    return stem + suffix
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def upload_dataset(file: Any) -> dict:
-    """Check an uploaded dataset file and keep it; returns ``{dataset, rows, preview}``.
-
-    ``file`` is the path of the uploaded file, or Gradio's file dict (``{"path", "orig_name", ...}``).
-    It is refused when larger than GRPO_MAX_UPLOAD_MB or when it does not read as a dataset file
-    (grpo_engine.data.read_dataset_file: the message names the file and the line). A good file is stored
-    as ``<data dir>/uploads/<sha256 prefix>-<safe name>``; ``dataset`` is that path, for the run spec;
-    ``preview`` its first rows.
-    """
-    # 1. where the file is, and the name the user knows it by (never a path; the extension is the file's)
-    if isinstance(file, dict):
-        source, name = file.get("path"), file.get("orig_name")
-    else:
-        source, name = file, None
-    if not isinstance(source, (str, Path)) or not str(source):
-        raise ApiError("file must be an uploaded file (gradio_client: handle_file(path))")
-    source = Path(source)
-    name = Path(name or source.name).name
-    if Path(name).suffix.lower() != source.suffix.lower():
-        name = source.name
-    if not source.is_file():
-        raise ApiError(f"{name}: the uploaded file is missing")
-
-    # 2. size, then content
-    settings = get_settings()
-    size = source.stat().st_size
-    if size > settings.max_upload_bytes:
-        raise ApiError(f"{name}: the file is {size / 2**20:.2f} MiB, larger than the {settings.max_upload_mb:g} MiB "
-                       "an upload may be (GRPO_MAX_UPLOAD_MB)")
-    try:
-        rows = read_dataset_file(source, name=name)
-    except ValueError as e:
-        raise ApiError(str(e)) from None
-
-    # 3. keep it under a name its content decides (the same file uploaded twice is kept once)
-    settings.uploads_dir.mkdir(parents=True, exist_ok=True)
-    stored = settings.uploads_dir / f"{_sha256(source)[:16]}-{_safe_name(name)}"
-    if not stored.exists():
-        partial = stored.with_name(f".{stored.name}.{secrets.token_hex(4)}.partial")
-        shutil.copyfile(source, partial)
-        partial.replace(stored)  # a reader never sees a half-written file
-    return {"dataset": str(stored), "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
-
-
-def preview_dataset(dataset: Any, question_field: Any = None, answer_field: Any = None,
-                    solution_field: Any = None) -> dict:
-    """The first rows of the dataset a run spec names, as the run will read them; returns
-    ``{dataset, rows, preview}`` like /upload_dataset. The built-in dataset, or a local file (inside
-    GRPO_PATH_ROOTS, read and checked from the columns the ``*_field`` keys name, by default question,
-    answer, solution: a bad file is refused naming the file and line). A Hugging Face id is not
-    previewed (the worker resolves it): refused with a message saying so."""
-    fields = spec_fields({"question_field": question_field, "answer_field": answer_field,
-                          "solution_field": solution_field})
-    if not isinstance(dataset, str) or not dataset.strip():
-        raise ApiError("dataset: give the built-in name, or the path of a .jsonl, .csv or .parquet file")
-    dataset = dataset.strip()
-    if dataset == BUILTIN_DATASET:
-        train, heldout = builtin_examples()
-        return {"dataset": dataset, "rows": len(train) + len(heldout), "preview": train[:PREVIEW_ROWS]}
-    if not is_local_path(dataset):
-        raise ApiError(f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are "
-                       "previewed")
-    try:
-        path = resolve_inside("dataset", dataset, get_settings().path_roots)
-    except SpecError as e:
-        raise ApiError(str(e)) from None
-    if path.is_dir():
-        raise ApiError(f"dataset: {dataset!r} is a dataset directory; only files and '{BUILTIN_DATASET}' are previewed")
-    try:
-        rows = read_dataset_file(path, name=dataset, fields=fields)  # read once: its check and its preview
-    except ValueError as e:
-        raise ApiError(f"dataset: {e}") from None
-    return {"dataset": dataset, "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
-

@@ -8,23 +8,31 @@ one to one; a refused request reaches the client as gr.Error with its reason. ap
 No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
 them with these docstrings.
 """
+import secrets
+import sys
+import traceback
 from pathlib import Path
 
 import gradio as gr
 import gradio.utils
 
-from app import api, auth
+from app import api, auth, datasets, exports
 
 
 def call_api(fn, *args):
-    """Run an api function; an ApiError reaches the client as gr.Error with its message, any other error
-    as gr.Error too (its traceback in the server's log); passwords in URLs are masked in both."""
+    """Run an api function. An ApiError (a refused request) reaches the client as gr.Error with its message; any
+    other error as a generic one with an id, its traceback in the server's log under that id (a database's
+    message, SQL or a server path never reaches a client). Passwords in URLs are masked in both."""
     try:
         return fn(*args)
     except api.ApiError as e:
         raise gr.Error(auth.mask_secrets(str(e)), print_exception=False) from None
-    except Exception as e:
-        raise gr.Error(auth.mask_secrets(f"{type(e).__name__}: {e}")) from e
+    except Exception:
+        error_id = secrets.token_hex(4)
+        print(auth.mask_secrets(f"grpo-dashboard: error {error_id} in {fn.__name__}:\n{traceback.format_exc()}"),
+              file=sys.stderr, flush=True)
+        raise gr.Error(f"internal error {error_id}: the request failed; the server's log has the details",
+                       print_exception=False) from None
 
 
 def launch_run(spec: dict) -> dict:
@@ -71,7 +79,7 @@ def compare_runs(run_ids: list) -> dict:
 def export_run(run_id: int, kind: str = "parquet") -> dict:
     """A run's export as a file: its recorded samples as 'parquet' or 'csv', its 'config' as JSON, or the
     trained policy of a completed run as a zip: 'model' (LoRA merged) or 'adapter' (LoRA adapter alone)."""
-    path = call_api(api.export_run, run_id, kind)
+    path = call_api(exports.export_run, run_id, kind)
     return {"path": path, "orig_name": path.rsplit("/", 1)[-1], "meta": {"_type": "gradio.FileData"}}
 
 
@@ -93,7 +101,7 @@ def upload_dataset(file: dict) -> dict:
     'answer' (and optional 'solution'). Returns {dataset: the stored path, for a run spec's dataset, rows, preview}."""
     if not _is_upload(file):
         raise gr.Error("file must be an uploaded file (gradio_client: handle_file(path))", print_exception=False)
-    return call_api(api.upload_dataset, file)
+    return call_api(datasets.upload_dataset, file)
 
 
 def preview_dataset(dataset: str, question_field: str | None = None, answer_field: str | None = None,
@@ -101,7 +109,7 @@ def preview_dataset(dataset: str, question_field: str | None = None, answer_fiel
     """The first rows of a dataset as a run reads it: 'builtin-arith' or a local file's path (inside the path
     roots), from the columns the *_field arguments name (default question, answer, solution). Returns
     {dataset, rows, preview}; a bad file is refused naming the file and line."""
-    return call_api(api.preview_dataset, dataset, question_field, answer_field, solution_field)
+    return call_api(datasets.preview_dataset, dataset, question_field, answer_field, solution_field)
 
 
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, list_groups, get_group, cancel_run, compare_runs,

@@ -40,11 +40,21 @@ def resolve_inside(key: str, value: str, roots: list[Path] | tuple[Path, ...]) -
     roots = [Path(root).expanduser().resolve() for root in roots]
     path = Path(value).expanduser().resolve()
     if not _inside(path, roots):
-        raise SpecError(key, f"{value!r} is outside the directories runs may read "
-                             f"({', '.join(map(str, roots))}; set GRPO_PATH_ROOTS to change them)")
+        raise SpecError(key, f"{value!r} is outside the directories runs may read (GRPO_PATH_ROOTS: the "
+                             "operator sets them; uploaded datasets are always readable)")
     if not path.exists():
         raise SpecError(key, f"{value!r} does not exist")
     return path
+
+
+def _check_links_inside(key: str, value: str, directory: Path, roots) -> None:
+    """Refuse a dataset or model directory holding a file or folder that links outside every root: a run reads
+    every file in it, so a link would let it read anything."""
+    roots = [Path(root).expanduser().resolve() for root in roots]
+    for entry in directory.rglob("*"):
+        if entry.is_symlink() and not _inside(entry.resolve(), roots):
+            raise SpecError(key, f"{value!r} holds {str(entry.relative_to(directory))!r}, a link to a file outside "
+                                 "the directories runs may read")
 
 
 def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None:
@@ -60,6 +70,8 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
         if not is_local_path(value):
             continue
         path = resolve_inside(key, value, roots)
+        if path.is_dir():
+            _check_links_inside(key, value, path, roots)
         if key == "rm_data":
             if not path.is_file() or path.suffix.lower() not in (".jsonl", ".parquet"):
                 raise SpecError(key, f"{value!r} is not a .jsonl or .parquet file of Math-Shepherd rows")

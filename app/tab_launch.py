@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app import api
+from app import api, datasets
 from app.render import run_choices, upload_preview_html
 from app.tab_shared import PRIVATE, Shared
 from grpo_engine.config import FIELDS
@@ -83,7 +83,7 @@ def _upload(path):
     if not path:
         return gr.skip(), ""
     try:
-        result = api.upload_dataset(path)
+        result = datasets.upload_dataset(path)
     except api.ApiError as e:
         return gr.skip(), f'<div class="error">Not stored: {html.escape(str(e))}</div>'
     return result["dataset"], upload_preview_html(result)
@@ -92,6 +92,6 @@ def _upload(path):
 def _preview(dataset, *fields):
     """The first rows of the dataset the form names, read through its question/answer/solution fields."""
     try:
-        return upload_preview_html(api.preview_dataset(dataset, *fields), uploaded=False)
+        return upload_preview_html(datasets.preview_dataset(dataset, *fields), uploaded=False)
     except api.ApiError as e:
         return f'<div class="error">{html.escape(str(e))}</div>'

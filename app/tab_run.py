@@ -5,7 +5,7 @@ import html
 
 import gradio as gr
 
-from app import api
+from app import api, exports
 from app.endpoints import call_api
 from app.render import metrics_figure, progress_html, rm_refresh_frame
 from app.tab_launch import LaunchForm
@@ -98,5 +98,5 @@ def _export(kind):
     def export(run_id):
         if run_id is None:
             raise gr.Error("No run selected.")
-        return call_api(api.export_run, run_id, kind)
+        return call_api(exports.export_run, run_id, kind)
     return export

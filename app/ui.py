@@ -98,7 +98,7 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
     """The dashboard as an ASGI app: the Gradio app mounted at / in a parent app with the CORS policy (only
     GRPO_ALLOWED_ORIGINS get CORS headers) and app.web_security's middleware outermost."""
     parent = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    gr.mount_gradio_app(parent, build_ui().queue(), path="/", show_error=True, auth=_login if login else None,
+    gr.mount_gradio_app(parent, build_ui().queue(), path="/", show_error=False, auth=_login if login else None,
                         max_file_size=settings.max_upload_bytes, css=CSS_PATH.read_text(encoding="utf-8"))
     mounted = next(route.app for route in parent.routes if isinstance(route, Mount))
     parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,

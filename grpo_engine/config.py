@@ -33,12 +33,15 @@ def is_local_path(value: str) -> bool:
             or Path(value).exists())
 
 
+MAX_TEXT = 4096  # the longest text value a key takes (paths, ids, field names); ``name`` takes 200
+
+
 def key(default: Any, help: str, *, min: float | None = None, max: float | None = None,
-        choices: tuple | None = None, min_exclusive: bool = False):
+        choices: tuple | None = None, min_exclusive: bool = False, max_length: int = MAX_TEXT):
     """One run-spec key of :class:`RunSpec`: its default, and in the field's metadata its one-line help, inclusive
-    bounds (``min_exclusive``: the value must be > min) and allowed values."""
+    bounds (``min_exclusive``: the value must be > min), allowed values and, for text, its longest length."""
     return field(default=default, metadata={"help": help, "min": min, "max": max, "choices": choices,
-                                            "min_exclusive": min_exclusive})
+                                            "min_exclusive": min_exclusive, "max_length": max_length})
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class RunSpec:
     """A run spec: one attribute per key, each with its default, bounds and help (``key``). ``validate_spec``
     builds a checked one from JSON; ``FIELDS`` lists the keys for the launch form, the API and the docs."""
 
-    name: str = key("", "A label for the run; empty picks one from the model and the time.")
+    name: str = key("", "A label for the run; empty picks one from the model and the time.", max_length=200)
     model: str = key(BUILTIN_MODEL,
           f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), or a Hugging Face model id or local directory with a causal LM.")
     dataset: str = key(BUILTIN_DATASET,
@@ -159,6 +162,7 @@ class Field:
     max: float | None = None  # inclusive upper bound
     choices: tuple | None = None
     min_exclusive: bool = False  # if True, the value must be > min
+    max_length: int = MAX_TEXT  # text: the longest value
 
 
 _TYPES = get_type_hints(RunSpec)
@@ -180,6 +184,12 @@ def decode_delimiter(value: str) -> str:
     return value.replace("\\n", "\n").replace("\\t", "\t")
 
 
+def _shown(value: Any) -> str:
+    """A value in an error message: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _coerce(field: Field, value: Any) -> Any:
     """Convert a JSON value to the field's type, or raise SpecError naming the key."""
     want = field.type
@@ -187,14 +197,18 @@ def _coerce(field: Field, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true"
         if not isinstance(value, bool):
-            raise SpecError(field.name, f"must be true or false, got {type(value).__name__} {value!r}")
+            raise SpecError(field.name, f"must be true or false, got {type(value).__name__} {_shown(value)}")
         return value
     if want is str:
         if not isinstance(value, str):
-            raise SpecError(field.name, f"must be a string, got {type(value).__name__} {value!r}")
+            raise SpecError(field.name, f"must be a string, got {type(value).__name__} {_shown(value)}")
+        if len(value) > field.max_length:
+            raise SpecError(field.name, f"must be at most {field.max_length} characters, got {len(value)}")
+        if "\x00" in value:
+            raise SpecError(field.name, "must not contain a NUL character")
         return value.strip()
     if isinstance(value, bool):  # bool is an int subclass: refuse it for numbers
-        raise SpecError(field.name, f"must be a number, got a boolean {value!r}")
+        raise SpecError(field.name, f"must be a number, got a boolean {_shown(value)}")
     if want is int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -202,35 +216,35 @@ def _coerce(field: Field, value: Any) -> Any:
             try:
                 value = int(value.strip())
             except ValueError:
-                raise SpecError(field.name, f"must be an integer, got {value!r}") from None
+                raise SpecError(field.name, f"must be an integer, got {_shown(value)}") from None
         if not isinstance(value, int):
-            raise SpecError(field.name, f"must be an integer, got {type(value).__name__} {value!r}")
+            raise SpecError(field.name, f"must be an integer, got {type(value).__name__} {_shown(value)}")
         return value
     if want is float:
         if isinstance(value, str):
             try:
                 value = float(value.strip())
             except ValueError:
-                raise SpecError(field.name, f"must be a number, got {value!r}") from None
+                raise SpecError(field.name, f"must be a number, got {_shown(value)}") from None
         if not isinstance(value, (int, float)):
-            raise SpecError(field.name, f"must be a number, got {type(value).__name__} {value!r}")
+            raise SpecError(field.name, f"must be a number, got {type(value).__name__} {_shown(value)}")
         value = float(value)
         if not math.isfinite(value):
-            raise SpecError(field.name, f"must be a finite number, got {value!r}")
+            raise SpecError(field.name, f"must be a finite number, got {_shown(value)}")
         return value
     raise TypeError(f"unsupported field type {want}")  # pragma: no cover
 
 
 def _check_range(field: Field, value: Any) -> None:
     if field.choices is not None and value not in field.choices:
-        raise SpecError(field.name, f"must be one of {', '.join(map(repr, field.choices))}, got {value!r}")
+        raise SpecError(field.name, f"must be one of {', '.join(map(repr, field.choices))}, got {_shown(value)}")
     if field.min is not None:
         if field.min_exclusive and not value > field.min:
-            raise SpecError(field.name, f"must be greater than {field.min:g}, got {value!r}")
+            raise SpecError(field.name, f"must be greater than {field.min:g}, got {_shown(value)}")
         if not field.min_exclusive and value < field.min:
-            raise SpecError(field.name, f"must be at least {field.min:g}, got {value!r}")
+            raise SpecError(field.name, f"must be at least {field.min:g}, got {_shown(value)}")
     if field.max is not None and value > field.max:
-        raise SpecError(field.name, f"must be at most {field.max:g}, got {value!r}")
+        raise SpecError(field.name, f"must be at most {field.max:g}, got {_shown(value)}")
 
 
 def validate_spec(spec: dict[str, Any] | None) -> RunSpec:

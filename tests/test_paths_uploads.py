@@ -1,8 +1,9 @@
 """Local paths in a run spec (app.paths: inside GRPO_PATH_ROOTS and usable) and dataset uploads in this
-process (app.api.upload_dataset, with real files). Uploads through a live server with a login:
+process (app.datasets.upload_dataset, with real files). Uploads through a live server with a login:
 tests/test_security.py."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app import api
+from app import api, datasets
 from app.paths import check_spec_paths, is_local_path
 from app.settings import get_settings
 from grpo_engine.config import SpecError
@@ -92,7 +93,7 @@ def test_path_checks_import_no_torch():
 def test_upload_stores_a_good_file_under_its_hash_and_a_safe_name(settings_env):
     source = settings_env / "my data (v1) é.csv"
     pd.DataFrame(GOOD_ROWS).to_csv(source, index=False)
-    result = api.upload_dataset(str(source))
+    result = datasets.upload_dataset(str(source))
     stored = Path(result["dataset"])
     assert stored.parent == get_settings().uploads_dir and stored.read_bytes() == source.read_bytes()
     prefix, name = stored.name.split("-", 1)
@@ -100,14 +101,14 @@ def test_upload_stores_a_good_file_under_its_hash_and_a_safe_name(settings_env):
     assert result["rows"] == 3 and result["preview"][1] == {"question": "2*3-1", "answer": "5",
                                                             "solution": "2*3=6\n#### 5"}
     # Gradio's file dict works too, and the same content under the same name is stored once
-    again = api.upload_dataset({"path": str(source), "orig_name": source.name, "meta": {"_type": "gradio.FileData"}})
+    again = datasets.upload_dataset({"path": str(source), "orig_name": source.name, "meta": {"_type": "gradio.FileData"}})
     assert again == result and len(list(stored.parent.iterdir())) == 1
     check_spec_paths({"dataset": result["dataset"]}, get_settings().path_roots)  # usable in a run spec
 
 
 def test_upload_preview_is_the_first_five_rows(settings_env):
     rows = [{"question": f"{i}+1", "answer": str(i + 1)} for i in range(12)]
-    result = api.upload_dataset(str(write_jsonl(settings_env / "twelve.jsonl", rows)))
+    result = datasets.upload_dataset(str(write_jsonl(settings_env / "twelve.jsonl", rows)))
     assert result["rows"] == 12 and [r["question"] for r in result["preview"]] == ["0+1", "1+1", "2+1", "3+1", "4+1"]
 
 
@@ -115,12 +116,73 @@ def test_upload_refuses_a_file_over_the_limit_and_a_bad_file_naming_it(settings_
     big = write_jsonl(settings_env / "big.jsonl", GOOD_ROWS * 400)
     monkeypatch.setenv("GRPO_MAX_UPLOAD_MB", "0.01")
     with pytest.raises(api.ApiError, match=r"big.jsonl: the file is 0\.\d\d MiB, larger than the 0\.01 MiB .*GRPO_MAX_UPLOAD_MB"):
-        api.upload_dataset(str(big))
+        datasets.upload_dataset(str(big))
     bad = write_jsonl(settings_env / "bad.jsonl", [GOOD_ROWS[0], ["not", "an", "object"]])
     with pytest.raises(api.ApiError) as caught:
-        api.upload_dataset({"path": str(bad), "orig_name": "mine.jsonl"})
+        datasets.upload_dataset({"path": str(bad), "orig_name": "mine.jsonl"})
     assert str(caught.value) == "mine.jsonl: line 2 is not a JSON object (it is a list)"  # the user's name, not the path
     for nothing in (None, 5, {"orig_name": "x.jsonl"}, str(settings_env / "gone.jsonl")):
         with pytest.raises(api.ApiError, match="uploaded file"):
-            api.upload_dataset(nothing)
+            datasets.upload_dataset(nothing)
     assert not get_settings().uploads_dir.exists()  # nothing refused was kept
+
+
+# ---- files a run reads and the server writes ------------------------------------------------------
+
+
+def test_a_dataset_directory_with_a_link_outside_the_roots_is_refused(roots):
+    """Threat: a Hub-style dataset directory inside a root whose data file is a link to a file outside every root
+    (its rows would be read into a run and shown in its groups)."""
+    inside, outside = roots
+    secret = outside / "secret.jsonl"
+    folder = inside / "hubdata"
+    folder.mkdir()
+    (folder / "train.jsonl").symlink_to(secret)
+    with pytest.raises(SpecError, match=r"holds 'train.jsonl', a link to a file outside"):
+        check_spec_paths({"dataset": str(folder)}, [inside])
+    (folder / "train.jsonl").unlink()
+    (folder / "data").symlink_to(outside, target_is_directory=True)  # a linked folder, too
+    with pytest.raises(SpecError, match=r"holds 'data', a link"):
+        check_spec_paths({"dataset": str(folder)}, [inside])
+    (folder / "data").unlink()
+    write_jsonl(folder / "train.jsonl", GOOD_ROWS)
+    (folder / "also.jsonl").symlink_to(folder / "train.jsonl")  # a link that stays inside is fine
+    check_spec_paths({"dataset": str(folder)}, [inside])
+
+
+def test_exports_go_to_a_private_directory_and_never_through_a_link(settings_env, tmp_path):
+    """Threat: on a host shared by several users or dashboards, a planted link in a shared export directory making
+    an export overwrite another file, or one dashboard's export read by another."""
+    import stat
+    import tempfile
+
+    from app import exports, store
+    from app.db import session_scope, upgrade_database
+    from grpo_engine.config import RunSpec
+
+    upgrade_database()
+    with session_scope() as s:
+        run_id = store.create_run(s, RunSpec().to_dict(), "private")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    shared = Path(tempfile.gettempdir()) / "grpo-dashboard-exports"
+    shared.mkdir(exist_ok=True)
+    planted = shared / f"run-{run_id}-config.json"
+    planted.unlink(missing_ok=True)
+    planted.symlink_to(victim)
+    try:
+        first, second = Path(exports.export_run(run_id, "config")), Path(exports.export_run(run_id, "csv"))
+    finally:
+        planted.unlink()
+    assert victim.read_text() == "keep me"
+    assert first.parent != second.parent and first.parent.parent == second.parent.parent
+    root = first.parent.parent
+    assert root.name.startswith("grpo-dashboard-exports-") and stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert json.loads(first.read_text())["name"] == "" and second.read_text().startswith("run_id,step")
+    link = first.parent / "run-1-groups.parquet"
+    link.symlink_to(victim)
+    with pytest.raises(OSError):
+        exports._create(link)  # an existing name, a link above all, is never written through
+    with pytest.raises(FileExistsError):
+        exports._create(first)
+    assert victim.read_text() == "keep me"

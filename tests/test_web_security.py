@@ -220,3 +220,60 @@ def test_unknown_users_cost_as_much_as_known_ones():
     assert auth.parse_hash(auth.decoy_hash(users))[0] == auth.MIN_ITERATIONS  # what most users' hashes cost
     assert auth.parse_hash(auth.decoy_hash({"b": users["b"]}))[0] == 20_000
     assert auth.parse_hash(auth.decoy_hash({}))[0] == auth.ITERATIONS
+
+
+# ---- what errors tell a client ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_bad_ids_and_strings_are_refused_without_database_errors(guarded):
+    """Threat: database errors (with their SQL) and server paths reaching clients, and values that make every later
+    request slow: an id past the store's integer range, a NUL byte, a name of millions of characters."""
+    from gradio_client.exceptions import AppError
+
+    url, log_path, _ = guarded
+    client = Client(url, auth=(USER, PASSWORD), verbose=False)
+    answers = []
+    for bad in (2**70, -5, 0, "x" * 10_000, "12abc", 10**100):
+        with pytest.raises(AppError) as caught:
+            client.predict(bad, api_name="/get_run")
+        answers.append(str(caught.value))
+        assert "run_id must be an integer from 1 to 2147483647" in answers[-1], answers[-1]
+    with pytest.raises(AppError) as caught:
+        client.predict(2**70, api_name="/get_group")
+    answers.append(str(caught.value))
+    for spec, words in (({"name": "a\x00b"}, "name: must not contain a NUL character"),
+                        ({"name": "n" * 5_000_000}, "name: must be at most 200 characters, got 5000000"),
+                        ({"dataset": "/etc/passwd.jsonl"}, "is outside the directories runs may read")):
+        started = time.monotonic()
+        with pytest.raises(AppError) as caught:
+            client.predict(spec, api_name="/launch_run")
+        answers.append(str(caught.value))
+        assert words in answers[-1] and time.monotonic() - started < 30, answers[-1][:300]
+    with pytest.raises(AppError) as caught:
+        client.predict("bad\x00name.jsonl", None, None, None, api_name="/preview_dataset")
+    answers.append(str(caught.value))
+    data_dir = str(log_path.parent)
+    for answer in answers:
+        for leak in ("sqlalchemy", "SELECT", "Traceback", "site-packages", data_dir, "psycopg", "sqlite3"):
+            assert leak not in answer, (leak, answer[:300])
+    assert all(len(answer) < 1000 for answer in answers)
+    assert all(r["name"] not in ("a\x00b",) and len(r["name"]) <= 200 for r in client.predict(api_name="/list_runs"))
+
+
+def test_an_unexpected_error_reaches_the_client_as_an_id_and_the_log_as_its_detail(capsys):
+    """Threat: an unexpected error's message (a SQL statement, a file path) shown to the client."""
+    import gradio as gr
+
+    from app.endpoints import call_api
+
+    def broken():
+        raise RuntimeError("(psycopg.errors) SELECT * FROM runs WHERE id = 1 at /srv/secret/place")
+
+    with pytest.raises(gr.Error) as caught:
+        call_api(broken)
+    message = caught.value.message
+    assert message.startswith("internal error ") and "SELECT" not in message and "/srv" not in message
+    error_id = message.split()[2].rstrip(":")
+    logged = capsys.readouterr().err
+    assert f"error {error_id} in broken" in logged and "SELECT * FROM runs" in logged
