@@ -20,7 +20,7 @@ from app.broker import queue_for, send_run
 from app.db import session_scope
 from app.paths import check_spec_paths, is_local_path
 from app.settings import get_settings
-from grpo_engine.config import SpecError, validate_spec
+from grpo_engine.config import SpecError, check_budget, validate_spec
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 
 
@@ -76,7 +76,9 @@ def launch_run(spec: dict | str | None) -> dict:
             raise ApiError(f"the run spec is not valid JSON: {e}") from None
     settings = get_settings()
     try:
-        config = validate_spec(spec).to_dict()
+        validated = validate_spec(spec)
+        check_budget(validated, settings.max_tokens_per_step)  # what a step and an RM refresh may sample
+        config = validated.to_dict()
         check_spec_paths(config, settings.path_roots)  # local paths: inside the roots, usable
         check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
     except SpecError as e:

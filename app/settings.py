@@ -18,6 +18,7 @@ Infrastructure only; training settings are the run spec (grpo_engine.config).
 | GRPO_MAX_UPLOAD_MB | 200 | largest dataset file an upload may be, in MiB (2^20 bytes) |
 | GRPO_ALLOWED_ORIGINS | (none) | other web origins (comma-separated `scheme://host[:port]`) whose pages may call the dashboard with a user's session; its own origin is always allowed, every other is refused |
 | GRPO_SESSION_IDLE_MINUTES | 720 | a login session unused for this long ends (the next request asks for the login again) |
+| GRPO_MAX_TOKENS_PER_STEP | 1048576 | the most tokens a run may sample in one step (batch_size x group_size x max_new_tokens), checked at launch and by the worker (which may set its own); a reward model's (re)training may sample 8 steps' worth; size it to the workers' memory |
 | GRPO_LOGIN_FREE_ATTEMPTS | 5 | failed logins allowed per client address and per user before each further attempt must wait (1 s, doubling up to 5 minutes; a success clears the count) |
 """
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()  # besides the dashboard's own
     session_idle_minutes: float = 720.0
     login_free_attempts: int = 5
+    max_tokens_per_step: int = 2**20
 
     @property
     def uploads_dir(self) -> Path:
@@ -118,4 +120,5 @@ def get_settings() -> Settings:
         allowed_origins=_origins(env.get("GRPO_ALLOWED_ORIGINS")),
         session_idle_minutes=_positive(env, "GRPO_SESSION_IDLE_MINUTES", 720.0),
         login_free_attempts=int(_positive(env, "GRPO_LOGIN_FREE_ATTEMPTS", 5)),
+        max_tokens_per_step=int(_positive(env, "GRPO_MAX_TOKENS_PER_STEP", 2**20)),
     )

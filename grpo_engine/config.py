@@ -247,6 +247,36 @@ def _check_range(field: Field, value: Any) -> None:
         raise SpecError(field.name, f"must be at most {field.max:g}, got {_shown(value)}")
 
 
+MAX_TOTAL_STEPS = 1_000_000  # iterations x steps_per_iteration
+RM_TOKEN_FACTOR = 8  # a reward model's (re)training may sample this many steps' worth of tokens
+
+
+def check_budget(spec: RunSpec, max_tokens_per_step: int) -> None:
+    """Refuse (SpecError naming the keys) a run whose work exceeds a worker's budget of ``max_tokens_per_step``
+    sampled tokens: a step samples batch_size x group_size x max_new_tokens tokens at most, and a reward model's
+    (re)training rm_samples x 1.25 x max_new_tokens (its held-out quarter included), allowed RM_TOKEN_FACTOR
+    steps' worth.
+
+    >>> check_budget(RunSpec(batch_size=16, group_size=16, max_new_tokens=4096), 2**20)
+    >>> try:
+    ...     check_budget(RunSpec(batch_size=16, group_size=16, max_new_tokens=8192), 2**20)
+    ... except SpecError as e:
+    ...     print(e)
+    batch_size x group_size x max_new_tokens: 16 x 16 x 8192 = 2,097,152 tokens a step, more than this dashboard's budget of 1,048,576 (GRPO_MAX_TOKENS_PER_STEP)
+    """
+    step_tokens = spec.batch_size * spec.group_size * spec.max_new_tokens
+    if step_tokens > max_tokens_per_step:
+        raise SpecError("batch_size x group_size x max_new_tokens",
+                        f"{spec.batch_size} x {spec.group_size} x {spec.max_new_tokens} = {step_tokens:,} tokens a step, "
+                        f"more than this dashboard's budget of {max_tokens_per_step:,} (GRPO_MAX_TOKENS_PER_STEP)")
+    rm_tokens = int(spec.rm_samples * 1.25 * spec.max_new_tokens)
+    if spec.reward == "model" and rm_tokens > RM_TOKEN_FACTOR * max_tokens_per_step:
+        raise SpecError("rm_samples", f"{spec.rm_samples} samples x 1.25 x max_new_tokens {spec.max_new_tokens} = "
+                                      f"{rm_tokens:,} tokens a reward-model (re)training, more than {RM_TOKEN_FACTOR} "
+                                      f"steps' budget ({RM_TOKEN_FACTOR * max_tokens_per_step:,} tokens, "
+                                      "GRPO_MAX_TOKENS_PER_STEP)")
+
+
 def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     """Fill defaults and check every key; raise SpecError naming the first bad key.
 
@@ -275,6 +305,10 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     if values["batch_size"] % values["devices"]:
         raise SpecError("devices", f"batch_size {values['batch_size']} must be a multiple of devices "
                                    f"{values['devices']}: each process takes whole groups of an equal share of the questions")
+    if values["iterations"] * values["steps_per_iteration"] > MAX_TOTAL_STEPS:
+        raise SpecError("steps_per_iteration", f"iterations x steps_per_iteration = "
+                                               f"{values['iterations'] * values['steps_per_iteration']:,} steps, more "
+                                               f"than {MAX_TOTAL_STEPS:,}")
     if any(c.isspace() for c in values["reward_model"]):
         raise SpecError("reward_model",
                         f"must be a Hugging Face model id or a local directory, got {values['reward_model']!r}")

@@ -7,6 +7,7 @@ Pure Python: no torch here.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -69,6 +70,28 @@ class Recorder:
         ``"pause"`` after saving a checkpoint (the run will resume), anything else (``True``,
         ``"cancel"``) at once."""
         return False
+
+
+class StopRequested(Exception):
+    """Raised from inside long work (the reward model's sampling, labelling and training) when the recorder asked
+    the run to stop (``reason``: what ``should_stop`` returned); ``train`` then ends the run."""
+
+    def __init__(self, reason: bool | str):
+        super().__init__(f"stop requested: {reason}")
+        self.reason = reason
+
+
+def stop_check(should_stop: Callable[[], bool | str]) -> Callable[[], None]:
+    """A check to call between batches of long work: raises StopRequested once ``should_stop()`` is truthy."""
+    def check() -> None:
+        reason = should_stop()
+        if reason:
+            raise StopRequested(reason)
+    return check
+
+
+def no_check() -> None:
+    """The check of work that is never stopped half-way."""
 
 
 class MemoryRecorder(Recorder):

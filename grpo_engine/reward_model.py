@@ -25,6 +25,7 @@ import contextlib
 import copy
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 
 from .builtin_task import STEP_DELIMITER
 from .model import load_causal_lm
+from .recorder import no_check
 from .tokenization import prompt_formatter
 
 FIT_EPOCHS = 2  # passes over the data at each (re)training
@@ -151,9 +153,9 @@ def load_reward_model(path: str, kind: str, device: torch.device, prompt_templat
 
 
 def fit(rm: RewardModel, examples: list[RMExample], lr: float, rng: random.Random,
-        epochs: int = FIT_EPOCHS, batch_size: int = FIT_BATCH) -> float:
+        epochs: int = FIT_EPOCHS, batch_size: int = FIT_BATCH, check: Callable[[], None] = no_check) -> float:
     """Train on ``examples`` with binary cross-entropy (AdamW at ``lr``, decaying linearly to 0 over the
-    updates); returns the last epoch's mean loss."""
+    updates); returns the last epoch's mean loss. ``check`` is called before every batch (it raises to stop)."""
     params = [p for p in rm.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     total = max(1, epochs * math.ceil(len(examples) / batch_size))
@@ -165,6 +167,7 @@ def fit(rm: RewardModel, examples: list[RMExample], lr: float, rng: random.Rando
         rng.shuffle(order)
         loss_sum, count = 0.0, 0
         for i in range(0, len(order), batch_size):
+            check()
             chunk = order[i : i + batch_size]
             logits = torch.cat(rm.logits(chunk))  # (sum K_n,)
             if logits.numel() == 0:  # PRM outputs without any step teach nothing

@@ -32,7 +32,7 @@ import torch
 from . import checkpoint
 from .config import RunSpec
 from .loading import load_learner, new_iteration
-from .recorder import Recorder
+from .recorder import Recorder, StopRequested, no_check, stop_check
 from .reward_model import RMExample
 from .rewards import outcome_reward
 from .rm_training import RewardModelState, train_reward_model
@@ -60,16 +60,19 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
                  f"parameters, {len(run.train_set)} training / {len(run.heldout)} held-out questions")
     recorder.resume(run.step)
     recorder.start(spec.total_steps)
-    if run.step == 0:
-        run.before_training()
-    for iteration in range(start_iteration, spec.iterations + 1):
-        if iteration > 1 and run.step == (iteration - 1) * spec.steps_per_iteration:  # (not when resumed mid-iteration)
-            new_iteration(run.learner)
-        while run.step < iteration * spec.steps_per_iteration:
-            stop = run.procs.from_main(recorder.should_stop())  # all processes stop at the same step
-            if stop:
-                return run.stop(stop, iteration)
-            run.next_step(iteration)
+    try:
+        if run.step == 0:
+            run.before_training()
+        for iteration in range(start_iteration, spec.iterations + 1):
+            if iteration > 1 and run.step == (iteration - 1) * spec.steps_per_iteration:  # (not when resumed mid-iteration)
+                new_iteration(run.learner)
+            while run.step < iteration * spec.steps_per_iteration:
+                stop = run.procs.from_main(recorder.should_stop())  # all processes stop at the same step
+                if stop:
+                    return run.stop(stop, iteration)
+                run.next_step(iteration)
+    except StopRequested as stopped:  # asked to stop in the middle of the reward model's work
+        return run.stop_in_rm_work(stopped.reason)
     return run.finish()
 
 
@@ -168,6 +171,14 @@ class TrainingRun:
         self.recorder.log(f"cancelled before step {self.step + 1}")
         return {"status": "cancelled", "step": self.step, "metrics": self.metrics}
 
+    def stop_in_rm_work(self, stop: bool | str) -> dict:
+        """End the run in the middle of the reward model's sampling or training: no checkpoint is saved (the
+        work is half done), so a paused run resumes from its last checkpoint and does that work again."""
+        status = "paused" if stop == "pause" else "cancelled"
+        self.recorder.log(f"{status} during the reward model's work at step {self.step}"
+                          + (f"; it resumes after step {self.saved_step}" if status == "paused" else ""))
+        return {"status": status, "step": self.saved_step if status == "paused" else self.step, "metrics": {}}
+
     def finish(self) -> dict:
         """Save the trained policy for download (step checkpoints are no longer needed) and end the run."""
         self.recorder.log(f"finished {self.step} steps")
@@ -210,10 +221,13 @@ class TrainingRun:
     def train_reward_model(self) -> dict[str, float]:
         """Train (or refresh) the reward model on the main process; every process then gets its weights."""
         metrics, learner = {}, self.learner
+        # one process: stop requests are heeded between batches of this work; several processes wait for the main
+        # one here, so they all stop together at the next step boundary instead
+        check = stop_check(self.recorder.should_stop) if self.procs.n == 1 else no_check
         if self.procs.main:
             metrics = train_reward_model(self.rm, self.rm_state.history, learner.unwrapped(), learner.tokenizer,
                                          learner.prompt, self.train_set, self.heldout, self.spec, self.rm_state.rng,
-                                         learner.dev, self.rm_state.data)
+                                         learner.dev, self.rm_state.data, check)
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)
 

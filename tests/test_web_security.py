@@ -277,3 +277,28 @@ def test_an_unexpected_error_reaches_the_client_as_an_id_and_the_log_as_its_deta
     error_id = message.split()[2].rstrip(":")
     logged = capsys.readouterr().err
     assert f"error {error_id} in broken" in logged and "SELECT * FROM runs" in logged
+
+
+# ---- the work a run may ask for ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_beyond_the_budget_is_refused_at_launch_naming_the_keys(guarded):
+    """Threat: one launch asking for more than any worker can do (a heavy user's typo or an attacker's), which the
+    workers would accept and grind on, or die on, for hours."""
+    from gradio_client.exceptions import AppError
+
+    url, _, _ = guarded
+    client = Client(url, auth=(USER, PASSWORD), verbose=False)
+    for spec, words in (
+            ({"group_size": 1024, "batch_size": 4096, "max_new_tokens": 32768},
+             "batch_size x group_size x max_new_tokens: 4096 x 1024 x 32768 = 137,438,953,472 tokens a step, more "
+             "than this dashboard's budget of 1,048,576 (GRPO_MAX_TOKENS_PER_STEP)"),
+            ({"iterations": 1000, "steps_per_iteration": 1_000_000},
+             "steps_per_iteration: iterations x steps_per_iteration = 1,000,000,000 steps, more than 1,000,000"),
+            ({"reward": "model", "rm_samples": 1_000_000, "max_new_tokens": 512}, "rm_samples: 1000000 samples")):
+        with pytest.raises(AppError) as caught:
+            client.predict(spec, api_name="/launch_run")
+        assert words in str(caught.value), str(caught.value)
+    assert client.predict({"batch_size": 16, "group_size": 16, "max_new_tokens": 4096, "steps_per_iteration": 1},
+                          api_name="/launch_run")["status"] == "queued"  # within the budget

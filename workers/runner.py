@@ -19,7 +19,7 @@ from app import broker, store
 from app.db import session_scope
 from app.paths import check_spec_paths
 from app.settings import get_settings
-from grpo_engine.config import validate_spec
+from grpo_engine.config import check_budget, validate_spec
 from workers.distributed import run_processes
 from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt
@@ -113,6 +113,7 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
                 from grpo_engine.trainer import train  # torch is imported here, in the worker only
 
                 spec = validate_spec(run["config"])
+                check_budget(spec, settings.max_tokens_per_step)  # this worker's budget, as at launch
                 check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
                 if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
                     result = run_processes(run_id, spec, worker, recorder)
