@@ -6,6 +6,8 @@ import hashlib
 import re
 import secrets
 import shutil
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,39 @@ from app.paths import is_local_path, resolve_inside, spec_fields
 from app.settings import get_settings
 from grpo_engine.builtin_task import builtin_examples
 from grpo_engine.config import BUILTIN_DATASET, MAX_TEXT, SpecError
-from grpo_engine.data import read_dataset_file
+from grpo_engine.data import FIELDS, check_dataset_file
 
 PREVIEW_ROWS = 5
+CHECKS_AT_ONCE = 2  # dataset files checked at the same time; more requests wait their turn
+CACHED_CHECKS = 64  # checked files remembered, by (path, size, modification time, columns)
+_checking = threading.BoundedSemaphore(CHECKS_AT_ONCE)
+_checked: OrderedDict[tuple, tuple[int, list[dict]] | str] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def checked_file(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> tuple[int, list[dict]]:
+    """(row count, first PREVIEW_ROWS rows) of a dataset file, checked as a stream (grpo_engine.data.check_dataset_file:
+    bounded memory), at most CHECKS_AT_ONCE at a time, and remembered per (path, size, modification time, columns)
+    so that previewing the same file again costs nothing; a refusal is a ValueError naming the file and line."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, fields, name)
+    with _cache_lock:
+        found = _checked.get(key)
+        if found is not None:
+            _checked.move_to_end(key)
+    if found is None:
+        with _checking:
+            try:
+                found = check_dataset_file(path, name=name, fields=fields, keep=PREVIEW_ROWS)
+            except ValueError as e:
+                found = str(e)
+        with _cache_lock:
+            _checked[key] = found
+            while len(_checked) > CACHED_CHECKS:
+                _checked.popitem(last=False)
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found[0], [dict(row) for row in found[1]]
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -35,14 +67,15 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def upload_dataset(file: Any) -> dict:
+def upload_dataset(file: Any, remove_source: bool = False) -> dict:
     """Check an uploaded dataset file and keep it; returns ``{dataset, rows, preview}``.
 
     ``file`` is the path of the uploaded file, or Gradio's file dict (``{"path", "orig_name", ...}``).
     It is refused when larger than GRPO_MAX_UPLOAD_MB or when it does not read as a dataset file
-    (grpo_engine.data.read_dataset_file: the message names the file and the line). A good file is stored
+    (grpo_engine.data.check_dataset_file: the message names the file and the line). A good file is stored
     as ``<data dir>/uploads/<sha256 prefix>-<safe name>``; ``dataset`` is that path, for the run spec;
-    ``preview`` its first rows.
+    ``preview`` its first rows. ``remove_source``: delete the uploaded file afterwards, kept or refused (Gradio's
+    cached copy of an upload: nothing else needs it).
     """
     # 1. where the file is, and the name the user knows it by (never a path; the extension is the file's)
     if isinstance(file, dict):
@@ -58,25 +91,31 @@ def upload_dataset(file: Any) -> dict:
     if not source.is_file():
         raise ApiError(f"{name}: the uploaded file is missing")
 
-    # 2. size, then content
-    settings = get_settings()
+    try:
+        return _store_upload(source, name, get_settings())
+    finally:
+        if remove_source:
+            source.unlink(missing_ok=True)
+
+
+def _store_upload(source: Path, name: str, settings) -> dict:
+    """Check an uploaded file (size, then content) and keep it under a name its content decides."""
     size = source.stat().st_size
     if size > settings.max_upload_bytes:
         raise ApiError(f"{name}: the file is {size / 2**20:.2f} MiB, larger than the {settings.max_upload_mb:g} MiB "
                        "an upload may be (GRPO_MAX_UPLOAD_MB)")
     try:
-        rows = read_dataset_file(source, name=name)
+        count, first = checked_file(source, name)
     except ValueError as e:
         raise ApiError(str(e)) from None
 
-    # 3. keep it under a name its content decides (the same file uploaded twice is kept once)
     settings.uploads_dir.mkdir(parents=True, exist_ok=True)
     stored = settings.uploads_dir / f"{_sha256(source)[:16]}-{_safe_name(name)}"
     if not stored.exists():
         partial = stored.with_name(f".{stored.name}.{secrets.token_hex(4)}.partial")
         shutil.copyfile(source, partial)
-        partial.replace(stored)  # a reader never sees a half-written file
-    return {"dataset": str(stored), "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
+        partial.replace(stored)  # a reader never sees a half-written file; the same file uploaded twice is kept once
+    return {"dataset": str(stored), "rows": count, "preview": first}
 
 
 def preview_dataset(dataset: Any, question_field: Any = None, answer_field: Any = None,
@@ -106,7 +145,7 @@ def preview_dataset(dataset: Any, question_field: Any = None, answer_field: Any 
     if path.is_dir():
         raise ApiError(f"dataset: {dataset!r} is a dataset directory; only files and '{BUILTIN_DATASET}' are previewed")
     try:
-        rows = read_dataset_file(path, name=dataset, fields=fields)  # read once: its check and its preview
+        count, first = checked_file(path, dataset, fields)  # read once: its check and its preview
     except ValueError as e:
         raise ApiError(f"dataset: {e}") from None
-    return {"dataset": dataset, "rows": len(rows), "preview": rows[:PREVIEW_ROWS]}
+    return {"dataset": dataset, "rows": count, "preview": first}

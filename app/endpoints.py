@@ -101,7 +101,7 @@ def upload_dataset(file: dict) -> dict:
     'answer' (and optional 'solution'). Returns {dataset: the stored path, for a run spec's dataset, rows, preview}."""
     if not _is_upload(file):
         raise gr.Error("file must be an uploaded file (gradio_client: handle_file(path))", print_exception=False)
-    return call_api(datasets.upload_dataset, file)
+    return call_api(datasets.upload_dataset, file, True)
 
 
 def preview_dataset(dataset: str, question_field: str | None = None, answer_field: str | None = None,

@@ -5,7 +5,7 @@ A run spec's ``model``, ``reward_model`` and ``dataset`` are each a built-in nam
 must resolve, after ``~``, ``..`` and symlinks, inside one of the roots (GRPO_PATH_ROOTS; by default
 the data directory and the directory the process started in, plus the uploads directory), so a run
 spec cannot make a worker read files elsewhere on its machine. Then it must exist, a model directory
-must hold a ``config.json``, a dataset file must read cleanly (grpo_engine.data.read_dataset_file, from
+must hold a ``config.json``, a dataset file must read cleanly (grpo_engine.data.check_dataset_file, from
 the spec's question / answer / solution columns), and a dataset directory (a Hugging Face dataset saved
 locally, read by the ``datasets`` library) must hold data files.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpo_engine.config import SpecError, is_local_path  # noqa: F401 (is_local_path: used here, and by app.api)
-from grpo_engine.data import read_dataset_file
+from grpo_engine.data import check_dataset_file
 
 PATH_KEYS = ("model", "reward_model", "dataset", "rm_data")  # the run-spec keys that may name a local path
 DATA_DIR_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow")  # what a Hugging Face dataset directory holds
@@ -83,7 +83,7 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
             if not path.is_file():
                 raise SpecError(key, f"{value!r} is not a dataset file (a dataset file is .jsonl, .csv or .parquet)")
             try:
-                read_dataset_file(path, name=value, fields=spec_fields(config))
+                check_dataset_file(path, name=value, fields=spec_fields(config))
             except ValueError as e:
                 raise SpecError(key, str(e)) from None
         elif not (path / "config.json").is_file():

@@ -16,6 +16,8 @@ Infrastructure only; training settings are the run spec (grpo_engine.config).
 | GRPO_AUTH_FILE | (none) | a file of `user:hash` lines (blank lines and `#` comments allowed), read at start-up and at each login, so removing a line stops that user's next login |
 | GRPO_PATH_ROOTS | <data dir> and the directory the process started in | directories (separated by `:`, os.pathsep) that a local model, reward-model or dataset path in a run spec must lie in, after following symlinks; `<data dir>/uploads` (uploaded datasets) is always allowed |
 | GRPO_MAX_UPLOAD_MB | 200 | largest dataset file an upload may be, in MiB (2^20 bytes) |
+| GRPO_MAX_UPLOAD_FILES | 4 | most files one upload request may carry |
+| GRPO_UPLOAD_MB_PER_HOUR | 1000 | most MiB one user (or, without a login, one client address) may upload in an hour |
 | GRPO_ALLOWED_ORIGINS | (none) | other web origins (comma-separated `scheme://host[:port]`) whose pages may call the dashboard with a user's session; its own origin is always allowed, every other is refused |
 | GRPO_SESSION_IDLE_MINUTES | 720 | a login session unused for this long ends (the next request asks for the login again) |
 | GRPO_MAX_TOKENS_PER_STEP | 1048576 | the most tokens a run may sample in one step (batch_size x group_size x max_new_tokens), checked at launch and by the worker (which may set its own); a reward model's (re)training may sample 8 steps' worth; size it to the workers' memory |
@@ -84,6 +86,8 @@ class Settings:
     path_roots: tuple[Path, ...]  # resolved, the uploads directory included
     max_upload_mb: float
     allowed_origins: tuple[str, ...] = ()  # besides the dashboard's own
+    max_upload_files: int = 4
+    upload_mb_per_hour: float = 1000.0
     session_idle_minutes: float = 720.0
     login_free_attempts: int = 5
     max_tokens_per_step: int = 2**20
@@ -118,6 +122,8 @@ def get_settings() -> Settings:
         path_roots=_path_roots(env.get("GRPO_PATH_ROOTS"), data_dir),
         max_upload_mb=_positive(env, "GRPO_MAX_UPLOAD_MB", 200.0),
         allowed_origins=_origins(env.get("GRPO_ALLOWED_ORIGINS")),
+        max_upload_files=int(_positive(env, "GRPO_MAX_UPLOAD_FILES", 4)),
+        upload_mb_per_hour=_positive(env, "GRPO_UPLOAD_MB_PER_HOUR", 1000.0),
         session_idle_minutes=_positive(env, "GRPO_SESSION_IDLE_MINUTES", 720.0),
         login_free_attempts=int(_positive(env, "GRPO_LOGIN_FREE_ATTEMPTS", 5)),
         max_tokens_per_step=int(_positive(env, "GRPO_MAX_TOKENS_PER_STEP", 2**20)),

@@ -83,7 +83,7 @@ def _upload(path):
     if not path:
         return gr.skip(), ""
     try:
-        result = datasets.upload_dataset(path)
+        result = datasets.upload_dataset(path, remove_source=True)
     except api.ApiError as e:
         return gr.skip(), f'<div class="error">Not stored: {html.escape(str(e))}</div>'
     return result["dataset"], upload_preview_html(result)

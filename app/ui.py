@@ -42,7 +42,8 @@ def build_ui() -> gr.Blocks:
     Everything shown is read from the store (through app.api) on every refresh, so reloading the page
     or restarting the server shows the same runs, charts and groups.
     """
-    with gr.Blocks(title="GRPO dashboard", analytics_enabled=False) as demo:
+    # Gradio keeps a copy of every uploaded and returned file: those older than an hour are deleted every hour
+    with gr.Blocks(title="GRPO dashboard", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         gr.Markdown("## GRPO dashboard\nLaunch Group Relative Policy Optimization runs, "
                     "watch them train, and look at every sampled group's per-token advantages.")
         with gr.Tabs(selected="runs", elem_id="tabs") as tabs:

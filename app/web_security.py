@@ -13,6 +13,9 @@ Each rule and the threat it answers:
 - **Sessions.** With a login, logging out is a POST (``/logout``) that ends only the session it is sent from; a
   session unused for GRPO_SESSION_IDLE_MINUTES ends.
 - **Before login.** Only the login form and its static files answer; the login page carries no API description.
+- **Uploads.** One upload request carries at most GRPO_MAX_UPLOAD_FILES files and GRPO_MAX_UPLOAD_MB (each file's
+  limit, which Gradio checks too) plus its form's framing; a user (without a login: a client address) uploads at
+  most GRPO_UPLOAD_MB_PER_HOUR an hour. A request over a limit is cut off and answered 413 or 429.
 - **Guessing passwords.** Failed logins are counted per client address and per user name (:class:`LoginThrottle`):
   after a few, each further attempt must wait, doubling up to a cap; refused attempts are logged.
 """
@@ -101,6 +104,7 @@ class SecurityMiddleware:
         self.app, self.settings, self.gradio_app, self.login = app, settings, gradio_app, login
         self.throttle = throttle or LoginThrottle(free=settings.login_free_attempts)
         self.last_seen: dict[str, float] = {}  # session token -> when it was last used
+        self.uploaded: dict[str, list[tuple[float, int]]] = {}  # user or address -> (when, bytes) of its uploads
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -115,6 +119,9 @@ class SecurityMiddleware:
             return
         send = self._with_headers(send)
         if not self.login:
+            if path.rstrip("/") == "/gradio_api/upload" and method == "POST":
+                await self.upload(scope, receive, send, headers, (scope.get("client") or ("?", 0))[0])
+                return
             await self.app(scope, receive, send)
             return
         token = self.session_token(headers)
@@ -122,6 +129,10 @@ class SecurityMiddleware:
             await self.logout(method, token, send)
             return
         user = self.session_user(token)
+        if path.rstrip("/") == "/gradio_api/upload" and method == "POST":
+            who = user or (scope.get("client") or ("?", 0))[0]
+            await self.upload(scope, receive, send, headers, who)
+            return
         if path.rstrip("/") == "/login" and method == "POST":
             await self.login_attempt(scope, receive, send)
             return
@@ -184,6 +195,65 @@ class SecurityMiddleware:
         expired = [(b"set-cookie", f"{name}=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax".encode())
                    for name in self._cookie_names()]
         await _respond(send, 303, {"logged_out": True}, [(b"location", b"./"), *expired])
+
+    # ---- uploads -------------------------------------------------------------------------------------
+
+    async def upload(self, scope, receive, send, headers: dict[str, str], who: str) -> None:
+        """An upload through its limits: files and bytes per request, bytes per user per hour. The body is counted
+        as it streams in; past a limit the app sees the client leave, and the answer is 413 (or 429)."""
+        settings = self.settings
+        hour_ago = time.monotonic() - 3600
+        recent = [(t, n) for t, n in self.uploaded.get(who, []) if t > hour_ago]
+        budget = settings.upload_mb_per_hour * 2**20 - sum(n for _, n in recent)
+        limit = settings.max_upload_bytes + 64 * 1024 * settings.max_upload_files  # files plus the form's framing
+        declared = int(headers.get("content-length") or 0)
+        refusal = None
+        if declared > budget:
+            refusal = (429, f"upload limit: at most {settings.upload_mb_per_hour:g} MiB an hour (GRPO_UPLOAD_MB_PER_HOUR)")
+        elif declared > limit:
+            refusal = (413, f"upload too large: at most {settings.max_upload_mb:g} MiB a request (GRPO_MAX_UPLOAD_MB)")
+        if refusal:
+            log(f"upload of {declared:,} bytes by {who!r} refused: {refusal[1]}")
+            await _respond(send, refusal[0], {"error": refusal[1]})
+            return
+        counted = {"bytes": 0, "files": 0, "tail": b"", "over": None}
+
+        async def counting_receive():
+            if counted["over"]:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            chunk = message.get("body", b"")
+            seen = counted["tail"] + chunk  # each file's part header names it: '; filename="..."'
+            counted["files"] += seen.count(b"; filename=") - counted["tail"].count(b"; filename=")
+            counted["tail"] = seen[-64:]
+            counted["bytes"] += len(chunk)
+            if counted["files"] > settings.max_upload_files:
+                counted["over"] = (413, f"upload refused: at most {settings.max_upload_files} files a request "
+                                        "(GRPO_MAX_UPLOAD_FILES)")
+            elif counted["bytes"] > min(limit, budget):
+                counted["over"] = (413, f"upload too large: at most {settings.max_upload_mb:g} MiB a request "
+                                        "(GRPO_MAX_UPLOAD_MB), and the hour's budget (GRPO_UPLOAD_MB_PER_HOUR)")
+            return {"type": "http.disconnect"} if counted["over"] else message
+
+        started = {}
+
+        async def watch(message):  # once over a limit, the app's own answer (to a client that left) is dropped
+            if counted["over"]:
+                return
+            if message["type"] == "http.response.start":
+                started["yes"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, watch)
+        except Exception:
+            if not counted["over"]:
+                raise
+        self.uploaded[who] = recent + [(time.monotonic(), counted["bytes"])]
+        if counted["over"]:
+            log(f"upload by {who!r} cut off after {counted['bytes']:,} bytes: {counted['over'][1]}")
+            if not started:
+                await _respond(send, *counted["over"])
 
     # ---- logins --------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from .builtin_task import HELDOUT_SIZE, builtin_examples
 from .config import BUILTIN_DATASET
@@ -28,17 +29,24 @@ MIN_ROWS = 2  # a dataset file needs a training row and a held-out row
 # ---- dataset files ----------------------------------------------------------------------------
 
 
-def _text(data: bytes, name: str) -> str:
-    """The file's bytes as text (UTF-8, a BOM allowed), or a ValueError naming the line of the first bad byte."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ValueError(f"{name}: line {line} is not UTF-8 text (a binary file?)") from None
-    if "\x00" in text:
-        line = text.count("\n", 0, text.index("\x00")) + 1
-        raise ValueError(f"{name}: line {line} holds a NUL byte: a binary file, not text")
-    return text
+MAX_LINE_BYTES = 16 * 2**20  # a text line of a dataset file longer than this is refused (bounded memory)
+STREAM_ROWS = 4096  # Parquet rows read at a time
+
+
+def _text_lines(stream: BinaryIO, name: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a binary stream, read one line at a time (bounded memory): UTF-8
+    (a BOM allowed at the start), no NUL byte, at most MAX_LINE_BYTES a line; else a ValueError naming the line.
+    The text keeps no line ending."""
+    for lineno, raw in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b""), start=1):
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise ValueError(f"{name}: line {lineno} is longer than {MAX_LINE_BYTES // 2**20} MiB")
+        try:
+            text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{name}: line {lineno} is not UTF-8 text (a binary file?)") from None
+        if "\x00" in text:
+            raise ValueError(f"{name}: line {lineno} holds a NUL byte: a binary file, not text")
+        yield lineno, text.removesuffix("\n")
 
 
 FIELDS = ("question", "answer", "solution")  # an example's keys; a dataset's own column names map onto them
@@ -64,35 +72,35 @@ def _example(row: dict, where: str, name: str, fields: tuple[str, str, str] = FI
     return example
 
 
-def iter_jsonl(data: bytes, name: str) -> Iterator[tuple[int, object]]:
-    """(line number, JSON value) for each non-blank line of a JSONL file's bytes, lines counted from 1.
+def iter_jsonl(source: bytes | str | Path, name: str) -> Iterator[tuple[int, object]]:
+    """(line number, JSON value) for each non-blank line of a JSONL file (a path, read a line at a time) or of its
+    bytes, lines counted from 1.
 
-    The text is checked first (UTF-8, no NUL byte, see :func:`_text`); a line that is not valid JSON is a
-    ValueError naming ``name`` and the line, raised when that line is reached.
+    Each line is checked as text first (see :func:`_text_lines`); a line that is not valid JSON is a ValueError
+    naming ``name`` and the line, raised when that line is reached.
     >>> list(iter_jsonl(b'{"a": 1}\\n\\n[2]\\n', "f.jsonl"))
     [(1, {'a': 1}), (3, [2])]
     """
-    for lineno, line in enumerate(_text(data, name).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, an over-long integer, too deep a nesting
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0]
-            raise ValueError(f"{name}: line {lineno} is not valid JSON ({reason})") from None
-        yield lineno, value
+    with (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")) as stream:
+        for lineno, line in _text_lines(stream, name):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, an over-long integer, too deep a nesting
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0]
+                raise ValueError(f"{name}: line {lineno} is not valid JSON ({reason})") from None
+            yield lineno, value
 
 
-def _read_jsonl(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
+def _jsonl_rows(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> Iterator[dict]:
     """One JSON object per line; blank lines are skipped."""
-    rows = []
-    for lineno, row in iter_jsonl(data, name):
+    for lineno, row in iter_jsonl(path, name):
         if not isinstance(row, dict):
             raise ValueError(f"{name}: line {lineno} is not a JSON object (it is a {type(row).__name__})")
         if fields[0] not in row or fields[1] not in row:
             raise ValueError(f"{name}: line {lineno} needs the fields '{fields[0]}' and '{fields[1]}'")
-        rows.append(_example(row, f"line {lineno}", name, fields))
-    return rows
+        yield _example(row, f"line {lineno}", name, fields)
 
 
 def _missing_columns(columns: list[str], name: str, fields: tuple[str, str, str] = FIELDS) -> None:
@@ -102,53 +110,59 @@ def _missing_columns(columns: list[str], name: str, fields: tuple[str, str, str]
                          f"(found: {', '.join(map(repr, columns)) or 'none'})")
 
 
-def _read_csv(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
+def _csv_rows(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> Iterator[dict]:
     """A header line naming the columns, then one row per line (quoted fields may span lines; a row's line is
     the one it ends on)."""
-    reader = csv.DictReader(io.StringIO(_text(data, name), newline=""), strict=True)
-    rows = []
-    try:
-        columns = [c.strip() for c in reader.fieldnames or []]
-        reader.fieldnames = columns
-        _missing_columns(columns, name, fields)
-        for row in reader:
-            n_fields = len(columns) + len(row.get(None) or []) - sum(v is None for v in row.values())
-            if n_fields != len(columns):
-                raise ValueError(f"{name}: line {reader.reader.line_num} has {n_fields} field{'s' if n_fields != 1 else ''}, "
-                                 f"the header has {len(columns)}")
-            if not any(row.values()):  # a line of empty fields (",,")
-                continue
-            rows.append(_example(row, f"line {reader.reader.line_num}", name, fields))
-    except csv.Error as exc:
-        raise ValueError(f"{name}: line {reader.reader.line_num} is not valid CSV ({exc})") from None
-    return rows
+    with open(path, "rb") as stream:
+        reader = csv.DictReader((text + "\n" for _, text in _text_lines(stream, name)), strict=True)
+        try:
+            columns = [c.strip() for c in reader.fieldnames or []]
+            reader.fieldnames = columns
+            _missing_columns(columns, name, fields)
+            for row in reader:
+                n_fields = len(columns) + len(row.get(None) or []) - sum(v is None for v in row.values())
+                if n_fields != len(columns):
+                    raise ValueError(f"{name}: line {reader.reader.line_num} has {n_fields} "
+                                     f"field{'s' if n_fields != 1 else ''}, the header has {len(columns)}")
+                if not any(row.values()):  # a line of empty fields (",,")
+                    continue
+                yield _example(row, f"line {reader.reader.line_num}", name, fields)
+        except csv.Error as exc:
+            raise ValueError(f"{name}: line {reader.reader.line_num} is not valid CSV ({exc})") from None
 
 
-def _read_parquet(data: bytes, name: str, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
-    """A Parquet table with the columns 'question' and 'answer' (and maybe 'solution'); rows count from 1."""
+def _parquet_rows(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> Iterator[dict]:
+    """A Parquet table with the columns 'question' and 'answer' (and maybe 'solution'), read STREAM_ROWS rows at
+    a time; rows count from 1."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowException, OSError, ValueError) as exc:
+        table = pq.ParquetFile(path)
+        columns = table.schema_arrow.names
+        _missing_columns(columns, name, fields)
+        first = 1
+        for batch in table.iter_batches(batch_size=STREAM_ROWS, columns=[k for k in fields if k in columns]):
+            values = {k: batch.column(k).to_pylist() for k in batch.schema.names}
+            for i in range(batch.num_rows):
+                yield _example({k: v[i] for k, v in values.items()}, f"row {first + i}", name, fields)
+            first += batch.num_rows
+    except (pa.ArrowException, OSError) as exc:
         raise ValueError(f"{name}: not a valid Parquet file ({str(exc).splitlines()[0]})") from None
-    _missing_columns(table.column_names, name, fields)
-    columns = {k: table.column(k).to_pylist() for k in fields if k in table.column_names}
-    return [_example({k: v[i] for k, v in columns.items()}, f"row {i + 1}", name, fields) for i in range(table.num_rows)]
 
 
-READERS = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+READERS = {".jsonl": _jsonl_rows, ".csv": _csv_rows, ".parquet": _parquet_rows}
 
 
-def read_dataset_file(path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
-    """The rows ``{"question", "answer", "solution"}`` of a .jsonl, .csv or .parquet file, read from its
-    columns ``fields`` (the question's, the answer's and the optional solution's; by default so named).
+def iter_dataset_file(path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS) -> Iterator[dict]:
+    """The rows ``{"question", "answer", "solution"}`` of a .jsonl, .csv or .parquet file, read as a stream (bounded
+    memory whatever the file's size) from its columns ``fields`` (the question's, the answer's and the optional
+    solution's; by default so named).
 
     ``question`` and ``answer`` are required and not empty, ``solution`` is optional. Anything wrong is a
-    ValueError starting with ``name`` (default: the path) and, where there is one, the line or row:
-    an unsupported extension, a missing, unreadable, empty or binary file, invalid JSON or CSV, a line that
-    is not an object, a missing or empty field, fewer than ``MIN_ROWS`` rows.
+    ValueError starting with ``name`` (default: the path) and, where there is one, the line or row, raised when
+    it is reached: an unsupported extension, a missing, unreadable, empty or binary file, invalid JSON or CSV, a
+    line that is not an object, a missing or empty field.
     """
     path = Path(path).expanduser()
     name = name or str(path)
@@ -157,17 +171,38 @@ def read_dataset_file(path: str | Path, name: str | None = None, fields: tuple[s
         raise ValueError(f"{name}: unsupported file type {path.suffix or '(no extension)'!r}; "
                          f"a dataset file is {', '.join(DATASET_SUFFIXES)}")
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as stream:
+            blank = not any(chunk.strip() for chunk in iter(lambda: stream.read(1 << 16), b""))
     except FileNotFoundError:
         raise ValueError(f"{name}: no such file") from None
     except OSError as exc:
         raise ValueError(f"{name}: cannot read it ({exc.strerror or exc})") from None
-    if not data.strip():
+    if blank:
         raise ValueError(f"{name}: the file is empty")
-    rows = reader(data, name, fields)
+    yield from reader(path, name, fields)
+
+
+def read_dataset_file(path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS) -> list[dict]:
+    """Every row of a dataset file (:func:`iter_dataset_file`), at least MIN_ROWS of them."""
+    rows = list(iter_dataset_file(path, name, fields))
     if len(rows) < MIN_ROWS:
-        raise ValueError(f"{name}: needs at least {MIN_ROWS} rows, found {len(rows)}")
+        raise ValueError(f"{name or path}: needs at least {MIN_ROWS} rows, found {len(rows)}")
     return rows
+
+
+def check_dataset_file(path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS,
+                       keep: int = 5) -> tuple[int, list[dict]]:
+    """Check a whole dataset file as a stream, keeping only its first ``keep`` rows: (row count, first rows).
+    The same refusals as :func:`read_dataset_file`, in memory bounded by a line (a Parquet batch) whatever the
+    file's size."""
+    count, first = 0, []
+    for row in iter_dataset_file(path, name, fields):
+        if count < keep:
+            first.append(row)
+        count += 1
+    if count < MIN_ROWS:
+        raise ValueError(f"{name or path}: needs at least {MIN_ROWS} rows, found {count}")
+    return count, first
 
 
 def _split_off_heldout(rows: list[dict]) -> tuple[list[dict], list[dict]]:

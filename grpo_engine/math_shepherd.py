@@ -90,7 +90,7 @@ def load_math_shepherd(name: str, tag: str = "ки") -> tuple[list[tuple[str, li
         if not path.is_file():
             raise ValueError(f"rm_data {name!r}: no such file")
         if path.suffix.lower() == ".jsonl":
-            raw = [row for _, row in iter_jsonl(path.read_bytes(), f"rm_data {name!r}")]
+            raw = [row for _, row in iter_jsonl(path, f"rm_data {name!r}")]
         else:
             import pyarrow.parquet as pq
 
