@@ -112,5 +112,6 @@ def preview_dataset(dataset: str, question_field: str | None = None, answer_fiel
     return call_api(datasets.preview_dataset, dataset, question_field, answer_field, solution_field)
 
 
+ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, list_groups, get_group, cancel_run, compare_runs,
              export_run, upload_dataset, preview_dataset)

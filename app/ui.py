@@ -23,7 +23,7 @@ from starlette.routing import Mount
 
 from app import auth
 from app.db import upgrade_database
-from app.endpoints import ENDPOINTS
+from app.endpoints import ENDPOINT_CONCURRENCY, ENDPOINTS
 from app.settings import Settings, get_settings
 from app.tab_compare import build_compare_tab
 from app.tab_groups import build_groups_tab
@@ -56,7 +56,7 @@ def build_ui() -> gr.Blocks:
         shared.timer.render()
         _keep_run_pickers_in_sync(shared)
         for fn in ENDPOINTS:
-            gr.api(fn, api_name=fn.__name__)
+            gr.api(fn, api_name=fn.__name__, concurrency_limit=ENDPOINT_CONCURRENCY)
     return demo
 
 

@@ -3,7 +3,8 @@
 Starts a real ``grpo-dashboard serve`` (embedded SQLite store, broker and worker) in a fresh data dir, trains a
 short run alone to measure its unloaded step time, then launches a long run and, while it trains, has --clients
 ``gradio_client`` clients (16) poll the read endpoints the dashboard's tabs poll (``/list_runs``, ``/get_run``,
-``/get_metrics``, ``/list_groups``, ``/get_group``) for --seconds (120), each call right after the last.
+``/get_metrics``, ``/list_groups``, ``/get_group``) for --seconds (120), each client one call every --interval
+seconds (0.4: its five endpoints every 2 s, as the dashboard's tabs poll; 0: each call right after the last).
 
     .venv/bin/python bench/load.py --cache-dir /tmp/grpo-cache          # reuse a built-in model cached there
     .venv/bin/python bench/load.py --clients 16 --seconds 120
@@ -59,13 +60,14 @@ def step_times(client, run_id: int, after: int = 0) -> list[float]:
             if m["step"] > after and m.get("time/step") is not None]
 
 
-def poller(url: str, run_id: int, stop: threading.Event, out: dict) -> None:
-    """One client: the endpoints in turn, each call right after the last, until ``stop``."""
+def poller(url: str, run_id: int, stop: threading.Event, out: dict, interval: float) -> None:
+    """One client: the endpoints in turn, a call every ``interval`` seconds (or right after the last when it took
+    longer), until ``stop``."""
     from gradio_client import Client
 
     client = Client(url, verbose=False)
-    k = 0
-    while not stop.is_set():
+    k, group_id = 0, None
+    while not stop.wait(interval if k else 0):
         endpoint = ENDPOINTS[k % len(ENDPOINTS)]
         k += 1
         started = time.perf_counter()
@@ -73,11 +75,11 @@ def poller(url: str, run_id: int, stop: threading.Event, out: dict) -> None:
             if endpoint == "/list_runs":
                 client.predict(api_name=endpoint)
             elif endpoint == "/get_group":
-                groups = client.predict(run_id, None, None, api_name="/list_groups")
-                if groups:
-                    client.predict(groups[0]["group_id"], api_name=endpoint)
+                if group_id is not None:
+                    client.predict(group_id, api_name=endpoint)
             elif endpoint == "/list_groups":
-                client.predict(run_id, None, None, api_name=endpoint)
+                groups = client.predict(run_id, None, None, api_name=endpoint)
+                group_id = groups[0]["group_id"] if groups else None  # the group the next call opens
             else:
                 client.predict(run_id, api_name=endpoint)
             out.setdefault(endpoint, []).append(time.perf_counter() - started)
@@ -95,6 +97,8 @@ def main() -> int:
     parser.add_argument("--cache-dir", help="built-in model cache (default: one in the data dir, built first)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--interval", type=float, default=0.4,
+                        help="seconds between one client's calls (0.4: its five endpoints every 2 s, as the tabs poll)")
     args = parser.parse_args()
     from gradio_client import Client
 
@@ -117,7 +121,8 @@ def main() -> int:
         loaded_id = client.predict({**SPEC, "name": "loaded", "steps_per_iteration": 100_000}, api_name="/launch_run")["run_id"]
         first = wait_for(client, loaded_id, lambda r: r["step"] >= 5, "the loaded run's first steps")["step"]
         stop, results = threading.Event(), [dict() for _ in range(args.clients)]
-        threads = [threading.Thread(target=poller, args=(url, loaded_id, stop, out), daemon=True) for out in results]
+        threads = [threading.Thread(target=poller, args=(url, loaded_id, stop, out, args.interval),
+                                    daemon=True) for out in results]
         for t in threads:
             t.start()
         time.sleep(args.seconds)
@@ -126,6 +131,7 @@ def main() -> int:
             t.join(60)
         client.predict(loaded_id, api_name="/cancel_run")
         metrics = client.predict(loaded_id, api_name="/get_metrics")
+        clients_cpu = time.process_time()
     finally:
         server.terminate()
         try:
@@ -149,6 +155,8 @@ def main() -> int:
     print(f"the loaded run recorded steps {steps[0] if steps else '-'}..{steps[-1] if steps else '-'}, "
           f"{'each once' if once else 'NOT each once'}")
     print(f"median step time: unloaded {unloaded:.3f} s, under load {loaded:.3f} s ({loaded / unloaded:.2f}x)")
+    print(f"CPU: the clients (this process) used {clients_cpu:.0f} s of the machine's "
+          f"{(os.cpu_count() or 1) * args.seconds:.0f} core-seconds while polling")
     for e in errors[:5]:
         print("  error:", e)
     ok = not errors and every and percentile(every, 0.95) < 1.0 and loaded <= 2 * unloaded and once

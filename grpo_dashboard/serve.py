@@ -6,6 +6,7 @@ The web process never imports torch: the worker is a separate process (grpo_dash
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -28,12 +29,16 @@ def _stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt
 
 
+WEB_NICENESS = 10  # the web server's priority below its embedded worker's: watchers never starve training
+
+
 def _start_worker(log_path: Path) -> subprocess.Popen:
     """Start the embedded worker in its own session (Ctrl-C reaches only the server, which stops it)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "grpo_dashboard.cli", "worker", "--embedded"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
         )
 
 
@@ -75,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
                   f"on {mask_url(settings.broker_url)} (start workers with `grpo-dashboard worker`)", flush=True)
         print(f"grpo-dashboard: data in {settings.data_dir}, store {mask_url(settings.database_url)}", flush=True)
         print(f"grpo-dashboard: open http://{args.host}:{args.port}", flush=True)
+        if worker is not None:  # the worker (started above, at normal priority) trains first when they compete
+            os.nice(WEB_NICENESS)
         ui.serve(args.host, args.port)
     except KeyboardInterrupt:
         pass
