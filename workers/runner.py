@@ -31,9 +31,13 @@ WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"  # this process, as the le
 
 def _finish(run_id: int, status: str, error: str | None = None, log: str | None = None,
             worker: str | None = None) -> str:
+    """Record the end of a run. ``log`` (a failure's traceback, with this machine's paths) goes to this worker's
+    own log; the run's log, which users read, says where it is."""
+    if log:
+        logger.error("run %s failed on worker %s:\n%s", run_id, worker, log)
     with session_scope() as s:
         if log:
-            store.append_log(s, run_id, log)
+            store.append_log(s, run_id, f"failed on worker {worker}: {error} (the traceback is in that worker's log)")
         store.finish_run(s, run_id, status, error, worker=worker)
     logger.info("run %s %s%s", run_id, status, f": {error}" if error else "")
     return status
