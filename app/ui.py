@@ -17,6 +17,7 @@ import asyncio
 from pathlib import Path
 
 import gradio as gr
+import uvicorn
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount
@@ -34,6 +35,7 @@ from app.tab_shared import PRIVATE, Shared, make_shared
 from app.web_security import SecurityMiddleware
 
 CSS_PATH = Path(__file__).with_name("dashboard.css")
+SHUTDOWN_SECONDS = 3
 
 
 def build_ui() -> gr.Blocks:
@@ -80,8 +82,6 @@ def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
     GRPO_MAX_UPLOAD_MB are refused by Gradio before they are written. The Gradio app is mounted in a parent app
     whose middleware (app.web_security) refuses other origins, sets the security headers and guards logins.
     """
-    import uvicorn
-
     settings = get_settings()
     users = auth.load_users(settings)
     upgrade_database()
@@ -92,7 +92,26 @@ def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
         print("grpo-dashboard: no login required (set GRPO_AUTH_USERS or GRPO_AUTH_FILE to require one)", flush=True)
     app = make_app(settings, login=bool(users))
     print(f"grpo-dashboard: serving on http://{host}:{port}", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_SECONDS)
+    _Server(config, on_exit=_gradio_app(app).stop_event.set).run()
+
+
+def _gradio_app(parent: FastAPI):
+    """The Gradio app mounted in ``parent``."""
+    return next(route.app for route in parent.routes if isinstance(route, Mount))
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which on SIGTERM or Ctrl-C first tells Gradio to end its event streams (heartbeats to
+    browsers and clients, which never end by themselves), so the server stops at once."""
+
+    def __init__(self, config: uvicorn.Config, on_exit):
+        super().__init__(config)
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig, frame) -> None:
+        self.on_exit()
+        super().handle_exit(sig, frame)
 
 
 def make_app(settings: Settings, login: bool) -> FastAPI:
@@ -101,7 +120,7 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
     parent = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     gr.mount_gradio_app(parent, build_ui().queue(), path="/", show_error=False, auth=_login if login else None,
                         max_file_size=settings.max_upload_bytes, css=CSS_PATH.read_text(encoding="utf-8"))
-    mounted = next(route.app for route in parent.routes if isinstance(route, Mount))
+    mounted = _gradio_app(parent)
     parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,
                           allow_methods=["*"], allow_headers=["*"])
     parent.add_middleware(SecurityMiddleware, settings=settings, gradio_app=lambda: mounted, login=login)

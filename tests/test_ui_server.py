@@ -369,3 +369,20 @@ def test_preview_dataset_shows_the_first_rows_of_each_format(server, client, tmp
     with pytest.raises(AppError, match="not a local file"):
         client.predict("openai/gsm8k", api_name="/preview_dataset")
 
+
+
+@pytest.mark.slow
+def test_the_server_stops_at_once_on_sigterm_with_clients_connected(tmp_path):
+    """Open event streams (a client's or browser's heartbeat never ends by itself) do not hold the server up: it
+    ends them and exits within seconds of SIGTERM, with nothing in its log but its own lines."""
+    import signal
+    import time
+
+    with running_server(tmp_path, server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")) as (url, proc, log_path):
+        client = Client(url, verbose=False)
+        assert client.predict(api_name="/list_runs") == []
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert time.monotonic() - started < 10
+        assert "Traceback" not in log_path.read_text()
