@@ -20,7 +20,7 @@ from app.broker import queue_for, send_run
 from app.db import session_scope
 from app.paths import check_spec_paths, is_local_path
 from app.settings import get_settings
-from grpo_engine.config import SpecError, check_budget, validate_spec
+from grpo_engine.config import SpecError, check_budget, shown, validate_spec
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 
 
@@ -29,12 +29,6 @@ class ApiError(ValueError):
 
 
 MAX_ID = 2**31 - 1  # the store's integer keys (PostgreSQL integer)
-
-
-def _shown(value: Any) -> str:
-    """A client's value in an error message: its repr, cut to 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def as_id(value: Any, what: str = "run_id", low: int = 1) -> int:
@@ -50,7 +44,7 @@ def as_id(value: Any, what: str = "run_id", low: int = 1) -> int:
         except ValueError:
             pass
     if number is None or not low <= number <= MAX_ID:
-        raise ApiError(f"{what} must be an integer from {low} to {MAX_ID}, got {_shown(value)}")
+        raise ApiError(f"{what} must be an integer from {low} to {MAX_ID}, got {shown(value)}")
     return number
 
 
@@ -207,7 +201,7 @@ def list_groups(run_id: Any, step: Any = None, order: Any = None) -> list[dict]:
     step = None if step is None or step == "" else as_id(step, "step", low=0)
     order = order or "position"
     if order not in store.GROUP_ORDERS:
-        raise ApiError(f"order must be one of {', '.join(store.GROUP_ORDERS)}, got {_shown(order)}")
+        raise ApiError(f"order must be one of {', '.join(store.GROUP_ORDERS)}, got {shown(order)}")
     with session_scope() as s:
         require_run(s, run_id)
         return store.list_groups(s, run_id, step, order)
@@ -239,7 +233,7 @@ def compare_runs(run_ids: Any) -> dict:
     if isinstance(run_ids, str):
         run_ids = [x for x in run_ids.replace(",", " ").split() if x]
     if not isinstance(run_ids, (list, tuple)) or not run_ids:
-        raise ApiError(f"run_ids must be a non-empty list of run ids, got {_shown(run_ids)}")
+        raise ApiError(f"run_ids must be a non-empty list of run ids, got {shown(run_ids)}")
     ids = list(dict.fromkeys(as_id(r) for r in run_ids))  # order kept, duplicates dropped
     with session_scope() as s:
         runs = [require_run(s, run_id) for run_id in ids]

@@ -23,24 +23,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
+from accuracy_rise import wait_http  # bench/ is on the path when a bench script runs
 from workers.distributed import free_port
 
 ENDPOINTS = ("/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group")
 SPEC = {"steps_per_iteration": 30, "eval_every": 0, "checkpoint_every": 0}
-
-
-def wait_http(url: str, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"the dashboard at {url} did not answer within {timeout:.0f}s")
 
 
 def wait_for(client, run_id: int, done, what: str, timeout: float = 900) -> dict:

@@ -184,7 +184,7 @@ def decode_delimiter(value: str) -> str:
     return value.replace("\\n", "\n").replace("\\t", "\t")
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value in an error message: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -197,18 +197,18 @@ def _coerce(field: Field, value: Any) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true"
         if not isinstance(value, bool):
-            raise SpecError(field.name, f"must be true or false, got {type(value).__name__} {_shown(value)}")
+            raise SpecError(field.name, f"must be true or false, got {type(value).__name__} {shown(value)}")
         return value
     if want is str:
         if not isinstance(value, str):
-            raise SpecError(field.name, f"must be a string, got {type(value).__name__} {_shown(value)}")
+            raise SpecError(field.name, f"must be a string, got {type(value).__name__} {shown(value)}")
         if len(value) > field.max_length:
             raise SpecError(field.name, f"must be at most {field.max_length} characters, got {len(value)}")
         if "\x00" in value:
             raise SpecError(field.name, "must not contain a NUL character")
         return value.strip()
     if isinstance(value, bool):  # bool is an int subclass: refuse it for numbers
-        raise SpecError(field.name, f"must be a number, got a boolean {_shown(value)}")
+        raise SpecError(field.name, f"must be a number, got a boolean {shown(value)}")
     if want is int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -216,35 +216,35 @@ def _coerce(field: Field, value: Any) -> Any:
             try:
                 value = int(value.strip())
             except ValueError:
-                raise SpecError(field.name, f"must be an integer, got {_shown(value)}") from None
+                raise SpecError(field.name, f"must be an integer, got {shown(value)}") from None
         if not isinstance(value, int):
-            raise SpecError(field.name, f"must be an integer, got {type(value).__name__} {_shown(value)}")
+            raise SpecError(field.name, f"must be an integer, got {type(value).__name__} {shown(value)}")
         return value
     if want is float:
         if isinstance(value, str):
             try:
                 value = float(value.strip())
             except ValueError:
-                raise SpecError(field.name, f"must be a number, got {_shown(value)}") from None
+                raise SpecError(field.name, f"must be a number, got {shown(value)}") from None
         if not isinstance(value, (int, float)):
-            raise SpecError(field.name, f"must be a number, got {type(value).__name__} {_shown(value)}")
+            raise SpecError(field.name, f"must be a number, got {type(value).__name__} {shown(value)}")
         value = float(value)
         if not math.isfinite(value):
-            raise SpecError(field.name, f"must be a finite number, got {_shown(value)}")
+            raise SpecError(field.name, f"must be a finite number, got {shown(value)}")
         return value
     raise TypeError(f"unsupported field type {want}")  # pragma: no cover
 
 
 def _check_range(field: Field, value: Any) -> None:
     if field.choices is not None and value not in field.choices:
-        raise SpecError(field.name, f"must be one of {', '.join(map(repr, field.choices))}, got {_shown(value)}")
+        raise SpecError(field.name, f"must be one of {', '.join(map(repr, field.choices))}, got {shown(value)}")
     if field.min is not None:
         if field.min_exclusive and not value > field.min:
-            raise SpecError(field.name, f"must be greater than {field.min:g}, got {_shown(value)}")
+            raise SpecError(field.name, f"must be greater than {field.min:g}, got {shown(value)}")
         if not field.min_exclusive and value < field.min:
-            raise SpecError(field.name, f"must be at least {field.min:g}, got {_shown(value)}")
+            raise SpecError(field.name, f"must be at least {field.min:g}, got {shown(value)}")
     if field.max is not None and value > field.max:
-        raise SpecError(field.name, f"must be at most {field.max:g}, got {_shown(value)}")
+        raise SpecError(field.name, f"must be at most {field.max:g}, got {shown(value)}")
 
 
 MAX_TOTAL_STEPS = 1_000_000  # iterations x steps_per_iteration
