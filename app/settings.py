@@ -34,7 +34,7 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _positive(env, name: str, default: float) -> float:
+def _positive(env, name: str, default: float | None) -> float | None:
     """A positive number from the environment, or a ValueError that names the variable."""
     raw = env.get(name)
     if raw is None or not raw.strip():
@@ -91,6 +91,7 @@ class Settings:
     session_idle_minutes: float = 720.0
     login_free_attempts: int = 5
     max_tokens_per_step: int = 2**20
+    worker_memory_gb: float | None = None  # a worker's cap on its own memory (RLIMIT_DATA); None: no cap
 
     @property
     def uploads_dir(self) -> Path:
@@ -127,4 +128,5 @@ def get_settings() -> Settings:
         session_idle_minutes=_positive(env, "GRPO_SESSION_IDLE_MINUTES", 720.0),
         login_free_attempts=int(_positive(env, "GRPO_LOGIN_FREE_ATTEMPTS", 5)),
         max_tokens_per_step=int(_positive(env, "GRPO_MAX_TOKENS_PER_STEP", 2**20)),
+        worker_memory_gb=_positive(env, "GRPO_WORKER_MEMORY_GB", None),
     )

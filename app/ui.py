@@ -14,6 +14,9 @@ every endpoint need a login.
 This module imports no torch: the run is sent to the workers by task name (app.api).
 """
 import asyncio
+import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import gradio as gr
@@ -38,16 +41,25 @@ CSS_PATH = Path(__file__).with_name("dashboard.css")
 SHUTDOWN_SECONDS = 3
 
 
-def build_ui() -> gr.Blocks:
-    """The dashboard's Blocks: tabs, listeners, a 2 s refresh timer and the named endpoints.
+# POST /logout (app.web_security) ends this browser's session; the reload then shows the login form
+LOGOUT_JS = "() => fetch('logout', {method: 'POST', credentials: 'same-origin'}).then(() => window.location.reload())"
+
+
+def build_ui(login: bool = False) -> gr.Blocks:
+    """The dashboard's Blocks: tabs, listeners, a 2 s refresh timer and the named endpoints; with ``login``, a
+    "Log out" button in the header.
 
     Everything shown is read from the store (through app.api) on every refresh, so reloading the page
     or restarting the server shows the same runs, charts and groups.
     """
     # Gradio keeps a copy of every uploaded and returned file: those older than an hour are deleted every hour
     with gr.Blocks(title="GRPO dashboard", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
-        gr.Markdown("## GRPO dashboard\nLaunch Group Relative Policy Optimization runs, "
-                    "watch them train, and look at every sampled group's per-token advantages.")
+        with gr.Row(elem_id="header"):
+            gr.Markdown("## GRPO dashboard\nLaunch Group Relative Policy Optimization runs, "
+                        "watch them train, and look at every sampled group's per-token advantages.")
+            if login:
+                gr.Button("Log out", size="sm", variant="secondary", scale=0, min_width=90,
+                          elem_id="logout").click(None, js=LOGOUT_JS)
         with gr.Tabs(selected="runs", elem_id="tabs") as tabs:
             shared = make_shared(demo, tabs)
             launch = build_launch_tab(shared)
@@ -118,7 +130,16 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
     """The dashboard as an ASGI app: the Gradio app mounted at / in a parent app with the CORS policy (only
     GRPO_ALLOWED_ORIGINS get CORS headers) and app.web_security's middleware outermost."""
     parent = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    gr.mount_gradio_app(parent, build_ui().queue(), path="/", show_error=False, auth=_login if login else None,
+    # Gradio's queue rebuilds a pandas table of its last GRADIO_ANALYTICS_MAX_EVENTS (10,000) calls after every
+    # call, for a monitoring page the dashboard does not enable: at 40 calls/s that table costs tens of ms per
+    # call. Compute it once at most, over a few calls.
+    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", str(10**9))
+    os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "100")
+    # Gradio tries `import matplotlib` around every call; where it is not installed, each failed import searches
+    # the whole path again. Record it as absent once.
+    if importlib.util.find_spec("matplotlib") is None:
+        sys.modules.setdefault("matplotlib", None)
+    gr.mount_gradio_app(parent, build_ui(login).queue(), path="/", show_error=False, auth=_login if login else None,
                         max_file_size=settings.max_upload_bytes, css=CSS_PATH.read_text(encoding="utf-8"))
     mounted = _gradio_app(parent)
     parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,

@@ -96,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
     from app.broker import celery_app, declare_queues, worker_queues
 
     settings = get_settings()
+    if settings.worker_memory_gb:
+        from workers.errors import limit_memory
+
+        limit_memory(settings.worker_memory_gb)
+        print(f"grpo-dashboard worker: memory capped at {settings.worker_memory_gb:g} GB (GRPO_WORKER_MEMORY_GB)",
+              flush=True)
     db.upgrade_database()
     if args.queue:
         queues = args.queue

@@ -16,7 +16,7 @@ import torch
 from .config import RunSpec, decode_delimiter
 from .data import load_dataset
 from .math_shepherd import load_math_shepherd
-from .memory import estimate_memory, too_big_message
+from .memory import estimate_memory, memory_limit, too_big_message
 from .model import disable_dropout, load_policy, resolve_model_path
 from .parallel import Processes
 from .recorder import Recorder
@@ -104,6 +104,9 @@ def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_p
         if estimate.total > props.total_memory:
             raise ValueError(too_big_message(estimate, props.total_memory, f"this worker's GPU ({props.name})",
                                              lora=spec.lora_rank > 0, bf16=bf16))
+    elif (limit := memory_limit()) is not None and estimate.total > limit:
+        raise ValueError(too_big_message(estimate, limit, "this worker's memory limit", lora=spec.lora_rank > 0,
+                                         bf16=bf16))
 
 
 

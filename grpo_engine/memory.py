@@ -203,3 +203,14 @@ def count_parameters(model_dir: str | Path) -> tuple[int, list[tuple[int, int]]]
             if _is_lora_target(name, shape):
                 linear.append((shape[0], shape[1]))
     return total, linear
+
+
+def memory_limit() -> int | None:
+    """This process's cap on its writable memory in bytes (RLIMIT_DATA, which a worker sets from
+    GRPO_WORKER_MEMORY_GB), or None where there is none."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    return None if soft == resource.RLIM_INFINITY else soft

@@ -112,6 +112,24 @@ def test_counts_match_the_loaded_model_and_peft(tiny_models, arch):
     assert len(linear) == 2 * 7  # 2 layers of q, k, v, o, gate, up, down; no embedding, no output head
 
 
+def test_a_cpu_worker_refuses_a_run_over_its_memory_cap(tiny_models, monkeypatch):
+    """A worker's GRPO_WORKER_MEMORY_GB (RLIMIT_DATA, read by memory_limit) below a run's estimate: the run is
+    refused before training, naming the keys that shrink it; under no cap (or a large one) it goes on."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grpo_engine import loading
+    from grpo_engine.config import validate_spec
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_models["llama"])
+    spec = validate_spec({"model": str(tiny_models["llama"])})
+    monkeypatch.setattr(loading, "memory_limit", lambda: 100_000)
+    with pytest.raises(ValueError, match=r"but this worker's memory limit has 0\.1 MB; change lora_rank"):
+        loading.check_memory(policy, spec, False, torch.device("cpu"), log=lambda m: None)
+    monkeypatch.setattr(loading, "memory_limit", lambda: 2**30)
+    loading.check_memory(policy, spec, False, torch.device("cpu"), log=lambda m: None)
+
+
 def test_counts_of_a_sharded_model(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM
 

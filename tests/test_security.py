@@ -1,5 +1,4 @@
-"""Login and secrets: app.auth, the settings, the CLI's hash-password (path roots and uploads:
-tests/test_paths_uploads.py).
+"""Login and secrets: app.auth, the settings, the CLI's hash-password.
 
 Unit tests: password hashes, the user list (GRPO_AUTH_USERS / GRPO_AUTH_FILE) and its errors, masking
 of URLs, the settings.
@@ -8,6 +7,34 @@ Then real servers in subprocesses, driven through gradio_client and raw HTTP:
   a wrong password is refused) and a logged-in client works;
 - `grpo-dashboard serve` on PostgreSQL with passwords in the store and broker URLs and users configured:
   no password or hash appears in its output or in any API answer.
+
+Where each other threat is tested (all against live servers or real workers unless said):
+- another origin's page using a logged-in session, in Chromium; only the own and allowed origins answered:
+  test_web_security.py, test_another_origins_page_cannot_use_a_logged_in_session,
+  test_only_the_own_and_the_allowed_origins_get_answers;
+- password guessing (throttled per address and user, the user still gets in):
+  test_web_security.py, test_guessing_passwords_is_throttled_and_the_user_still_gets_in;
+- unknown users told apart by timing: test_web_security.py, test_unknown_users_cost_as_much_as_known_ones;
+- cancel and shutdown ignored during reward-model work: test_stop_in_rm_work.py;
+- a run too large for the workers: test_web_security.py, test_a_run_beyond_the_budget_is_refused_at_launch_naming_the_keys;
+  a worker's own memory cap: test_worker.py, test_a_worker_memory_cap_fails_a_run_cleanly,
+  test_memory.py, test_a_cpu_worker_refuses_a_run_over_its_memory_cap;
+- a large dataset file exhausting the server's memory: test_heavy_use.py,
+  test_previewing_a_large_file_takes_bounded_memory_and_is_checked_once;
+- uploads unbounded in count, size and time, copies left behind: test_heavy_use.py,
+  test_uploads_are_bounded_per_request_and_per_hour_and_leave_no_copy;
+- an export written through a planted link: test_paths_uploads.py, test_exports_go_to_a_private_directory_and_never_through_a_link;
+- a dataset directory's file linking outside the roots: test_paths_uploads.py,
+  test_a_dataset_directory_with_a_link_outside_the_roots_is_refused (run-spec paths outside the roots: the
+  same file's test_paths_outside_the_roots_or_unusable_are_refused_naming_the_key);
+- database errors, SQL and server paths reaching clients; huge or NUL-bearing strings: test_web_security.py,
+  test_bad_ids_and_strings_are_refused_without_database_errors,
+  test_an_unexpected_error_reaches_the_client_as_an_id_and_the_log_as_its_detail, and test_worker.py,
+  test_worker_records_a_failed_run (the traceback only in the worker's log);
+- the API described before login: test_web_security.py, test_nothing_but_the_login_form_answers_before_login;
+- framing, sniffing, a logout by link, sessions that never end: test_web_security.py,
+  test_every_answer_forbids_framing_and_sniffing, test_logout_is_a_post_that_ends_only_its_own_session,
+  test_an_idle_session_ends.
 """
 from __future__ import annotations
 

@@ -160,6 +160,30 @@ def test_logout_is_a_post_that_ends_only_its_own_session(guarded):
 
 
 @pytest.mark.slow
+def test_the_log_out_button_ends_the_browsers_session(guarded, tmp_path):
+    """Threat: a shared machine's browser left logged in, with no way to end the session but closing it."""
+    from playwright.sync_api import sync_playwright
+
+    url, _, _ = guarded
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.goto(url)
+        page.fill("input[type=text]", USER)
+        page.fill("input[type=password]", PASSWORD)
+        page.click("button")
+        page.wait_for_selector("#runs-table", timeout=60_000)
+        cookies = {c["name"]: c["value"] for c in context.cookies() if c["name"].startswith("access-token")}
+        assert page.locator("#logout").is_visible()
+        page.screenshot(path=str(tmp_path / "logged-in.png"))
+        page.click("#logout")
+        page.wait_for_selector("input[type=password]", timeout=30_000)  # the login form again
+        browser.close()
+    assert httpx.get(url + "config", cookies=cookies, timeout=10).status_code == 401  # that session has ended
+
+
+@pytest.mark.slow
 def test_nothing_but_the_login_form_answers_before_login(guarded):
     """Threat: what the server tells someone who has not logged in: the API's description, Gradio's queue routes."""
     url, _, _ = guarded

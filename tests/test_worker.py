@@ -11,6 +11,7 @@ fixture of conftest.py).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -163,12 +164,12 @@ class Worker:
         return self.log_path.read_text(errors="replace")
 
 
-@pytest.fixture
-def worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path):
-    """A real `grpo-dashboard worker` process consuming its own queue."""
+@contextlib.contextmanager
+def running_worker(sqlite_url: str, broker_url: str, cache_dir: Path, tmp_path: Path, **settings: str):
+    """A real `grpo-dashboard worker` process consuming its own queue, with extra GRPO_* ``settings``."""
     queue = f"grpo-test-{uuid.uuid4().hex[:12]}"
     env = {**os.environ, "GRPO_DATA_DIR": str(tmp_path), "GRPO_DATABASE_URL": sqlite_url,
-           "GRPO_BROKER_URL": broker_url, "GRPO_QUEUE": queue, "GRPO_CACHE_DIR": str(grpo_cache_dir)}
+           "GRPO_BROKER_URL": broker_url, "GRPO_QUEUE": queue, "GRPO_CACHE_DIR": str(cache_dir), **settings}
     handle = Worker(broker_url, queue, tmp_path / "worker.log")
     with open(handle.log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "grpo_dashboard.cli", "worker"], cwd=ROOT, env=env,
@@ -187,6 +188,12 @@ def worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path):
             client = redis.Redis.from_url(broker_url)
             for key in client.scan_iter(f"*{queue}*"):
                 client.delete(key)
+
+
+@pytest.fixture
+def worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path):
+    with running_worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path) as handle:
+        yield handle
 
 
 def _wait_finished(url: str, run_id: int, worker: Worker, timeout: float = RUN_TIMEOUT) -> dict:
@@ -253,6 +260,25 @@ def test_worker_cancels_a_running_run(worker, sqlite_url):
     run = _wait_finished(sqlite_url, run_id, worker, timeout=60)
     assert run["status"] == "cancelled"
     assert run["step"] < 500
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broker_url", ["sqlite"], indirect=True)
+def test_a_worker_memory_cap_fails_a_run_cleanly(sqlite_url, broker_url, grpo_cache_dir, tmp_path):
+    """GRPO_WORKER_MEMORY_GB: a run that needs more (2,048 outputs a step need ~2.5 GB) fails with the out-of-memory
+    message naming the cap, and the same worker then runs a small run (~0.5 GB)."""
+    with running_worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path, GRPO_WORKER_MEMORY_GB="1.2") as worker:
+        assert "memory capped at 1.2 GB" in worker.log()
+        big = _create_run(sqlite_url, {**TINY_SPEC, "batch_size": 32, "group_size": 64, "max_new_tokens": 32,
+                                       "steps_per_iteration": 1, "eval_every": 0})
+        worker.send(big)
+        run = _wait_finished(sqlite_url, big, worker)
+        assert run["status"] == "failed", f"{run}\n{worker.log()}"
+        assert run["error"].startswith("Out of memory") and "caps its memory at 1.2 GB" in run["error"], run["error"]
+        small = _create_run(sqlite_url, TINY_SPEC)
+        worker.send(small)
+        run = _wait_finished(sqlite_url, small, worker)
+        assert run["status"] == "completed", f"{run}\n{worker.log()}"
 
 
 def test_out_of_memory_errors_say_what_to_lower():
