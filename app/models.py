@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -75,6 +75,14 @@ class Run(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     attempts: Mapped[int] = mapped_column(default=0, server_default="0")  # starts and resumptions by workers
     checkpoint_step: Mapped[int | None]  # step of the latest saved checkpoint
+    # What the run is doing now ("loading model", "training", ...) and how far, in the phase's own units.
+    phase: Mapped[str | None] = mapped_column(Text)
+    phase_done: Mapped[int | None]
+    phase_total: Mapped[int | None]
+    # What users write on a run.
+    notes: Mapped[str] = mapped_column(Text, default="", server_default="")
+    tags: Mapped[str] = mapped_column(Text, default="", server_default="")  # comma-separated
+    archived: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -128,7 +128,8 @@ def test_list_and_get_runs(broker_url):
     runs = api.list_runs()
     assert [r["run_id"] for r in runs] == [second, first]  # newest first
     assert set(runs[0]) == {"run_id", "name", "status", "model", "dataset", "supervision", "step",
-                            "total_steps", "created_at"}
+                            "total_steps", "created_at", "started_at", "finished_at", "phase", "phase_done",
+                            "phase_total", "notes", "tags", "archived"}
     assert runs[0]["supervision"] == "process" and runs[1]["name"] == "a"
     run = api.get_run(first)
     assert {"run_id", "name", "status", "config", "step", "total_steps", "error", "started_at",

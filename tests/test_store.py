@@ -77,6 +77,8 @@ def test_create_get_and_list_runs(db_url):
     assert runs[1] == {
         "run_id": first, "name": "first", "status": "queued", "model": "builtin-arith", "dataset": "builtin-arith",
         "supervision": "process", "step": 0, "total_steps": 6, "created_at": run["created_at"],
+        "started_at": None, "finished_at": None, "phase": None, "phase_done": None, "phase_total": None,
+        "notes": "", "tags": [], "archived": False,
     }
 
 

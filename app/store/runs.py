@@ -75,14 +75,17 @@ def create_run(s: Session, spec: dict[str, Any], name: str) -> int:
 
 
 SUMMARY_COLUMNS = (Run.id, Run.name, Run.status, Run.model, Run.dataset, Run.supervision, Run.step,
-                   Run.total_steps, Run.created_at)
+                   Run.total_steps, Run.created_at, Run.started_at, Run.finished_at, Run.phase, Run.phase_done,
+                   Run.phase_total, Run.notes, Run.tags, Run.archived)
 
 
 def run_summary(row) -> dict[str, Any]:
     """A run as ``list_runs`` shows it, from a row with SUMMARY_COLUMNS (or a Run)."""
     return {"run_id": row.id, "name": row.name, "status": row.status, "model": row.model, "dataset": row.dataset,
             "supervision": row.supervision, "step": row.step, "total_steps": row.total_steps,
-            "created_at": iso(row.created_at)}
+            "created_at": iso(row.created_at), "started_at": iso(row.started_at), "finished_at": iso(row.finished_at),
+            "phase": row.phase, "phase_done": row.phase_done, "phase_total": row.phase_total,
+            "notes": row.notes or "", "tags": [t for t in (row.tags or "").split(",") if t], "archived": bool(row.archived)}
 
 
 def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
@@ -90,8 +93,7 @@ def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
     run = s.get(Run, run_id)
     if run is None:
         return None
-    return {**run_summary(run), "config": run.config, "error": run.error, "started_at": iso(run.started_at),
-            "finished_at": iso(run.finished_at), "cancel_requested": run.cancel_requested, "worker": run.worker,
+    return {**run_summary(run), "config": run.config, "error": run.error, "cancel_requested": run.cancel_requested, "worker": run.worker,
             "heartbeat_at": iso(run.heartbeat_at), "attempts": run.attempts, "checkpoint_step": run.checkpoint_step}
 
 
