@@ -37,7 +37,8 @@ from app.tab_runs import build_runs_tab
 from app.tab_shared import PRIVATE, Shared, make_shared
 from app.web_security import SecurityMiddleware
 
-CSS_PATH = Path(__file__).with_name("dashboard.css")
+# the styles: dashboard.css (what the whole page shares) first, then one file per part of the page, by name
+CSS_PATHS = sorted(Path(__file__).parent.glob("*.css"), key=lambda p: (p.name != "dashboard.css", p.name))
 SHUTDOWN_SECONDS = 3
 
 
@@ -139,8 +140,9 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
     # the whole path again. Record it as absent once.
     if importlib.util.find_spec("matplotlib") is None:
         sys.modules.setdefault("matplotlib", None)
+    css = "\n".join(path.read_text(encoding="utf-8") for path in CSS_PATHS)
     gr.mount_gradio_app(parent, build_ui(login).queue(), path="/", show_error=False, auth=_login if login else None,
-                        max_file_size=settings.max_upload_bytes, css=CSS_PATH.read_text(encoding="utf-8"))
+                        max_file_size=settings.max_upload_bytes, css=css)
     mounted = _gradio_app(parent)
     parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,
                           allow_methods=["*"], allow_headers=["*"])
