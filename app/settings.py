@@ -34,6 +34,20 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _non_negative(env, name: str, default: float) -> float:
+    """A number >= 0 from the environment, or a ValueError that names the variable."""
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if not value >= 0:
+        raise ValueError(f"{name} must be 0 or more, got {raw!r}")
+    return value
+
+
 def _positive(env, name: str, default: float | None) -> float | None:
     """A positive number from the environment, or a ValueError that names the variable."""
     raw = env.get(name)
@@ -92,6 +106,7 @@ class Settings:
     login_free_attempts: int = 5
     max_tokens_per_step: int = 2**20
     worker_memory_gb: float | None = None  # a worker's cap on its own memory (RLIMIT_DATA); None: no cap
+    hub_check_seconds: float = 5.0  # how long launch and workers wait for the Hugging Face Hub to confirm an id; 0: no check
 
     @property
     def uploads_dir(self) -> Path:
@@ -129,4 +144,5 @@ def get_settings() -> Settings:
         login_free_attempts=int(_positive(env, "GRPO_LOGIN_FREE_ATTEMPTS", 5)),
         max_tokens_per_step=int(_positive(env, "GRPO_MAX_TOKENS_PER_STEP", 2**20)),
         worker_memory_gb=_positive(env, "GRPO_WORKER_MEMORY_GB", None),
+        hub_check_seconds=_non_negative(env, "GRPO_HUB_CHECK_SECONDS", 5.0),
     )

@@ -1,15 +1,28 @@
-"""The Launch tab: one input per run-spec field (grpo_engine.config.FIELDS) with its default and its help, a
-dataset upload that fills in 'dataset', the first rows of the dataset named, and the Launch button, which
-opens the Run tab on the new run."""
+"""The Launch tab: the run spec as a form in four sections (app.launch_form: model & data, algorithm, reward,
+runtime & saving), each showing its essential keys and folding the rest under "More options"; keys that do not
+apply to the chosen options are hidden. A bar at the top holds the presets and the Launch button; a refused launch
+marks the field it names and opens its section. The dataset upload and the dataset's first rows sit next to the
+'dataset' field. Launch opens the Run tab on the new run."""
 import html
+import re
 from dataclasses import dataclass
 
 import gradio as gr
 
 from app import api, datasets
+from app.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
 from app.render import run_choices, upload_preview_html
 from app.tab_shared import PRIVATE, Shared
 from grpo_engine.config import FIELDS
+
+FIELD = {f.name: f for f in FIELDS}
+# where a refusal names its key: "group_size: must be ..." (the first word before a colon)
+_KEY = re.compile(r"^(?:Not launched: )?([a-z_]+):")
+
+
+# after a refused launch: bring the field it marked into view (its section was opened)
+SHOW_INVALID = ("() => { const field = document.querySelector('#tab-launch .invalid');"
+                " if (field) field.scrollIntoView({block: 'center', behavior: 'smooth'}); }")
 
 
 @dataclass(frozen=True)
@@ -21,61 +34,111 @@ class LaunchForm:
 
 
 def build_launch_tab(shared: Shared) -> LaunchForm:
-    """The tab and its listeners: launch, upload a dataset, preview the dataset named (also on opening)."""
+    """The tab and its listeners: presets, launch, upload a dataset, preview the dataset named (also on opening),
+    and hiding what does not apply."""
+    inputs, folds = {}, []
     with gr.Tab("Launch", id="launch", elem_id="tab-launch"):
-        form = []
-        for start in range(0, len(FIELDS), 3):
-            with gr.Row():
-                for field in FIELDS[start:start + 3]:
-                    form.append(_field_input(field))
-        form_input = dict(zip((f.name for f in FIELDS), form))  # run-spec key -> its input
-        with gr.Row():
-            dataset_upload = gr.File(label="Upload a dataset (.jsonl, .csv, .parquet): fills in 'dataset'",
-                                     file_types=[".jsonl", ".csv", ".parquet"], elem_id="dataset-upload",
-                                     height=90, scale=1)
-            upload_info = gr.HTML(elem_id="dataset-upload-info")
-        launch_button = gr.Button("Launch", variant="primary", elem_id="launch-button")
+        with gr.Row(elem_id="launch-bar", equal_height=True):
+            preset = gr.Dropdown(list(PRESETS), value=None, label="Start from a preset", elem_id="launch-preset",
+                                 scale=3)
+            launch_button = gr.Button("Launch", variant="primary", elem_id="launch-button", scale=1, min_width=160)
         launch_result = gr.HTML(elem_id="launch-result")
+        for section in SECTIONS:
+            with gr.Column(elem_classes=["launch-section"]):
+                gr.Markdown(f"#### {section.title}")
+                if section.title == "Model & data":
+                    upload_info, dataset_upload = _model_and_data(inputs)
+                else:
+                    _rows(section.essential, inputs)
+                with gr.Accordion("More options", open=False, elem_classes=["launch-more"]) as fold:
+                    _rows(section.more, inputs)
+                folds.append(fold)
+    form = [inputs[f.name] for f in FIELDS]
 
-    launch_button.click(_launch, form, [launch_result, shared.tabs, shared.run_select, shared.groups_run_select],
-                        **PRIVATE)
-    dataset_box = form_input["dataset"]
+    launch_button.click(_launch, form, [launch_result, shared.tabs, shared.run_select, shared.groups_run_select,
+                                        *form, *folds], **PRIVATE).then(None, js=SHOW_INVALID)
+    preset.input(preset_values, preset, form, **PRIVATE)
+    dependent = [inputs[k] for k in APPLIES]
+    deciding = [inputs[k] for k in DECIDING]
+    for box in deciding:  # a preset or "Launch again" changes them too: .change, not .input
+        box.change(_visibility, deciding, dependent, **PRIVATE)
+    shared.demo.load(_visibility, deciding, dependent, **PRIVATE)
+    dataset_box = inputs["dataset"]
     dataset_upload.upload(_upload, dataset_upload, [dataset_box, upload_info], **PRIVATE)
-    field_boxes = [form_input[k] for k in ("question_field", "answer_field", "solution_field")]
+    field_boxes = [inputs[k] for k in ("question_field", "answer_field", "solution_field")]
     for event in (dataset_box.blur, dataset_box.submit, *(box.blur for box in field_boxes)):  # typed in: the first rows
         event(_preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)
     shared.demo.load(_preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)  # the default dataset's rows
     return LaunchForm(form, launch_result)
 
 
+def _model_and_data(inputs: dict):
+    """The first section's essentials: name and model, then the dataset beside its upload, its first rows below,
+    then the prompt template. Returns (the preview HTML, the upload component)."""
+    with gr.Row():
+        for key in ("name", "model"):
+            inputs[key] = _field_input(FIELD[key])
+    with gr.Row(equal_height=True):
+        with gr.Column(scale=2):
+            inputs["dataset"] = _field_input(FIELD["dataset"])
+        dataset_upload = gr.File(label="Upload a dataset (.jsonl, .csv, .parquet): fills in 'dataset'",
+                                 file_types=[".jsonl", ".csv", ".parquet"], elem_id="dataset-upload",
+                                 height=90, scale=1)
+    upload_info = gr.HTML(elem_id="dataset-upload-info")
+    with gr.Row():
+        inputs["prompt_template"] = _field_input(FIELD["prompt_template"])
+    return upload_info, dataset_upload
+
+
+def _rows(keys: tuple[str, ...], inputs: dict, per_row: int = 3) -> None:
+    """The inputs of ``keys``, ``per_row`` to a row, into ``inputs``."""
+    for start in range(0, len(keys), per_row):
+        with gr.Row():
+            for key in keys[start:start + per_row]:
+                inputs[key] = _field_input(FIELD[key])
+
+
+def _visibility(*deciding):
+    """Each key that applies only under some options: shown when it applies to the form's current values."""
+    values = dict(zip(DECIDING, deciding))
+    return [gr.update(visible=applies(key, values)) for key in APPLIES]
+
+
 def _field_input(field):
     """The form input of one run-spec field: radio for choices, a checkbox for booleans, text for strings, else a
     number."""
     if field.choices:
-        return gr.Radio(list(field.choices), value=field.default, label=field.name, info=field.help,
+        return gr.Radio(list(field.choices), value=field.default, label=label(field.name), info=field.help,
                         elem_id=f"spec-{field.name}")
     if field.type is bool:
-        return gr.Checkbox(value=field.default, label=field.name, info=field.help, elem_id=f"spec-{field.name}")
+        return gr.Checkbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
     if field.type is str:
-        return gr.Textbox(value=field.default, label=field.name, info=field.help, elem_id=f"spec-{field.name}")
+        return gr.Textbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
     # no min/max/precision on the component: validate_spec is the one judge and names the key
-    return gr.Number(value=field.default, label=field.name, info=field.help, elem_id=f"spec-{field.name}")
+    return gr.Number(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
 
 
 def _launch(*values):
-    """Launch the form's run spec; on success open the Run tab on it (both run pickers), else say why not."""
+    """Launch the form's run spec; on success open the Run tab on it (both run pickers), else say why not, mark
+    the field the refusal names and open its section."""
     spec = {field.name: value for field, value in zip(FIELDS, values)}
     try:
         result = api.launch_run(spec)
     except api.ApiError as e:
-        return f'<div class="error">Not launched: {html.escape(str(e))}</div>', gr.skip(), gr.skip(), gr.skip()
+        key = match.group(1) if (match := _KEY.match(str(e))) and match.group(1) in FIELD else None
+        marks = [gr.update(elem_classes=["invalid"] if f.name == key else []) for f in FIELDS]
+        folds = [gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential
+                 else gr.skip() for i in range(len(SECTIONS))]
+        return (f'<div class="error" data-key="{key or ""}">Not launched: {html.escape(str(e))}</div>',
+                gr.skip(), gr.skip(), gr.skip(), *marks, *folds)
     runs = api.list_runs()
     run_id = result["run_id"]
     choices = run_choices(runs)
     return (f'<div class="ok">Launched run {run_id} ({result["status"]}).</div>',
             gr.Tabs(selected="run"),
             gr.Dropdown(choices=choices, value=run_id),
-            gr.Dropdown(choices=choices, value=run_id))
+            gr.Dropdown(choices=choices, value=run_id),
+            *[gr.update(elem_classes=[]) for _ in FIELDS], *[gr.skip() for _ in SECTIONS])
 
 
 def _upload(path):

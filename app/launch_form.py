@@ -1,0 +1,116 @@
+"""The Launch form's layout, as data: which section each run-spec key sits in, which keys are shown at once and
+which are folded under "More options", when a key applies, the label a user reads, and the presets.
+
+Pure (no Gradio): app.tab_launch builds the components from it, and tests check that every RunSpec key appears
+exactly once and that every preset is a valid run spec.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_engine.config import FIELDS
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the form: its title, the keys shown at once and the keys folded under "More options"."""
+
+    title: str
+    essential: tuple[str, ...]
+    more: tuple[str, ...]
+
+
+SECTIONS = (
+    Section("Model & data", ("name", "model", "dataset", "prompt_template"),
+            ("dataset_config", "dataset_split", "eval_split", "question_field", "answer_field", "solution_field")),
+    Section("Algorithm", ("group_size", "batch_size", "steps_per_iteration", "learning_rate", "max_new_tokens"),
+            ("iterations", "policy_updates_per_batch", "clip_eps", "kl_coef", "temperature", "top_p", "seed")),
+    Section("Reward", ("supervision", "reward", "format_reward"),
+            ("step_delimiter", "reward_model", "rm_data", "rm_samples", "rm_learning_rate", "rm_replay_ratio")),
+    Section("Runtime & saving", ("device", "precision", "lora_rank"),
+            ("micro_batch_size", "gradient_checkpointing", "devices", "eval_every", "checkpoint_every",
+             "checkpoint_keep", "record_every")),
+)
+
+# Labels where the key, spaced and capitalised, would not say it (the key is shown beside every label).
+LABELS = {
+    "prompt_template": "Prompt template", "dataset_config": "Dataset configuration", "eval_split": "Held-out split",
+    "group_size": "Group size G", "batch_size": "Questions per step B", "steps_per_iteration": "Steps per iteration M",
+    "max_new_tokens": "Max new tokens", "iterations": "Iterations I", "policy_updates_per_batch": "Policy updates mu",
+    "clip_eps": "Clip epsilon", "kl_coef": "KL coefficient beta", "top_p": "Top-p", "format_reward": "Format reward",
+    "reward_model": "Reward model start", "rm_data": "PRM training data", "rm_samples": "Reward model samples",
+    "rm_learning_rate": "Reward model learning rate", "rm_replay_ratio": "Reward model replay ratio",
+    "lora_rank": "LoRA rank", "micro_batch_size": "Micro-batch size", "devices": "Processes (data-parallel)",
+    "eval_every": "Evaluate every", "checkpoint_every": "Checkpoint every", "checkpoint_keep": "Checkpoints kept",
+    "record_every": "Record groups every",
+}
+
+
+def label(key: str) -> str:
+    """What the form calls a key, with the key itself for API users: 'Group size G · group_size'.
+
+    >>> label("group_size"), label("seed")
+    ('Group size G · group_size', 'Seed · seed')
+    """
+    words = LABELS.get(key) or key.replace("_", " ").capitalize()
+    return f"{words} · {key}"
+
+
+def _hub_dataset(values: dict) -> bool:
+    """Whether the dataset is anything but the built-in one (its columns and splits then matter)."""
+    return (values.get("dataset") or "builtin-arith") != "builtin-arith"
+
+
+# When a key applies, from the form's other values; a key not here always applies.
+APPLIES = {
+    "dataset_config": _hub_dataset, "dataset_split": _hub_dataset, "eval_split": _hub_dataset,
+    "question_field": _hub_dataset, "answer_field": _hub_dataset, "solution_field": _hub_dataset,
+    "format_reward": lambda v: v.get("supervision") != "process",
+    "step_delimiter": lambda v: v.get("supervision") == "process",
+    "reward_model": lambda v: v.get("reward") == "model",
+    "rm_samples": lambda v: v.get("reward") == "model",
+    "rm_learning_rate": lambda v: v.get("reward") == "model",
+    "rm_replay_ratio": lambda v: v.get("reward") == "model",
+    "rm_data": lambda v: v.get("reward") == "model" and v.get("supervision") == "process",
+}
+# The keys whose value decides whether another key applies: the form re-checks when one of them changes.
+DECIDING = ("dataset", "supervision", "reward")
+
+
+def applies(key: str, values: dict) -> bool:
+    """Whether ``key`` means anything for a run spec with these ``values`` (hidden in the form when not).
+
+    >>> applies("rm_samples", {"reward": "rule"}), applies("rm_samples", {"reward": "model"})
+    (False, True)
+    >>> applies("step_delimiter", {"supervision": "process"}), applies("group_size", {})
+    (True, True)
+    """
+    rule = APPLIES.get(key)
+    return rule is None or bool(rule(values))
+
+
+def section_of(key: str) -> int:
+    """The index in SECTIONS of the section holding ``key``."""
+    return next(i for i, s in enumerate(SECTIONS) if key in s.essential or key in s.more)
+
+
+PRESETS = {
+    "Built-in demo (CPU, minutes)": {},
+    "GSM8K with a 0.5B instruct model (GPU)": {
+        "name": "qwen0.5b-gsm8k", "model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "openai/gsm8k",
+        "dataset_config": "main", "dataset_split": "train", "eval_split": "test", "prompt_template": "auto",
+        "format_reward": 0.1, "group_size": 8, "batch_size": 16, "max_new_tokens": 300, "learning_rate": 1e-6,
+        "steps_per_iteration": 500, "eval_every": 25, "checkpoint_every": 25, "device": "gpu",
+        "micro_batch_size": 16, "gradient_checkpointing": True,
+    },
+    "Process supervision with a learned PRM (built-in)": {
+        "name": "builtin-prm", "supervision": "process", "reward": "model", "iterations": 2,
+        "steps_per_iteration": 100, "rm_samples": 1024,
+    },
+}
+
+
+def preset_values(preset: str) -> list:
+    """The form's values (in FIELDS order) for a preset: the defaults with the preset's keys over them."""
+    chosen = PRESETS[preset]
+    return [chosen.get(f.name, f.default) for f in FIELDS]

@@ -1,0 +1,62 @@
+"""The Launch form in a real browser (Chromium through Playwright) on a live `grpo-dashboard serve`: a preset fills
+the form, keys that do not apply are hidden and come back when their option is chosen, a refused launch marks the
+field it names (opening its folded section and bringing it into view), and a launch opens the Run tab. Screenshots
+of the form at 1280 and 1600 px go to test-artifacts/."""
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.test_browser import ARTIFACTS, CHROMIUM, dashboard  # noqa: F401 (the fixture)
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_presets_applicable_fields_and_a_marked_refusal(dashboard):  # noqa: F811
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            for width in (1280, 1600):
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.goto(dashboard)
+                page.click("#tab-launch-button")
+                expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-arith: ")
+                page.screenshot(path=str(ARTIFACTS / f"launch-{width}.png"), full_page=True)
+                page.close()
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(30_000)
+            expect.set_options(timeout=30_000)
+            page.goto(dashboard)
+            page.click("#tab-launch-button")
+            rm_samples = page.locator("#spec-rm_samples")
+            expect(page.locator("#spec-format_reward")).to_be_visible()  # outcome, rule reward: no RM keys
+            expect(rm_samples).to_be_hidden()
+            expect(page.locator("#spec-step_delimiter")).to_be_hidden()
+
+            page.locator("#launch-preset input").click()
+            page.get_by_role("option", name="Process supervision with a learned PRM (built-in)").click()
+            expect(page.locator("#spec-name textarea, #spec-name input").first).to_have_value("builtin-prm")
+            expect(page.locator("#spec-steps_per_iteration input")).to_have_value("100")
+            expect(page.locator("#spec-format_reward")).to_be_hidden()  # process supervision
+            page.locator(".launch-section").nth(2).get_by_text("More options").click()  # Reward's folded keys
+            expect(rm_samples).to_be_visible()  # reward: model
+            expect(page.locator("#spec-rm_samples input")).to_have_value("1024")
+
+            page.locator("#spec-rm_samples input").fill("1")  # too few: refused, naming rm_samples
+            page.click("#launch-button")
+            expect(page.locator("#launch-result .error")).to_contain_text("rm_samples")
+            expect(page.locator("#spec-rm_samples.invalid")).to_be_visible()
+            assert page.locator("#tab-launch .invalid").count() == 1
+            page.screenshot(path=str(ARTIFACTS / "launch-refused.png"))
+
+            page.locator("#spec-rm_samples input").fill("64")
+            page.locator("#spec-steps_per_iteration input").fill("2")
+            page.click("#launch-button")
+            expect(page.locator("#launch-result .ok")).to_contain_text("Launched run")
+            expect(page.locator("#run-progress .run-progress")).to_contain_text("builtin-prm")
+            assert page.locator("#tab-launch .invalid").count() == 0
+        finally:
+            browser.close()

@@ -1,0 +1,39 @@
+"""The Launch form's layout (app.launch_form): every run-spec key appears once, the presets are valid run specs,
+and the rules that hide keys follow the options they depend on."""
+from __future__ import annotations
+
+import pytest
+
+from app.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
+from grpo_engine.config import FIELDS, validate_spec
+
+
+def test_every_key_sits_in_exactly_one_section():
+    placed = [k for s in SECTIONS for k in (*s.essential, *s.more)]
+    assert sorted(placed) == sorted(f.name for f in FIELDS)
+    assert len(placed) == len(set(placed))
+    assert all(0 <= section_of(k) < len(SECTIONS) for k in placed)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_each_preset_is_a_valid_run_spec(preset):
+    values = dict(zip((f.name for f in FIELDS), preset_values(preset)))
+    spec = validate_spec(values)
+    for key, value in PRESETS[preset].items():
+        assert getattr(spec, key) == value
+
+
+def test_keys_apply_only_under_their_options():
+    rule, model = {"reward": "rule", "supervision": "outcome"}, {"reward": "model", "supervision": "process"}
+    assert not applies("rm_samples", rule) and applies("rm_samples", model)
+    assert not applies("rm_data", {"reward": "model", "supervision": "outcome"}) and applies("rm_data", model)
+    assert applies("format_reward", rule) and not applies("format_reward", model)
+    assert applies("step_delimiter", model) and not applies("step_delimiter", rule)
+    assert not applies("dataset_split", {"dataset": "builtin-arith"}) and applies("dataset_split", {"dataset": "openai/gsm8k"})
+    assert all(applies(f.name, {}) for f in FIELDS if f.name not in APPLIES)
+    assert set(DECIDING) <= {f.name for f in FIELDS}
+
+
+def test_labels_show_words_and_the_key():
+    assert label("kl_coef") == "KL coefficient beta · kl_coef"
+    assert label("temperature") == "Temperature · temperature"
