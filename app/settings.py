@@ -34,8 +34,9 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _non_negative(env, name: str, default: float) -> float:
-    """A number >= 0 from the environment, or a ValueError that names the variable."""
+def _number(env, name: str, default: float | None, at_least_zero: bool = False) -> float | None:
+    """A number from the environment (greater than 0, or with ``at_least_zero`` 0 or more), or a ValueError that
+    names the variable."""
     raw = env.get(name)
     if raw is None or not raw.strip():
         return default
@@ -43,23 +44,14 @@ def _non_negative(env, name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{name} must be a number, got {raw!r}") from None
-    if not value >= 0:
-        raise ValueError(f"{name} must be 0 or more, got {raw!r}")
+    if not (value >= 0 if at_least_zero else value > 0):
+        raise ValueError(f"{name} must be {'0 or more' if at_least_zero else 'greater than 0'}, got {raw!r}")
     return value
 
 
 def _positive(env, name: str, default: float | None) -> float | None:
     """A positive number from the environment, or a ValueError that names the variable."""
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"{name} must be greater than 0, got {raw!r}")
-    return value
+    return _number(env, name, default)
 
 
 def _origins(raw: str | None) -> tuple[str, ...]:
@@ -144,5 +136,5 @@ def get_settings() -> Settings:
         login_free_attempts=int(_positive(env, "GRPO_LOGIN_FREE_ATTEMPTS", 5)),
         max_tokens_per_step=int(_positive(env, "GRPO_MAX_TOKENS_PER_STEP", 2**20)),
         worker_memory_gb=_positive(env, "GRPO_WORKER_MEMORY_GB", None),
-        hub_check_seconds=_non_negative(env, "GRPO_HUB_CHECK_SECONDS", 5.0),
+        hub_check_seconds=_number(env, "GRPO_HUB_CHECK_SECONDS", 5.0, at_least_zero=True),
     )
