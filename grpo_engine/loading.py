@@ -109,11 +109,18 @@ def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_p
                                          bf16=bf16))
 
 
+def building_progress(recorder: Recorder):
+    """A ``progress(done, total)`` for the built-in model's warm start that reports it as the run's phase."""
+    def progress(done: int, total: int) -> None:
+        recorder.phase("building built-in model", done, total)
+    return progress
+
 
 def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None):
     """Place the run (Accelerate), load the policy (fp32, dropout off), the dataset, the reference and the
-    optimizer, and the learned reward model (reward: model). Returns (learner, train set, held-out set,
-    RewardModelState or None)."""
+    optimizer, and the learned reward model (reward: model), reporting each phase to ``recorder``. Returns
+    (learner, train set, held-out set, RewardModelState or None)."""
+    recorder.phase("loading model")
     accelerator = make_accelerator(run_device(spec.device, device), spec.precision)
     dev = accelerator.device
     procs = Processes(accelerator)  # one, or the data-parallel processes of a run with devices > 1
@@ -123,15 +130,17 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     bf16 = accelerator.mixed_precision == "bf16"
     recorder.log(f"loading model {spec.model!r} on {dev} ({'bf16 mixed precision' if bf16 else 'fp32'})"
                  + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
+    building = building_progress(recorder)
     if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
         if procs.main:
             for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else [])}:
-                resolve_model_path(name, cache_dir, log=recorder.log)
+                resolve_model_path(name, cache_dir, log=recorder.log, progress=building)
         procs.barrier()
-    policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log)
+    policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log, progress=building)
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    recorder.phase("loading dataset")
     recorder.log(f"loading dataset {spec.dataset!r}")
     train_set, heldout = load_dataset(spec.dataset, config=spec.dataset_config, split=spec.dataset_split,
                                       eval_split=spec.eval_split,
@@ -144,6 +153,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     if spec.lora_rank > 0:
         reference = None  # the base model with the adapter disabled
     else:  # frozen: in bf16 under bf16 autocast, where its forward passes run in bf16 anyway
+        recorder.phase("loading reference model")
         reference = copy.deepcopy(policy).eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
@@ -163,8 +173,10 @@ def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Pat
     state = RewardModelState(f"{kind.upper()} from {(spec.reward_model or spec.model)!r}",
                              rng=random.Random(spec.seed + 1))
     recorder.log(f"loading the reward model: {state.name}")
+    recorder.phase("loading model")
     # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
-    rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log),
+    rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log,
+                                              progress=building_progress(recorder)),
                            kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
                            prior_dtype=torch.bfloat16 if bf16 else torch.float32, delimiter=learner.delimiter,
                            autocast=learner.accelerator.autocast)
@@ -173,6 +185,7 @@ def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Pat
                      rm_params=sum(p.numel() for p in rm.backbone.parameters()))
     learner.rm = rm
     if spec.rm_data:  # Math-Shepherd-labelled solutions instead of the step checker's labels
+        recorder.phase("loading dataset")
         labelled, skipped = load_math_shepherd(spec.rm_data)
         labelled = [RMExample(q, steps, labels) for q, steps, labels in labelled]
         random.Random(spec.seed + 2).shuffle(labelled)

@@ -68,8 +68,13 @@ def _sft_batch(tokenizer, examples: list[dict]) -> tuple[torch.Tensor, torch.Ten
     return input_ids, attention, label_t
 
 
-def create_builtin_model(out_dir: Path, log=print) -> None:
-    """Warm-start the built-in policy from scratch and save it to ``out_dir``."""
+def no_progress(done: int, total: int) -> None:
+    """The progress report of work nobody follows."""
+
+
+def create_builtin_model(out_dir: Path, log=print, progress=no_progress) -> None:
+    """Warm-start the built-in policy from scratch and save it to ``out_dir``. ``progress(done, total)`` is
+    called with the warm-up steps done, before the first and after each one."""
     torch.manual_seed(WARMUP["seed"])
     rng = random.Random(WARMUP["seed"])
     tokenizer = build_tokenizer()
@@ -82,6 +87,7 @@ def create_builtin_model(out_dir: Path, log=print) -> None:
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=WARMUP["lr"], total_steps=WARMUP["steps"], pct_start=0.1)
     model.train()
     start = time.time()
+    progress(0, WARMUP["steps"])
     for step in range(1, WARMUP["steps"] + 1):
         input_ids, attention, labels = _sft_batch(tokenizer, rng.sample(data, WARMUP["batch_size"]))
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
@@ -90,6 +96,7 @@ def create_builtin_model(out_dir: Path, log=print) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        progress(step, WARMUP["steps"])
         if step % 100 == 0:
             log(f"built-in model warm start: step {step}/{WARMUP['steps']} loss {loss.item():.3f} "
                 f"({time.time() - start:.0f}s)")
@@ -112,8 +119,9 @@ def _file_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def builtin_model_dir(cache_dir: Path, log=print) -> Path:
-    """The cached built-in policy directory, created on first use (safe across processes)."""
+def builtin_model_dir(cache_dir: Path, log=print, progress=no_progress) -> Path:
+    """The cached built-in policy directory, created on first use (safe across processes); ``progress``
+    follows the warm start of that first use (see create_builtin_model)."""
     target = Path(cache_dir) / f"{BUILTIN_MODEL}-{BUILTIN_VERSION}"
     if (target / "model.safetensors").exists():
         return target
@@ -123,7 +131,7 @@ def builtin_model_dir(cache_dir: Path, log=print) -> Path:
         log("creating the built-in model (first use only)")
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        create_builtin_model(tmp, log=log)
+        create_builtin_model(tmp, log=log, progress=progress)
         if not (tmp / "model.safetensors").exists():  # transformers saves on rank 0 only in a distributed launch
             raise RuntimeError("the built-in model was not written; create it from the main process only")
         shutil.rmtree(target, ignore_errors=True)  # an incomplete directory from an interrupted build
@@ -142,10 +150,11 @@ def write_builtin_model(out_dir: Path, cache_dir: Path, log=print) -> Path:
     return out_dir
 
 
-def resolve_model_path(model: str, cache_dir: Path, log=print) -> str:
-    """The built-in preset's cached directory, or ``model`` unchanged (a hub id or a local path)."""
+def resolve_model_path(model: str, cache_dir: Path, log=print, progress=no_progress) -> str:
+    """The built-in preset's cached directory (built on first use, ``progress`` following its warm start), or
+    ``model`` unchanged (a hub id or a local path)."""
     if model == BUILTIN_MODEL:
-        return str(builtin_model_dir(cache_dir, log=log))
+        return str(builtin_model_dir(cache_dir, log=log, progress=progress))
     return model
 
 
@@ -185,11 +194,11 @@ def disable_dropout(model) -> None:
                 setattr(module, name, 0.0)
 
 
-def load_policy(model: str, cache_dir: Path, device: torch.device, log=print):
+def load_policy(model: str, cache_dir: Path, device: torch.device, log=print, progress=no_progress):
     """(model, tokenizer) for a preset, a local directory or a Hugging Face id.
 
-    The tokenizer pads on the left (batched generation).
+    The tokenizer pads on the left (batched generation). ``progress``: see resolve_model_path.
     """
-    policy, tokenizer = load_causal_lm(resolve_model_path(model, cache_dir, log=log))
+    policy, tokenizer = load_causal_lm(resolve_model_path(model, cache_dir, log=log, progress=progress))
     tokenizer.padding_side = "left"
     return policy.to(device), tokenizer

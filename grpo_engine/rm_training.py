@@ -3,6 +3,7 @@ fresh policy samples labelled without humans, and the (re)training with a replay
 refresh)."""
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,7 +11,9 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import RunSpec, decode_delimiter
-from .reward_model import RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit, replay_mix
+from .model import no_progress
+from .reward_model import (FIT_BATCH, FIT_EPOCHS, RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit,
+                           replay_mix)
 from .recorder import no_check
 from .sampling import generate
 from .step import encode_prompts, judge, rm_examples
@@ -48,10 +51,41 @@ def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunS
     return out
 
 
+class BatchCounter:
+    """The ``check`` of the reward model's work that also counts its batches: called before each batch (of
+    sampling or of training), it calls ``check`` and then ``progress(batches done, total)``. ``total`` is
+    set when the work's size is known (see ``train_reward_model``)."""
+
+    def __init__(self, check: Callable[[], None], progress: Callable[[int, int], None], total: int):
+        self.check, self.progress, self.total, self.done = check, progress, total, 0
+
+    def __call__(self) -> None:
+        """One more batch starts: stop if asked to, then report the batches already done."""
+        self.check()
+        self.progress(self.done, self.total)
+        self.done += 1
+
+    def finish(self) -> None:
+        """Every batch is done."""
+        self.done = self.total
+        self.progress(self.done, self.total)
+
+
+def sampling_batches(n_questions: int, spec: RunSpec) -> int:
+    """How many batches ``sample_labelled`` generates for ``n_questions`` (B x G outputs each)."""
+    return math.ceil(n_questions / (spec.batch_size * spec.group_size))
+
+
+def fit_batches(n_examples: int) -> int:
+    """How many training batches the reward model's ``fit`` runs on ``n_examples``."""
+    return FIT_EPOCHS * math.ceil(n_examples / FIT_BATCH)
+
+
 def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokenizer, prompt, train_set: list[dict],
                        heldout: list[dict], spec: RunSpec, rng: random.Random, device,
                        data: tuple[list[RMExample], list[RMExample]] | None = None,
-                       check: Callable[[], None] = no_check) -> dict[str, float]:
+                       check: Callable[[], None] = no_check,
+                       progress: Callable[[int, int], None] = no_progress) -> dict[str, float]:
     """Train the RM on fresh labelled samples of the current policy mixed with a replay of ``history``.
 
     The first call (empty history) is the RM's initial training on the initial policy's outputs; later
@@ -64,20 +98,28 @@ def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokeni
     is measured on the held-out ones, instead of sampling and labelling the policy's outputs.
 
     ``check`` is called before every batch of sampling and of training: it raises (StopRequested) to stop the
-    work half-way, leaving ``history`` as it was.
+    work half-way, leaving ``history`` as it was. ``progress(done, total)`` follows those batches (sampling
+    and labelling first, then training), before each and once all are done.
     """
+    n_fresh = spec.rm_samples if data is None else min(spec.rm_samples, len(data[0]))
+    n_replay = min(len(history), round(spec.rm_replay_ratio * n_fresh))  # as replay_mix draws them
+    n_held = max(1, spec.rm_samples // 4)
+    n_sampling = 0 if data is not None else sampling_batches(n_held, spec) + sampling_batches(n_fresh, spec)
+    counter = BatchCounter(check, progress, n_sampling + fit_batches(n_fresh + n_replay))
     if data is not None:
         pool, held = data
         start = len(history) % len(pool)  # every example drawn so far is in the history
         fresh = (pool[start:] + pool[:start])[: spec.rm_samples]
     else:
-        held = sample_labelled(policy, tokenizer, prompt, rng.choices(heldout, k=max(1, spec.rm_samples // 4)), spec,
-                               rm.kind, device, check)
+        held = sample_labelled(policy, tokenizer, prompt, rng.choices(heldout, k=n_held), spec, rm.kind, device,
+                               counter)
         fresh = sample_labelled(policy, tokenizer, prompt, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind,
-                                device, check)
+                                device, counter)
     metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}  # before this (re)training
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
-    metrics["rm/loss"] = rm_fit(rm, mixed, spec.rm_learning_rate, rng, check=check)
+    counter.total = counter.done + fit_batches(len(mixed))  # the exact count, from the set replay_mix built
+    metrics["rm/loss"] = rm_fit(rm, mixed, spec.rm_learning_rate, rng, check=counter)
+    counter.finish()
     metrics["rm/accuracy_after"] = rm_accuracy(rm, held)
     metrics["rm/train_examples"] = float(len(mixed))
     metrics["rm/replayed"] = float(n_replayed)

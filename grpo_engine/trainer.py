@@ -51,7 +51,8 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     "paused" when it said "pause" (a checkpoint of the state was saved first, when checkpointing is on).
     ``checkpoint_dir``: where the run's checkpoints live (None: none are saved). If it holds one, the
     run resumes from the newest; every ``spec.checkpoint_every`` steps a new one is saved, and at the
-    end the trained policy is saved in ``checkpoint_dir/final`` (Hugging Face format).
+    end the trained policy is saved in ``checkpoint_dir/final`` (Hugging Face format). What the run is doing
+    (loading, training k/N, evaluating, saving, ...) is reported to ``recorder.phase`` as it goes.
     """
     t_load = time.time()
     run = TrainingRun(spec, recorder, checkpoint_dir, *load_learner(spec, recorder, Path(cache_dir), device))
@@ -63,6 +64,7 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     try:
         if run.step == 0:
             run.before_training()
+        run.training_phase()
         for iteration in range(start_iteration, spec.iterations + 1):
             if iteration > 1 and run.step == (iteration - 1) * spec.steps_per_iteration:  # (not when resumed mid-iteration)
                 new_iteration(run.learner)
@@ -97,6 +99,7 @@ class TrainingRun:
             if self.procs.rank > 0:  # each process samples with its own random stream (the main one keeps the seed)
                 torch.manual_seed(self.spec.seed + self.procs.rank)
             return 1
+        self.recorder.phase("loading model")  # the policy (and optimizer) saved in the checkpoint
         state = checkpoint.read_state(found[1])
         # (LoRA after iteration 1: the saved policy is the base with the earlier adapters folded in plus the
         # current adapter, under the same parameter names as this freshly wrapped model)
@@ -119,6 +122,7 @@ class TrainingRun:
             self.recorder.log(f"{self.rm_state.name} trained on {len(self.rm_state.history)} {source}: "
                               f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_after']:.3f}")
         if self.spec.eval_every:
+            self.recorder.phase("evaluating")
             metrics["eval/accuracy"] = self.eval_accuracy()
             self.recorder.log(f"step 0: eval/accuracy {metrics['eval/accuracy']:.3f}")
         if metrics:
@@ -139,6 +143,7 @@ class TrainingRun:
         metrics["time/step"] = time.time() - t0  # the step itself: evaluation and an RM refresh are timed apart
         if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
             t_eval = time.time()
+            self.recorder.phase("evaluating")
             metrics["eval/accuracy"] = self.eval_accuracy()
             metrics["time/eval"] = time.time() - t_eval
         # RM refresh (Algorithm 1) at the end of every iteration but the last, after which nothing uses the RM
@@ -150,11 +155,17 @@ class TrainingRun:
                 f"({metrics['rm/replayed']:.0f} replayed) in {time.time() - t_refresh:.1f}s: loss {metrics['rm/loss']:.3f}, "
                 f"held-out accuracy {metrics['rm/accuracy_before']:.3f} -> {metrics['rm/accuracy_after']:.3f}")
         self.recorder.step(step, iteration, metrics)
+        self.training_phase()
         if "eval/accuracy" in metrics:
             self.recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, "
                               f"kl {metrics['kl']:.4f}, eval/accuracy {metrics['eval/accuracy']:.3f}")
         if self.checkpointing and step % spec.checkpoint_every == 0 and step < spec.total_steps:
             self.save_checkpoint(iteration)
+            self.training_phase()
+
+    def training_phase(self) -> None:
+        """Report the "training" phase: steps done of the run's total."""
+        self.recorder.phase("training", self.step, self.spec.total_steps)
 
     @property
     def checkpointing(self) -> bool:
@@ -184,6 +195,7 @@ class TrainingRun:
         self.recorder.log(f"finished {self.step} steps")
         if self.checkpoint_dir is not None and self.procs.main:
             t = time.time()
+            self.recorder.phase("saving")
             checkpoint.save_final(self.checkpoint_dir / "final", self.learner.unwrapped(), self.learner.tokenizer,
                                   lora=self.spec.lora_rank > 0)
             for _, old in checkpoint.step_dirs(self.checkpoint_dir):
@@ -199,6 +211,7 @@ class TrainingRun:
         states = procs.gather([checkpoint.process_random_state()]) if procs.n > 1 else None
         self.saved_step = self.step
         if procs.main:
+            self.recorder.phase("saving")
             self.recorder.flush()  # what was reported up to this step is recorded before the checkpoint exists
             path = checkpoint.save(
                 self.checkpoint_dir, step=self.step, iteration=iteration, policy=self.learner.unwrapped(),
@@ -227,9 +240,13 @@ class TrainingRun:
         if self.procs.main:
             metrics = train_reward_model(self.rm, self.rm_state.history, learner.unwrapped(), learner.tokenizer,
                                          learner.prompt, self.train_set, self.heldout, self.spec, self.rm_state.rng,
-                                         learner.dev, self.rm_state.data, check)
+                                         learner.dev, self.rm_state.data, check, self.reward_model_progress)
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)
+
+    def reward_model_progress(self, done: int, total: int) -> None:
+        """Report the "training reward model" phase: batches of its sampling and training done of their total."""
+        self.recorder.phase("training reward model", done, total)
 
 
 @torch.no_grad()

@@ -214,6 +214,7 @@ def test_worker_runs_a_run(worker, sqlite_url):
     assert run["status"] == "completed", f"{run['error']}\n{worker.log()}"
     assert (run["step"], run["total_steps"], run["error"]) == (2, 2, None)
     assert run["started_at"] and run["finished_at"]
+    assert (run["phase"], run["phase_done"], run["phase_total"]) == (None, None, None)  # ended: no phase
 
     with session_scope(sqlite_url) as s:
         metrics = store.get_metrics(s, run_id)
@@ -255,11 +256,14 @@ def test_worker_cancels_a_running_run(worker, sqlite_url):
         assert run["status"] in ("queued", "running"), run
         assert time.monotonic() < deadline, f"the run made no step:\n{worker.log()}"
         time.sleep(0.3)
+    # written before step 1's metrics, by the same ordered writer
+    assert (run["phase"], run["phase_total"]) == ("training", 500), run
     with session_scope(sqlite_url) as s:
         assert store.request_cancel(s, run_id) == {"run_id": run_id, "status": "running"}
     run = _wait_finished(sqlite_url, run_id, worker, timeout=60)
     assert run["status"] == "cancelled"
     assert run["step"] < 500
+    assert run["phase"] is None
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ The worker that claimed the run keeps its lease (its LeaseKeeper thread) and sta
 in a session of its own (a Ctrl-C in the worker's terminal reaches the worker only). Each process runs
 ``grpo_engine.trainer.train``, data-parallel (see grpo_engine/parallel.py); on a worker without a GPU,
 or for a run with ``device: cpu``, the processes run on the CPU and talk over gloo. The main process
-(rank 0) records through a DBRecorder under the worker's name, so the lease fences its writes exactly
-as for a single-process run; the other processes record nothing.
+(rank 0) records (steps, logs, phases) through a DBRecorder under the worker's name, so the lease fences
+its writes exactly as for a single-process run; the other processes record nothing.
 
 The worker and the processes talk through a control directory:
 
@@ -118,7 +118,9 @@ def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder)
 
     ``recorder``: the worker's recorder for the run; its ``should_stop()`` (lease lost, worker shutting
     down, cancelled) is relayed to the processes, and when it has a ``show(step, total, metrics)``
-    method (the CLI's progress bar) it is called for each step the main process records."""
+    method (the CLI's progress bar) it is called for each step the main process records, and its
+    ``show_phase(name, done, total)`` for each phase (the main process records them; this process
+    only reads them back)."""
     cpu = on_cpu(spec)
     control = Path(tempfile.mkdtemp(prefix=f"grpo-run-{run_id}-"))
     env = dict(os.environ)
@@ -129,6 +131,7 @@ def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder)
         proc = subprocess.Popen(launch_command(run_id, spec, worker, control, cpu), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
         show, shown = getattr(recorder, "show", None), 0
+        show_phase, shown_phase = getattr(recorder, "show_phase", None), None
         try:
             while proc.poll() is None:
                 reason = recorder.should_stop()
@@ -140,6 +143,11 @@ def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder)
                             if m["step"] > shown:
                                 shown = m["step"]
                                 show(shown, spec.total_steps, m)
+                        run = store.get_run(s, run_id)
+                    phase = (run["phase"], run["phase_done"], run["phase_total"])
+                    if show_phase is not None and phase[0] is not None and phase != shown_phase:
+                        shown_phase = phase
+                        show_phase(*phase)
                 time.sleep(POLL_SECONDS)
         except BaseException:  # the worker itself is being stopped hard: take the processes with it
             os.killpg(proc.pid, signal.SIGTERM)

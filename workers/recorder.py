@@ -10,6 +10,11 @@ values). A failed write (a lost lease, a store error) is raised in the training 
 event; ``flush()`` (which the engine calls before it saves a checkpoint) and ``close()`` wait for every
 queued write. So a crash loses at most the events still queued, all of them after the last checkpoint,
 and a resumed run records those steps again.
+
+Phases (what the run is doing now, and how far) go through the same writer. A new phase is written at
+once; new counts of the same phase at most every PHASE_WRITE_SECONDS (a warm start or the reward model's
+batches report many per second): the newest count held back is written with the next count after that
+interval, or by ``flush()`` / ``close()``, and a new phase replaces it.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ logger = logging.getLogger("grpo.worker")
 
 CANCEL_POLL_SECONDS = 1.0  # the store is asked about cancellation at most this often
 QUEUED_WRITES = 16  # events a background writer may hold before the training loop waits for it
+PHASE_WRITE_SECONDS = 0.5  # a phase's counts are written at most this often (a new phase at once)
 
 # Set when the worker shuts down (Ctrl-C, SIGTERM, or the dashboard of an embedded worker stopped):
 # the running job pauses at its next step boundary, after saving a checkpoint, and goes back to the queue.
@@ -50,6 +56,8 @@ class DBRecorder(Recorder):
         self.stop_reason: str | None = None  # "cancel", "pause" or "lost" once should_stop() said so
         self._last_poll = float("-inf")
         self._pending_groups: tuple[int, list[dict]] | None = None  # (step, groups) until step() comes
+        self._phase_written: tuple[str | None, float] = (None, float("-inf"))  # the last phase written, and when
+        self._held_phase: tuple[str, int | None, int | None] | None = None  # a newer count of it, not yet written
         self._writer = _Writer(database_url) if background else None
 
     def _write(self, write: Callable) -> None:
@@ -61,14 +69,36 @@ class DBRecorder(Recorder):
             write(s)
 
     def flush(self) -> None:
-        """Wait until every event so far is in the store; raise what a background write raised."""
+        """Wait until every event so far (a held-back phase count included) is in the store; raise what a
+        background write raised."""
+        self._write_held_phase()
         if self._writer is not None:
             self._writer.flush()
 
     def close(self) -> None:
-        """Wait until every event is in the store and stop the writer; raise what a background write raised."""
-        if self._writer is not None:
-            self._writer.close()
+        """Wait until every event (a held-back phase count included) is in the store and stop the writer; raise
+        what a background write raised."""
+        try:
+            self._write_held_phase()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+
+    def phase(self, name: str, done: int | None = None, total: int | None = None) -> None:
+        """The run's phase and its count, written in order with the other events: a new phase at once, a new
+        count of the same phase at most every PHASE_WRITE_SECONDS (the newest one is held back until then, or
+        until ``flush()`` / ``close()``)."""
+        last_name, written_at = self._phase_written
+        self._held_phase = (name, done, total)
+        if name != last_name or time.monotonic() - written_at >= PHASE_WRITE_SECONDS:
+            self._write_held_phase()
+
+    def _write_held_phase(self) -> None:
+        """Write the phase count held back by the throttle, if there is one."""
+        held, self._held_phase = self._held_phase, None
+        if held is not None:
+            self._phase_written = (held[0], time.monotonic())
+            self._write(lambda s: store.set_phase(s, self.run_id, *held, worker=self.worker))
 
     def start(self, total_steps: int) -> None:
         self._write(lambda s: store.mark_running(s, self.run_id, total_steps))

@@ -141,11 +141,13 @@ def renew_lease(s: Session, run_id: int, worker: str) -> bool:
 
 
 def requeue_run(s: Session, run_id: int, worker: str | None = None) -> bool:
-    """Put a running run back in the queue (``worker`` given: only if it holds the lease). True if it was."""
+    """Put a running run back in the queue (``worker`` given: only if it holds the lease), with no phase.
+    True if it was."""
     condition = [Run.id == run_id, Run.status == "running"]
     if worker is not None:
         condition.append(Run.worker == worker)
-    result = s.execute(update(Run).where(*condition).values(status="queued", worker=None, heartbeat_at=None))
+    result = s.execute(update(Run).where(*condition).values(status="queued", worker=None, heartbeat_at=None,
+                                                            phase=None, phase_done=None, phase_total=None))
     return result.rowcount == 1
 
 
@@ -159,10 +161,21 @@ def requeue_stale_runs(s: Session, lease_seconds: float) -> list[dict[str, Any]]
     requeued = []
     for row in rows:
         result = s.execute(update(Run).where(Run.id == row.id, Run.status == "running", is_stale)
-                           .values(status="queued", worker=None, heartbeat_at=None))
+                           .values(status="queued", worker=None, heartbeat_at=None, phase=None, phase_done=None,
+                                   phase_total=None))
         if result.rowcount == 1:
             requeued.append({"run_id": row.id, "worker": row.worker, "config": row.config})
     return requeued
+
+
+def set_phase(s: Session, run_id: int, name: str, done: int | None = None, total: int | None = None,
+              worker: str | None = None) -> bool:
+    """What a running run is doing now (``name``, e.g. "loading model", "training") and how far (``done`` of
+    ``total`` in the phase's own units, None without a count). Only a running run has a phase, and with
+    ``worker`` given only while that worker holds its lease; returns whether the run was changed."""
+    condition = [Run.id == run_id, Run.status == "running"] + ([Run.worker == worker] if worker is not None else [])
+    result = s.execute(update(Run).where(*condition).values(phase=name, phase_done=done, phase_total=total))
+    return result.rowcount == 1
 
 
 def record_checkpoint(s: Session, run_id: int, step: int) -> None:
@@ -173,14 +186,15 @@ def record_checkpoint(s: Session, run_id: int, step: int) -> None:
 def finish_run(s: Session, run_id: int, status: str, error: str | None = None, worker: str | None = None) -> bool:
     """Record the end of a run: completed, failed (with the error text) or cancelled.
 
-    ``worker`` given: only if that worker holds the run's lease. The lease is released. Returns
-    whether the run was changed.
+    ``worker`` given: only if that worker holds the run's lease. The lease is released and the phase
+    cleared. Returns whether the run was changed.
     """
     if status not in FINISHED_STATUSES:
         raise ValueError(f"finish_run: status must be one of {FINISHED_STATUSES}, got {status!r}")
     condition = [Run.id == run_id] + ([Run.worker == worker] if worker is not None else [])
     result = s.execute(update(Run).where(*condition).values(status=status, error=error, finished_at=utcnow(),
-                                                            worker=None, heartbeat_at=None))
+                                                            worker=None, heartbeat_at=None, phase=None,
+                                                            phase_done=None, phase_total=None))
     return result.rowcount == 1
 
 
