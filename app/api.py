@@ -21,6 +21,7 @@ from app.db import session_scope
 from app.paths import check_spec_paths, is_local_path
 from app.settings import get_settings
 from grpo_engine.config import SpecError, check_budget, shown, validate_spec
+from grpo_engine.hub import check_hub_ids
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 
 
@@ -49,6 +50,7 @@ def as_id(value: Any, what: str = "run_id", low: int = 1) -> int:
 
 
 def require_run(s, run_id: int) -> dict:
+    """The run ``run_id`` as store.get_run gives it, or ApiError "run N not found"."""
     run = store.get_run(s, run_id)
     if run is None:
         raise ApiError(f"run {run_id} not found")
@@ -60,7 +62,8 @@ def launch_run(spec: dict | str | None) -> dict:
 
     ``spec`` is a JSON object, or its text. Returns ``{run_id, status}``. A refused spec (a bad value, a
     local path outside GRPO_PATH_ROOTS or unusable, a bad dataset file, a local model too big for every
-    GPU of the live workers: :func:`check_fits_a_gpu`) stores nothing.
+    GPU of the live workers: :func:`check_fits_a_gpu`, a Hub id that is not cached and that the Hub does not
+    confirm within GRPO_HUB_CHECK_SECONDS: grpo_engine.hub) stores nothing.
     """
     # 1. parse and validate (missing keys take defaults; a bad key is named)
     if isinstance(spec, str):
@@ -74,7 +77,9 @@ def launch_run(spec: dict | str | None) -> dict:
         check_budget(validated, settings.max_tokens_per_step)  # what a step and an RM refresh may sample
         config = validated.to_dict()
         check_spec_paths(config, settings.path_roots)  # local paths: inside the roots, usable
+        check_gpu_worker(config)  # a 'gpu' run is not handed to workers that have no GPU
         check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
+        check_hub_ids(config, settings.hub_check_seconds)  # Hub ids: cached here, or the Hub confirms them quickly
     except SpecError as e:
         raise ApiError(str(e)) from None
     config["name"] = config["name"] or store.default_run_name(config["model"])
@@ -122,6 +127,30 @@ def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
         rm_params = rm_counts[0] if rm_counts else 0
     return estimate_memory(params + adapter, adapter if rank else params, lora=rank > 0, bf16=bf16,
                            rm_params=rm_params)
+
+
+def check_gpu_worker(config: dict) -> None:
+    """Refuse a ``device: gpu`` run (SpecError naming ``device``) when the live workers that take 'gpu' runs
+    have no GPU among them: they would take it and fail it at once. Today that is the embedded worker on a
+    machine without a CUDA GPU, which takes every kind of run.
+
+    When no live worker takes 'gpu' runs (none reported yet, or only CPU workers of a separate broker, which
+    leave them on the queue), the run is accepted and waits for a GPU worker.
+    """
+    if config["device"] != "gpu":
+        return
+    settings = get_settings()
+    queue = queue_for("gpu", settings.queue)
+    with session_scope() as s:
+        takers = [w for w in store.live_workers(s, 2 * settings.lease_seconds) if queue in w["queues"]]
+    if not takers or any(w["gpus"] for w in takers):
+        return
+    if settings.embedded_worker:
+        why = "the embedded worker runs on this machine's CPU"
+    else:
+        why = f"the workers that take 'gpu' runs have none: {', '.join(w['name'] for w in takers)}"
+    raise SpecError("device", f"'gpu' but no live worker has a GPU ({why}); use device 'auto' or 'cpu', or "
+                              "start `grpo-dashboard worker` on a GPU machine")
 
 
 def check_fits_a_gpu(config: dict) -> None:
@@ -177,9 +206,15 @@ def get_metrics(run_id: Any) -> list[dict]:
         return store.get_metrics(s, run_id)
 
 
-def get_logs(run_id: Any, limit: int = 200) -> list[str]:
-    """The last ``limit`` log lines of a run, oldest first."""
+MAX_LOG_LINES = 10_000  # the most log lines one get_logs call returns
+
+
+def get_logs(run_id: Any, limit: Any = 200) -> list[str]:
+    """The newest ``limit`` log lines of a run (1 to MAX_LOG_LINES; None: 200), oldest first."""
     run_id = as_id(run_id)
+    limit = 200 if limit is None else as_id(limit, "limit")
+    if limit > MAX_LOG_LINES:
+        raise ApiError(f"limit must be an integer from 1 to {MAX_LOG_LINES}, got {limit}")
     with session_scope() as s:
         require_run(s, run_id)
         return store.get_logs(s, run_id, limit)

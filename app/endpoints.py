@@ -1,12 +1,14 @@
 """The dashboard's named API endpoints: what ``gradio_client`` calls, and all that the API page lists.
 
-``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/list_groups``, ``/get_group``,
-``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset`` and ``/preview_dataset`` wrap app.api
-one to one; a refused request reaches the client as gr.Error with its reason. app.ui registers
-:data:`ENDPOINTS` under their function names.
+``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/get_logs``, ``/wait_run``, ``/list_groups``,
+``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
+and the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` wrap app.api (and
+app.manage_api, app.exports, app.datasets) one to one; a refused request reaches the client as gr.Error with
+its reason. app.ui registers :data:`ENDPOINTS` under their function names.
 
 No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
-them with these docstrings.
+them with these docstrings. A return annotated ``gr.FileData`` is shown as a file (``filepath``), and
+gradio_client downloads it and returns its local path.
 """
 import secrets
 import sys
@@ -16,7 +18,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from app import api, auth, datasets, exports
+from app import api, auth, datasets, exports, manage_api
 
 
 def call_api(fn, *args):
@@ -55,6 +57,17 @@ def get_metrics(run_id: int) -> list[dict]:
     return call_api(api.get_metrics, run_id)
 
 
+def get_logs(run_id: int, limit: int = 200) -> list[str]:
+    """The newest log lines of a run, oldest first: limit (1 to 10000, default 200) lines."""
+    return call_api(api.get_logs, run_id, limit)
+
+
+def wait_run(run_id: int, timeout: float = 60) -> dict:
+    """Wait for a run to finish: returns the run (as /get_run) once it is completed, failed or cancelled, or as it
+    stands when timeout seconds (1 to 600, default 60) have passed; compare its status to tell which."""
+    return call_api(manage_api.wait_run, run_id, timeout)
+
+
 def list_groups(run_id: int, step: int | None = None, order: str | None = None) -> list[dict]:
     """Groups sampled at a step (default: the latest step that has groups), sorted by order:
     position (default), spread, mean or mean_asc."""
@@ -76,11 +89,35 @@ def compare_runs(run_ids: list) -> dict:
     return call_api(api.compare_runs, run_ids)
 
 
-def export_run(run_id: int, kind: str = "parquet") -> dict:
-    """A run's export as a file: its recorded samples as 'parquet' or 'csv', its 'config' as JSON, or the
-    trained policy of a completed run as a zip: 'model' (LoRA merged) or 'adapter' (LoRA adapter alone)."""
+def rename_run(run_id: int, name: str) -> dict:
+    """Rename a run (1 to 200 characters). Returns the run as /get_run."""
+    return call_api(manage_api.rename_run, run_id, name)
+
+
+def annotate_run(run_id: int, notes: str | None = None, tags: list[str] | str | None = None) -> dict:
+    """Set a run's notes (free text) and tags (a list of strings, or one comma-separated string); None leaves
+    that one as it is. Returns the run as /get_run."""
+    return call_api(manage_api.annotate_run, run_id, notes, tags)
+
+
+def archive_run(run_id: int, archived: bool = True) -> dict:
+    """Archive a run (the Runs table hides it unless asked; nothing is deleted), or with archived=False bring it
+    back. Returns the run as /get_run."""
+    return call_api(manage_api.archive_run, run_id, archived)
+
+
+def delete_run(run_id: int) -> dict:
+    """Delete a run for good: its metrics, groups, samples, log and checkpoints. A running run is refused (cancel
+    it first). Returns {run_id, deleted: true, checkpoints: "removed", "none" or why they were left}."""
+    return call_api(manage_api.delete_run, run_id)
+
+
+def export_run(run_id: int, kind: str = "parquet") -> gr.FileData:
+    """A run's export as a file (gradio_client downloads it and returns its local path): its recorded samples as
+    'parquet' or 'csv', its 'config' as JSON, or the trained policy of a completed run as a zip: 'model' (LoRA
+    merged) or 'adapter' (LoRA adapter alone)."""
     path = call_api(exports.export_run, run_id, kind)
-    return {"path": path, "orig_name": path.rsplit("/", 1)[-1], "meta": {"_type": "gradio.FileData"}}
+    return gr.FileData(path=path, orig_name=Path(path).name)
 
 
 def _is_upload(file) -> bool:
@@ -96,7 +133,7 @@ def _is_upload(file) -> bool:
     return isinstance(path, str) and Path(path).resolve().is_relative_to(folder)
 
 
-def upload_dataset(file: dict) -> dict:
+def upload_dataset(file: gr.FileData) -> dict:
     """Upload a dataset file (gradio_client: handle_file(path)): .jsonl, .csv or .parquet with 'question' and
     'answer' (and optional 'solution'). Returns {dataset: the stored path, for a run spec's dataset, rows, preview}."""
     if not _is_upload(file):
@@ -113,5 +150,6 @@ def preview_dataset(dataset: str, question_field: str | None = None, answer_fiel
 
 
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
-ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, list_groups, get_group, cancel_run, compare_runs,
-             export_run, upload_dataset, preview_dataset)
+ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, get_logs, wait_run, list_groups, get_group, cancel_run,
+             compare_runs, export_run, upload_dataset, preview_dataset, rename_run, annotate_run, archive_run,
+             delete_run)

@@ -11,7 +11,8 @@ import gradio as gr
 
 from app import api, datasets
 from app.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
-from app.render import run_choices, upload_preview_html
+from app.render import upload_preview_html
+from app.render_runs import run_choices
 from app.tab_shared import PRIVATE, Shared
 from grpo_engine.config import FIELDS
 

@@ -10,6 +10,7 @@ that names the key.
 """
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, fields as dc_fields
 from pathlib import Path
@@ -277,6 +278,18 @@ def check_budget(spec: RunSpec, max_tokens_per_step: int) -> None:
                                       "GRPO_MAX_TOKENS_PER_STEP)")
 
 
+def _unknown_key_message(name: Any) -> str:
+    """Why an unknown key is refused: the nearest valid key when one is close (a typo), else every valid key.
+
+    >>> _unknown_key_message("groupsize")
+    'unknown key; did you mean group_size?'
+    """
+    near = difflib.get_close_matches(str(name), FIELD_BY_NAME, n=1, cutoff=0.75)
+    if near:
+        return f"unknown key; did you mean {near[0]}?"
+    return f"unknown key; valid keys are: {', '.join(FIELD_BY_NAME)}"
+
+
 def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     """Fill defaults and check every key; raise SpecError naming the first bad key.
 
@@ -288,7 +301,7 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         raise SpecError(None, f"the run spec must be a JSON object, got {type(spec).__name__}")
     unknown = sorted(set(spec) - set(FIELD_BY_NAME))
     if unknown:
-        raise SpecError(unknown[0], f"unknown key; valid keys are: {', '.join(FIELD_BY_NAME)}")
+        raise SpecError(unknown[0], _unknown_key_message(unknown[0]))
     values: dict[str, Any] = {}
     for f in FIELDS:
         raw = spec.get(f.name)

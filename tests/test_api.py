@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kombu import Connection
 
-from app import api, store
+from app import api, manage_api, store
 from app.db import session_scope
 from grpo_engine.config import RunSpec
 from grpo_engine.recorder import GroupRecord, SampleRecord
@@ -65,7 +65,8 @@ def test_launch_accepts_json_text_and_keeps_given_values(broker_url):
     assert broker_messages(broker_url) == [(RUN_TASK, [result["run_id"]])]
 
 
-def test_default_name_uses_the_last_part_of_a_model_id(broker_url):
+def test_default_name_uses_the_last_part_of_a_model_id(broker_url, monkeypatch):
+    monkeypatch.setenv("GRPO_HUB_CHECK_SECONDS", "0")  # the Hub is out of reach here; tests/test_hub.py checks it
     run_id = api.launch_run({"model": "Qwen/Qwen2.5-0.5B-Instruct"})["run_id"]
     assert api.get_run(run_id)["name"].startswith("Qwen2.5-0.5B-Instruct-")
 
@@ -146,7 +147,9 @@ def test_bad_ids_are_refused(broker_url, bad):
 
 
 def test_unknown_ids_are_refused(broker_url):
-    for call in (api.get_run, api.get_metrics, api.list_groups, api.cancel_run):
+    for call in (api.get_run, api.get_metrics, api.get_logs, api.list_groups, api.cancel_run, manage_api.wait_run,
+                 manage_api.archive_run, manage_api.delete_run, manage_api.annotate_run,
+                 lambda run_id: manage_api.rename_run(run_id, "x")):
         with pytest.raises(api.ApiError, match="^run 12 not found$"):
             call(12)
     with pytest.raises(api.ApiError, match="^group 7 not found$"):

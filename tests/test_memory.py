@@ -218,6 +218,7 @@ def launch_env(sqlite_url, tmp_path, tiny_models, monkeypatch):
     monkeypatch.setenv("GRPO_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("GRPO_PATH_ROOTS", str(tiny_models["llama"].parent))
     monkeypatch.delenv("GRPO_LEASE_SECONDS", raising=False)
+    monkeypatch.setenv("GRPO_HUB_CHECK_SECONDS", "0")  # a hub id is launched here; tests/test_hub.py checks the Hub
     return sqlite_url
 
 
