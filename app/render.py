@@ -1,25 +1,16 @@
 """The dashboard's renderers: plain functions from app.api's dicts to what the browser shows.
 
-Tables as pandas frames (runs, groups, reward-model refreshes), HTML strings (run progress, a group's
-completions coloured token by token, config differences, a dataset preview) and plotly figures (a run's
-metrics in panels, several runs' curves). Nothing here calls the store or imports Gradio; the chart panels
-come from the engine's metric registry (grpo_engine.recorder.METRIC_REGISTRY).
+Tables as pandas frames (runs, groups, reward-model refreshes) and HTML strings (run progress with its phase
+and key numbers, a group's completions coloured token by token, a banner over steps whose groups carry no
+gradient, config differences, a dataset preview). The charts are app.charts'. Nothing here calls the store
+or imports Gradio.
 """
 import html
 from datetime import datetime, timezone
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from grpo_engine.recorder import METRIC_REGISTRY
-
-RUN_COLUMNS = ["id", "name", "status", "model", "dataset", "step", "created (UTC)"]
 GROUP_COLUMNS = ["group", "prompt", "reward mean", "reward std"]
-# The Run tab's chart panels: (title, metric names), in registry order. A recorded metric in no panel goes
-# to "other".
-PANELS = tuple((title, tuple(m.name for m in METRIC_REGISTRY if m.panel == title))
-               for title in dict.fromkeys(m.panel for m in METRIC_REGISTRY if m.panel is not None))
 # The reward-model table: each column's header and the recorded metric it shows ("change" is after - before)
 RM_TABLE = (("iteration", "iteration"), ("step", "step"), ("rm/loss", "rm/loss"),
             ("accuracy before", "rm/accuracy_before"), ("accuracy after", "rm/accuracy_after"), ("change", None),
@@ -29,6 +20,7 @@ _RM_ROUNDED = {"rm/loss", "rm/accuracy_before", "rm/accuracy_after"}  # shown to
 
 
 def _parse_time(value: str | None) -> datetime | None:
+    """An ISO time from the store as an aware datetime (UTC where it names no zone); None for none."""
     if not value:
         return None
     t = datetime.fromisoformat(value)
@@ -36,33 +28,56 @@ def _parse_time(value: str | None) -> datetime | None:
 
 
 def _duration(seconds: float) -> str:
+    """A duration for people: "1h 05m", "3m 20s" or "42s"."""
     seconds = int(round(max(seconds, 0)))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
-def runs_frame(runs: list[dict]) -> pd.DataFrame:
-    """The Runs table: one row per run, newest first."""
-    rows = [[r["run_id"], r["name"], r["status"], r["model"], r["dataset"],
-             f"{r['step']}/{r['total_steps']}", (r["created_at"] or "")[:19].replace("T", " ")]
-            for r in runs]
-    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+KEY_NUMBERS = ("reward_mean", "correct_frac", "eval/accuracy", "kl")  # the run header's line of latest values
 
 
-def run_choices(runs: list[dict]) -> list[tuple[str, int]]:
-    """Dropdown entries: ('#12 name (status)', 12)."""
-    return [(f"#{r['run_id']} {r['name']} ({r['status']})", r["run_id"]) for r in runs]
-
-
-def progress_html(run: dict, now: datetime | None = None) -> str:
-    """Status badge, progress bar, percentage, elapsed time and ETA, the worker (and attempt, after a
-    resume) and the newest checkpoint; the error of a failed run."""
+def progress_html(run: dict, now: datetime | None = None, metrics: list[dict] | None = None) -> str:
+    """Status badge and, while running, what the run is doing (its phase, with a bar of its own when it has a
+    count); the progress bar, percentage, elapsed time and ETA, the worker (and attempt, after a resume) and
+    the newest checkpoint; the latest key numbers of ``metrics`` (the run's metric rows); the error of a
+    failed run."""
     now = now or datetime.now(timezone.utc)
     status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
     pct = 100.0 * step / total if total else 0.0
+    error = f'<pre class="run-error">{html.escape(run["error"])}</pre>' if run.get("error") else ""
+    phase = run.get("phase") if status == "running" else None
+    return (
+        f'<div class="run-progress" data-status="{status}" data-step="{step}" data-total="{total}"'
+        f' data-phase="{html.escape(phase or "")}">'
+        f'<div class="run-title"><span class="badge {status}">{status}</span>'
+        f'<b>#{run["run_id"]}</b> {html.escape(run["name"])}{_phase_html(run) if phase else ""}</div>'
+        f'<div class="progress-track"><div class="progress-fill {status}" style="width:{pct:.1f}%"></div></div>'
+        f'<div class="progress-text">{" · ".join(_progress_parts(run, now))}</div>'
+        f'{_key_numbers_html(metrics or [])}{error}</div>'
+    )
+
+
+def _phase_html(run: dict) -> str:
+    """What a running run is doing now, e.g. "building built-in model 400 / 900" with a small bar."""
+    done, total = run.get("phase_done"), run.get("phase_total")
+    text = html.escape(run["phase"])
+    if run["phase"] == "training":  # its count is the step, which the run's own bar shows
+        return f'<span class="phase">{text}</span>'
+    if not total:
+        return f'<span class="phase">{text}{f" {done}" if done is not None else ""}</span>'
+    done = min(max(done or 0, 0), total)
+    return (f'<span class="phase">{text} {done} / {total}<span class="phase-track">'
+            f'<span class="phase-fill" style="width:{100.0 * done / total:.1f}%"></span></span></span>')
+
+
+def _progress_parts(run: dict, now: datetime) -> list[str]:
+    """The progress line's parts: iteration, step, percentage, the worker or the wait for one, the newest
+    checkpoint, elapsed time and ETA (while training) or the run's duration (once finished)."""
+    status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
     started, finished = _parse_time(run.get("started_at")), _parse_time(run.get("finished_at"))
-    parts = [f"step {step} / {total}", f"{pct:.0f}%"]
+    parts = [f"step {step} / {total}", f"{100.0 * step / total if total else 0.0:.0f}%"]
     config = run.get("config") or {}
     iterations, per_iteration = config.get("iterations") or 1, config.get("steps_per_iteration") or total
     if iterations > 1 and per_iteration:
@@ -80,51 +95,34 @@ def progress_html(run: dict, now: datetime | None = None) -> str:
     if started and status == "running":
         elapsed = (now - started).total_seconds()
         parts.append(f"elapsed {_duration(elapsed)}")
-        # ETA: the average time per finished step so far, times the steps left
-        parts.append(f"ETA {_duration(elapsed / step * (total - step))}" if step else "ETA: estimating")
+        # ETA: the average time per finished step so far, times the steps left; before the first step is
+        # done there is nothing to average, and while the run still prepares (its phase) none is promised
+        if step:
+            parts.append(f"ETA {_duration(elapsed / step * (total - step))}")
+        elif run.get("phase") in (None, "training"):
+            parts.append("ETA: estimating")
         if run.get("cancel_requested"):
             parts.append("cancelling at the next step")
     elif started and finished:
         parts.append(f"ran {_duration((finished - started).total_seconds())}")
-    error = f'<pre class="run-error">{html.escape(run["error"])}</pre>' if run.get("error") else ""
-    return (
-        f'<div class="run-progress" data-status="{status}" data-step="{step}" data-total="{total}">'
-        f'<div class="run-title"><span class="badge {status}">{status}</span>'
-        f'<b>#{run["run_id"]}</b> {html.escape(run["name"])}</div>'
-        f'<div class="progress-track"><div class="progress-fill {status}" style="width:{pct:.1f}%"></div></div>'
-        f'<div class="progress-text">{" · ".join(parts)}</div>{error}</div>'
-    )
+    return parts
 
 
-def metrics_figure(metrics: list[dict]) -> go.Figure:
-    """Every recorded metric over steps, in panels (PANELS, then "other"), two panels a row."""
-    recorded = {k for m in metrics for k, v in m.items() if v is not None} - {"step", "iteration"}
-    known = {k for _, keys in PANELS for k in keys}
-    panels = [(title, keys) for title, keys in PANELS] + [("other", tuple(sorted(recorded - known)))]
-    panels = [(t, keys) for t, keys in panels if t != "other" or keys]
-    rows = (len(panels) + 1) // 2
-    fig = make_subplots(rows=rows, cols=2, subplot_titles=[t for t, _ in panels],
-                        horizontal_spacing=0.08, vertical_spacing=0.3 / rows)
-    for i, (title, keys) in enumerate(panels):
-        row, col = i // 2 + 1, i % 2 + 1
-        drawn = 0
-        for key in keys:
-            points = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
-            if not points:
-                continue
-            drawn += 1
-            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], name=key,
-                                     legendgroup=title, legendgrouptitle_text=title if drawn == 1 else None,
-                                     mode="lines+markers" if len(points) < 40 else "lines"), row=row, col=col)
-        if not drawn:
-            fig.add_annotation(text="no data yet", showarrow=False, font=dict(color="#9ca3af"),
-                               x=0.5, y=0.5, xref="x domain", yref="y domain", row=row, col=col)
-            fig.update_xaxes(showticklabels=False, row=row, col=col)
-            fig.update_yaxes(showticklabels=False, row=row, col=col)
-    fig.update_xaxes(title_text="step", row=rows)
-    fig.update_layout(height=230 * rows + 60, template="plotly_white", margin=dict(l=40, r=20, t=40, b=40),
-                      legend=dict(groupclick="toggleitem", font=dict(size=10)))
-    return fig
+def _key_numbers_html(metrics: list[dict]) -> str:
+    """The latest value of each KEY_NUMBERS metric in one line (with its step where it is older than the
+    newest row's, e.g. the last evaluation); empty before any metric."""
+    if not metrics:
+        return ""
+    newest = metrics[-1]["step"]
+    parts = []
+    for key in KEY_NUMBERS:
+        row = next((m for m in reversed(metrics) if m.get(key) is not None), None)
+        if row is not None:
+            at = f' <span class="at">(step {row["step"]})</span>' if row["step"] != newest else ""
+            parts.append(f'<span data-key="{key}">{key} <b>{row[key]:.3g}</b>{at}</span>')
+    if not parts:
+        return ""
+    return f'<div class="key-numbers">latest, step {newest}: {" · ".join(parts)}</div>'
 
 
 def rm_refresh_frame(metrics: list[dict]) -> pd.DataFrame:
@@ -141,26 +139,8 @@ def rm_refresh_frame(metrics: list[dict]) -> pd.DataFrame:
 
 
 def _round(value, digits: int = 4):
+    """``value`` rounded to ``digits`` decimals, None kept."""
     return None if value is None else round(float(value), digits)
-
-
-def compare_figure(compared: dict, metric_keys: list[str]) -> go.Figure:
-    """One panel per metric, every compared run a line in it (same colour for a run in every panel)."""
-    metric_keys = metric_keys or ["reward_mean"]
-    fig = make_subplots(rows=len(metric_keys), cols=1, subplot_titles=metric_keys, vertical_spacing=0.12)
-    palette = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04")
-    for j, run in enumerate(compared["runs"]):
-        metrics = compared["metrics"][str(run["run_id"])]
-        for i, key in enumerate(metric_keys):
-            points = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
-            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points],
-                                     name=f"#{run['run_id']} {run['name']}", legendgroup=str(run["run_id"]),
-                                     showlegend=i == 0, line=dict(color=palette[j % len(palette)]),
-                                     mode="lines+markers" if len(points) < 40 else "lines"), row=i + 1, col=1)
-    fig.update_xaxes(title_text="step", row=len(metric_keys))
-    fig.update_layout(height=260 * len(metric_keys) + 80, template="plotly_white",
-                      margin=dict(l=40, r=20, t=40, b=40))
-    return fig
 
 
 def config_diff_html(compared: dict) -> str:
@@ -183,6 +163,7 @@ def config_diff_html(compared: dict) -> str:
 def groups_frame(groups: list[dict]) -> pd.DataFrame:
     """The group list of one step: id, prompt (first line, shortened), reward mean and std."""
     def short(text: str) -> str:
+        """The text on one line, cut to 90 characters."""
         line = " ".join(text.split())
         return line if len(line) <= 90 else line[:87] + "..."
     rows = [[g["group_id"], short(g["prompt"]), round(g["reward_mean"], 4), round(g["reward_std"], 4)]
@@ -194,6 +175,7 @@ def upload_preview_html(result: dict, uploaded: bool = True) -> str:
     """A dataset's path and row count, and its first rows (each cell cut to 60 characters): what an upload
     stored, or (``uploaded`` False) what the dataset field names."""
     def cell(text: str) -> str:
+        """The text escaped, cut to 60 characters."""
         return html.escape(text if len(text) <= 60 else text[:57] + "...")
     rows = "".join(f"<tr><td>{cell(r['question'])}</td><td>{cell(r['answer'])}</td><td>{cell(r['solution'])}</td></tr>"
                    for r in result["preview"])
@@ -215,30 +197,58 @@ def _visible(token: str) -> str:
 
 
 def token_span(token: str, advantage: float, scale: float) -> str:
-    """One token on a background from white (A = 0) to red (A < 0) or green (A > 0).
+    """One token on a background tinted red (A < 0) or green (A > 0), clear at A = 0, and its text and
+    advantage in a tooltip (``data-tip``, shown by the stylesheet on hover).
 
-    The intensity is |A| / scale, where scale is the largest |A| in the group.
+    With f = |A| / scale (scale: the largest |A| in the group), the tint's opacity is 0.12 + 0.88 f for A != 0
+    (the floor keeps small advantages visible, on a dark page too) and 0 for A = 0. The tint lies over the
+    page's own background, so the page's text colour stays readable on the faint tints in light and dark
+    themes; the strong tints (f over 0.6) carry white text.
     """
     f = min(abs(advantage) / scale, 1.0) if scale > 0 else 0.0
-    target = (220, 38, 38) if advantage < 0 else (22, 163, 74)
-    r, g, b = (round(255 + (c - 255) * f) for c in target)
+    alpha = 0.12 + 0.88 * f if f > 0 else 0.0
+    r, g, b = (220, 38, 38) if advantage < 0 else (22, 163, 74)
     strong = " strong" if f > 0.6 else ""
-    title = html.escape(f"{token!r}  A = {advantage:+.4f}", quote=True)
-    return (f'<span class="token{strong}" data-adv="{advantage:.6g}" title="{title}" '
-            f'style="background:rgb({r},{g},{b})">{_visible(token)}</span>')
+    tip = html.escape(f"{token!r}  A = {advantage:+.4f}", quote=True)
+    return (f'<span class="token{strong}" data-adv="{advantage:.6g}" data-tip="{tip}" '
+            f'style="background:rgba({r},{g},{b},{alpha:.3f})">{_visible(token)}</span>')
+
+
+# the reward components' names in words: key -> (text for a true / nonzero value, text for 0)
+_COMPONENT_WORDS = {"correct": ("verifier: correct ✓", "verifier: wrong ✗"),
+                    "formatted": ("final answer found", "no final answer found")}
 
 
 def _verdicts(components: dict) -> str:
-    """The verifier's verdict and, where a learned reward model scored the output, its score beside it."""
+    """The reward's components in words: the verifier's verdict, whether a final answer was found, the
+    format reward's share and, where a learned reward model scored the output, its score; any other
+    component by its key."""
     parts = []
-    if "correct" in components:
-        parts.append(f'<span class="verdict {"ok" if components["correct"] else "bad"}">verifier '
-                     f'{"✓ correct" if components["correct"] else "✗ wrong"}</span>')
+    for key, (yes, no) in _COMPONENT_WORDS.items():
+        if key in components:
+            cls = ("ok" if components[key] else "bad") if key == "correct" else "component"
+            words = yes if components[key] else no
+            parts.append(f'<span class="verdict {cls}" data-component="{key}">{words}</span>')
+    if "format" in components:
+        parts.append(f'<span class="component" data-component="format">format reward {components["format"]:+g}</span>')
     if "rm_score" in components:
-        parts.append(f'<span class="rm-score">RM {components["rm_score"]:.3f}</span>')
-    rest = {k: v for k, v in components.items() if k not in ("correct", "rm_score")}
-    parts += [f'<span class="component">{html.escape(k)} {v:g}</span>' for k, v in rest.items()]
+        parts.append(f'<span class="rm-score" data-component="rm_score">reward model score '
+                     f'{components["rm_score"]:.3f}</span>')
+    rest = {k: v for k, v in components.items() if k not in (*_COMPONENT_WORDS, "format", "rm_score")}
+    parts += [f'<span class="component" data-component="{html.escape(k)}">{html.escape(k)} {v:g}</span>'
+              for k, v in rest.items()]
     return " ".join(parts)
+
+
+def zero_spread_banner(groups: list[dict]) -> str:
+    """A warning when most (over half) of a step's groups (app.api.list_groups rows) have the same reward for
+    every output: their advantages are 0, so they teach the policy nothing; empty otherwise."""
+    flat = sum(1 for g in groups if g["reward_std"] == 0)
+    if not groups or 2 * flat <= len(groups):
+        return ""
+    return (f'<div class="zero-spread" data-flat="{flat}" data-groups="{len(groups)}"><b>{flat} of {len(groups)} '
+            'groups at this step have the same reward for every output</b>: they carry no gradient. Try a harder '
+            'or easier dataset, a larger group_size, or a higher temperature.</div>')
 
 
 def group_html(group: dict) -> str:

@@ -5,7 +5,8 @@ import html
 import gradio as gr
 
 from app import api
-from app.render import compare_figure, config_diff_html
+from app.charts import compare_figure
+from app.render import config_diff_html
 from app.tab_shared import PRIVATE, Shared
 from grpo_engine.recorder import METRICS, RM_METRICS
 

@@ -1,12 +1,13 @@
 """The Groups tab: a run's recorded steps on a slider (at its right end it follows the latest step), the
-step's groups in a sortable table, and one group's G completions side by side, each token coloured by its
-advantage."""
+step's groups in a sortable table (largest reward spread first, by default: the groups that teach the most),
+a warning when most of them have the same reward for every output, and one group's G completions side by
+side, each token coloured by its advantage."""
 import html
 
 import gradio as gr
 
 from app import api
-from app.render import group_html, groups_frame
+from app.render import group_html, groups_frame, zero_spread_banner
 from app.tab_shared import PRIVATE, QUIET, Shared
 
 GROUP_ORDERS = (("sampling order", "position"), ("reward spread (largest first)", "spread"),
@@ -21,8 +22,9 @@ def build_groups_tab(shared: Shared) -> None:
             shared.groups_run_select.render()
             step_slider = gr.Slider(0, 1, value=0, step=1, label="Step (at the right end: follows the latest)",
                                     elem_id="group-step")
-            group_order = gr.Dropdown(list(GROUP_ORDERS), value="position", label="Sort groups by",
+            group_order = gr.Dropdown(list(GROUP_ORDERS), value="spread", label="Sort groups by",
                                       elem_id="group-order")
+        banner = gr.HTML(elem_id="groups-banner", visible=False)
         groups_table = gr.Dataframe(groups_frame([]), interactive=False, elem_id="groups-table",
                                     label="Groups at this step (click a row to show it)")
         group_view = gr.HTML(elem_id="group-view")
@@ -33,8 +35,8 @@ def build_groups_tab(shared: Shared) -> None:
     run_select.change(_refresh_steps, *steps_io, **PRIVATE)
     shared.timer.tick(_refresh_steps, *steps_io, **QUIET)
     step_inputs = [run_select, step_slider, group_order, steps_seen]
-    step_slider.change(_show_step, step_inputs, [groups_table, group_view], **PRIVATE)
-    group_order.change(_show_step, step_inputs, [groups_table, group_view], **PRIVATE)
+    step_slider.change(_show_step, step_inputs, [banner, groups_table, group_view], **PRIVATE)
+    group_order.change(_show_step, step_inputs, [banner, groups_table, group_view], **PRIVATE)
     groups_table.select(_show_group, None, group_view, **PRIVATE)
 
 
@@ -71,17 +73,20 @@ def _refresh_steps(run_id, value, seen):
 
 
 def _show_step(run_id, value, order, seen):
-    """The groups of the step the slider stands for, in ``order``, and the first of them."""
+    """The groups of the step the slider stands for, in ``order``, the first of them, and above them a warning
+    when most carry no gradient."""
     steps = seen[1] if seen is not None and seen[0] == run_id else []
     step = _nearest_step(steps, value)
     if run_id is None or step is None:
-        return groups_frame([]), "<div>No groups recorded yet.</div>"
+        return gr.HTML(visible=False), groups_frame([]), "<div>No groups recorded yet.</div>"
     try:
         groups = api.list_groups(run_id, step, order)
         first = api.get_group(groups[0]["group_id"]) if groups else None
     except api.ApiError as e:
-        return groups_frame([]), f'<div class="run-error">{html.escape(str(e))}</div>'
-    return groups_frame(groups), group_html(first) if first else "<div>No groups at this step.</div>"
+        return gr.HTML(visible=False), groups_frame([]), f'<div class="run-error">{html.escape(str(e))}</div>'
+    banner = zero_spread_banner(groups)
+    return (gr.HTML(banner, visible=bool(banner)), groups_frame(groups),
+            group_html(first) if first else "<div>No groups at this step.</div>")
 
 
 def _show_group(evt: gr.SelectData):

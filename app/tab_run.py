@@ -1,13 +1,18 @@
-"""The Run tab: one run's progress (iteration, step, ETA), live charts of every metric, the reward model's
-refreshes, cancel, exports, "Launch again" (the Launch form filled from its config), its config and its log;
-redrawn when the run changes and on every tick, where anything new was recorded."""
+"""The Run tab: one run's progress (its phase, iteration, step, ETA and latest key numbers), live charts of the
+metrics it recorded (smoothed, a chosen few or all), the reward model's refreshes, cancel, exports, "Launch
+again" (the Launch form filled from its config, under a new name), its config and its log (which follows its
+newest lines); redrawn when the run changes and on every tick, where anything new was recorded. Buttons that do
+not apply to the run (Cancel once it finished, the trained policy before it completed, the LoRA adapter of a
+run without one) are disabled or hidden."""
 import html
+import re
 
 import gradio as gr
 
 from app import api, exports
+from app.charts import metrics_figure, recorded_metrics
 from app.endpoints import call_api
-from app.render import metrics_figure, progress_html, rm_refresh_frame
+from app.render import progress_html, rm_refresh_frame
 from app.tab_launch import LaunchForm
 from app.tab_shared import PRIVATE, QUIET, Shared
 from grpo_engine.config import FIELDS
@@ -16,87 +21,144 @@ NO_RUN = "<div>No run selected.</div>"
 EXPORTS = (("export-parquet", "Groups as Parquet", "parquet"), ("export-csv", "Groups as CSV", "csv"),
            ("export-config", "Config as JSON", "config"), ("export-model", "Trained policy", "model"),
            ("export-adapter", "LoRA adapter", "adapter"))  # (elem_id, button text, export kind)
+SMOOTHING = 0.6  # the charts' EMA weight on opening
+_NUMBERED = re.compile(r"^(.*) \((\d+)\)$")  # a name ending in " (n)"
 
 
 def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
-    """The tab and its listeners: show the run, cancel it, export it, launch it again from the Launch tab."""
+    """The tab and its listeners: show the run, redraw its charts when the smoothing or the metrics picked
+    change, cancel it, export it, launch it again from the Launch tab."""
     with gr.Tab("Run", id="run", elem_id="tab-run"):
         with gr.Row():
             shared.run_select.render()
-            cancel_button = gr.Button("Cancel run", variant="stop", elem_id="cancel-button", scale=0, min_width=140)
-            relaunch_button = gr.Button("Launch again", elem_id="relaunch-button", scale=0, min_width=140)
+            cancel_button = gr.Button("Cancel run", variant="stop", elem_id="cancel-button", scale=0, min_width=170,
+                                      interactive=False)
+            relaunch_button = gr.Button("Launch again", elem_id="relaunch-button", scale=0, min_width=170)
         progress = gr.HTML(elem_id="run-progress")
-        charts = gr.Plot(label="Metrics", elem_id="run-charts")
+        with gr.Row(elem_id="chart-controls"):
+            smoothing = gr.Slider(0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing",
+                                  info="EMA weight of the bold lines; 0: the raw values", elem_id="chart-smoothing",
+                                  scale=1)
+            picked = gr.Dropdown([], value=[], multiselect=True, label="Metrics to chart",
+                                 info="None picked: every recorded metric", elem_id="chart-metrics", scale=2)
+        charts = gr.Plot(show_label=False, elem_id="run-charts")
         rm_table = gr.Dataframe(rm_refresh_frame([]), interactive=False, visible=False,
                                 label="Reward model: first training (step 0) and refresh after each iteration "
                                       "(held-out accuracy on fresh policy samples)", elem_id="rm-refreshes")
-        with gr.Row():
-            export_buttons = [(gr.Button(text, size="sm", elem_id=elem_id), kind) for elem_id, text, kind in EXPORTS]
-            export_file = gr.File(label="Download", interactive=False, elem_id="export-file", height=60)
+        with gr.Row(equal_height=True):
+            buttons = {kind: gr.Button(text, size="sm", elem_id=elem_id,
+                                       interactive=kind in ("parquet", "csv", "config"))
+                       for elem_id, text, kind in EXPORTS}
+        export_file = gr.File(label="Download", interactive=False, elem_id="export-file", height=60, visible=False)
         with gr.Row():
             config_view = gr.JSON(label="Config", elem_id="run-config")
-            log_view = gr.Textbox(label="Log", lines=14, max_lines=14, interactive=False, elem_id="run-log")
-        chart_seen = gr.State(None)  # (run_id, metric rows, log lines) last drawn
+            log_view = gr.Textbox(label="Log", lines=14, max_lines=14, interactive=False, autoscroll=True,
+                                  elem_id="run-log")
+        chart_seen = gr.State(None)  # [run_id, metric rows, last step, log lines, last line, recorded metrics]
 
     run_select = shared.run_select
     relaunch_button.click(_relaunch, run_select, [*launch.inputs, shared.tabs, launch.result], **PRIVATE)
-    outputs = [progress, charts, rm_table, config_view, log_view, chart_seen]
-    run_select.change(_show_run, [run_select, chart_seen], outputs, **PRIVATE)
-    shared.timer.tick(_show_run, [run_select, chart_seen], outputs, **QUIET)
-    cancel_button.click(_cancel, run_select, progress, **PRIVATE)
-    for button, kind in export_buttons:
+    outputs = [progress, charts, rm_table, config_view, log_view, chart_seen, picked,
+               cancel_button, buttons["model"], buttons["adapter"]]
+    inputs = [run_select, chart_seen, smoothing, picked]
+    run_select.change(_show_run, inputs, outputs, **PRIVATE)
+    shared.timer.tick(_show_run, inputs, outputs, **QUIET)
+    smoothing.change(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
+    picked.input(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
+    cancel_button.click(_cancel, run_select, [progress, cancel_button], **PRIVATE)
+    for kind, button in buttons.items():
         button.click(_export(kind), run_select, export_file, **PRIVATE)
 
 
+def next_name(name: str) -> str:
+    """The name a relaunch proposes: "<name> (2)", or the next number where the name already ends in " (n)"."""
+    numbered = _NUMBERED.match(name)
+    if numbered:
+        return f"{numbered.group(1)} ({int(numbered.group(2)) + 1})"
+    return f"{name} (2)" if name else name
+
+
 def _relaunch(run_id):
-    """The Launch form's values from the run's config, and the Launch tab opened on them."""
+    """The Launch form's values from the run's config under a new name, and the Launch tab opened on them."""
     if run_id is None:
         return [gr.skip()] * len(FIELDS) + [gr.skip(), NO_RUN]
     try:
-        config = api.get_run(run_id)["config"]
+        run = api.get_run(run_id)
     except api.ApiError as e:
         return [gr.skip()] * len(FIELDS) + [gr.skip(), f'<div class="error">{html.escape(str(e))}</div>']
+    config = {**run["config"], "name": next_name(run["config"].get("name") or run["name"])}
     values = [config.get(f.name, f.default) for f in FIELDS]
     return values + [gr.Tabs(selected="launch"),
                      f'<div class="ok">The form holds the config of run {run_id}: change what you like, '
                      'then Launch.</div>']
 
 
-def _show_run(run_id, seen):
-    """Progress always; charts, RM table, config and log only when a metric or a log line was added (``seen``
-    holds what was drawn last); the config only when another run is picked (a run's config never changes)."""
+def _button_states(run: dict | None) -> tuple:
+    """Cancel, "Trained policy" and "LoRA adapter" for ``run``: Cancel while it is queued or running and not yet
+    asked to stop; the policy once it completed; the adapter only for LoRA runs (hidden otherwise), once
+    completed."""
+    if run is None:
+        return gr.Button(interactive=False), gr.Button(interactive=False), gr.Button(interactive=False)
+    status, lora = run["status"], (run.get("config") or {}).get("lora_rank", 0) > 0
+    can_cancel = status in ("queued", "running") and not run.get("cancel_requested")
+    return (gr.Button(interactive=can_cancel), gr.Button(interactive=status == "completed"),
+            gr.Button(interactive=status == "completed" and lora, visible=lora))
+
+
+def _show_run(run_id, seen, smoothing, picked):
+    """Progress and buttons always; charts, RM table, config and log only when a metric or a log line was added
+    (``seen`` holds what was drawn last); the config only when another run is picked (a run's config never
+    changes); the metric picker's choices when the recorded metrics change (reset to none on another run)."""
     if run_id is None:
-        return NO_RUN, None, gr.Dataframe(visible=False), None, "", None
+        return (NO_RUN, None, gr.Dataframe(visible=False), None, "", None, gr.Dropdown([], value=[]),
+                *_button_states(None))
     try:
         run, metrics, logs = api.get_run(run_id), api.get_metrics(run_id), api.get_logs(run_id)
     except api.ApiError as e:
         return (f'<div class="run-error">{html.escape(str(e))}</div>', None, gr.Dataframe(visible=False),
-                None, "", None)
-    key = (run_id, len(metrics), metrics[-1]["step"] if metrics else None, len(logs), logs[-1] if logs else None)
-    if seen is not None and key == tuple(seen):
-        return progress_html(run), gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen
+                None, "", None, gr.skip(), *_button_states(None))
+    recorded = recorded_metrics(metrics)
+    key = [run_id, len(metrics), metrics[-1]["step"] if metrics else None, len(logs), logs[-1] if logs else None,
+           recorded]
     same_run = seen is not None and seen[0] == run_id
+    picker = (gr.skip() if same_run and seen[5:] == [recorded]
+              else gr.Dropdown(recorded, value=[v for v in picked or [] if v in recorded] if same_run else []))
+    head = (progress_html(run, metrics=metrics),)
+    if seen is not None and key == list(seen):
+        return *head, gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen, picker, *_button_states(run)
     refreshes = rm_refresh_frame(metrics)
-    return (progress_html(run), metrics_figure(metrics),
+    return (*head, metrics_figure(metrics, smoothing, picked if same_run else None),
             gr.Dataframe(value=refreshes, visible=not refreshes.empty),
-            gr.skip() if same_run else run["config"], "\n".join(logs), list(key))
+            gr.skip() if same_run else run["config"], "\n".join(logs), key, picker, *_button_states(run))
+
+
+def _redraw(run_id, smoothing, picked):
+    """The charts again, with another smoothing or other metrics picked."""
+    if run_id is None:
+        return None
+    try:
+        return metrics_figure(api.get_metrics(run_id), smoothing, picked)
+    except api.ApiError:
+        return gr.skip()
 
 
 def _cancel(run_id):
-    """Ask the run to stop, and show its progress after the request."""
+    """Ask the run to stop, and show its progress after the request (Cancel then disabled)."""
     if run_id is None:
-        return NO_RUN
+        return NO_RUN, gr.Button(interactive=False)
     try:
         api.cancel_run(run_id)
-        return progress_html(api.get_run(run_id))
+        run = api.get_run(run_id)
+        return progress_html(run, metrics=api.get_metrics(run_id)), _button_states(run)[0]
     except api.ApiError as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>'
+        return f'<div class="run-error">{html.escape(str(e))}</div>', gr.skip()
 
 
 def _export(kind):
     """The listener of one export button: the file of the run's export of that kind, offered for download."""
     def export(run_id):
+        """The export's file, and the download box shown with it."""
         if run_id is None:
             raise gr.Error("No run selected.")
-        return call_api(exports.export_run, run_id, kind)
+        return gr.File(value=call_api(exports.export_run, run_id, kind), visible=True)
     return export

@@ -44,6 +44,26 @@ SHUTDOWN_SECONDS = 3
 
 # POST /logout (app.web_security) ends this browser's session; the reload then shows the login form
 LOGOUT_JS = "() => fetch('logout', {method: 'POST', credentials: 'same-origin'}).then(() => window.location.reload())"
+# Run on opening the page: the Run tab's log (#run-log) stays scrolled to its newest line unless the reader
+# scrolled up; scrolled back to the bottom, or shown another run's log, it follows again. Checked every 250 ms,
+# which also catches the log growing while its tab was hidden.
+LOG_FOLLOW_JS = """() => {
+  const atBottom = (t) => t.scrollTop + t.clientHeight >= t.scrollHeight - 4;
+  document.addEventListener('scroll', (e) => {
+    const t = e.target;
+    if (t instanceof HTMLTextAreaElement && t.closest('#run-log') && t.clientHeight) {
+      t.dataset.follow = atBottom(t) ? '1' : '0';
+    }
+  }, true);
+  setInterval(() => {
+    const t = document.querySelector('#run-log textarea');
+    if (!t || !t.clientHeight) return;
+    const tail = t.value.slice(-120);
+    if (t.dataset.tail && !t.value.includes(t.dataset.tail)) t.dataset.follow = '1';
+    t.dataset.tail = tail;
+    if (t.dataset.follow !== '0' && !atBottom(t)) t.scrollTop = t.scrollHeight;
+  }, 250);
+}"""
 
 
 def build_ui(login: bool = False) -> gr.Blocks:
@@ -142,7 +162,7 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
         sys.modules.setdefault("matplotlib", None)
     css = "\n".join(path.read_text(encoding="utf-8") for path in CSS_PATHS)
     gr.mount_gradio_app(parent, build_ui(login).queue(), path="/", show_error=False, auth=_login if login else None,
-                        max_file_size=settings.max_upload_bytes, css=css)
+                        max_file_size=settings.max_upload_bytes, css=css, js=LOG_FOLLOW_JS)
     mounted = _gradio_app(parent)
     parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,
                           allow_methods=["*"], allow_headers=["*"])

@@ -59,6 +59,16 @@ class Recorder:
     def log(self, message: str) -> None:
         """A human-readable line about what the engine is doing."""
 
+    def phase(self, name: str, done: int | None = None, total: int | None = None) -> None:
+        """What the run is doing now, in words a user reads, and how far (``done`` of ``total``, in the phase's
+        own units; None when it has no count). Reported again with a new ``done`` as the phase advances.
+
+        The phases, in the order a run goes through them: "loading model" (the policy, the reward model, or a
+        checkpoint being restored), "building built-in model" (warm-up steps, on first use), "loading dataset",
+        "loading reference model" (when it is a copy of its own, i.e. without LoRA), "training reward model"
+        (batches of its sampling and training), "training" (steps done of the run's total), "evaluating" and
+        "saving" (a checkpoint, or the final policy)."""
+
     def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
         """Metrics of one finished step (1-based). ``eval/accuracy`` appears on evaluation steps."""
 
@@ -119,7 +129,7 @@ class MemoryRecorder(Recorder):
 @dataclass(frozen=True)
 class Metric:
     """One metric the engine records: its key (the same in the store, the API's ``/get_metrics`` and the
-    dashboard), what it means, the dashboard chart panel that draws it (None: the "other" panel), and whether
+    dashboard), what it means, the dashboard chart panel that draws it (None: in no panel; drawn in "other" only when picked), and whether
     ``grpo-dashboard train`` shows it beside its progress bar (``headline``)."""
 
     name: str
@@ -133,20 +143,20 @@ class Metric:
 METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("reward_mean", "mean reward of the step's B x G sampled outputs", "reward", headline=True),
     Metric("reward_std", "standard deviation (population) of those rewards", "reward"),
-    Metric("correct_frac", "share of sampled outputs whose final answer the verifier accepts", "reward"),
+    Metric("correct_frac", "share of sampled outputs whose final answer the verifier accepts", "accuracy"),
     Metric("zero_std_frac", "share of groups whose rewards are all equal (their advantages are 0: they teach nothing)",
-           "reward"),
+           "fractions"),
     Metric("eval/accuracy", "held-out greedy accuracy (exact final answer); at step 0, before training, and every "
            "eval_every steps", "accuracy", headline=True),
     Metric("kl", "mean over tokens of the k3 estimator of KL(pi_theta || pi_ref) (Eq. 4)", "KL and loss", headline=True),
     Metric("loss", "policy loss -J_GRPO (Eq. 3), averaged over the mu updates", "KL and loss", headline=True),
     Metric("clip_frac", "share of tokens where the clipped ratio term was the active one (only > 0 when mu > 1)",
-           "clip and entropy"),
-    Metric("entropy", "mean per-token entropy of the policy on the sampled outputs, in nats", "clip and entropy"),
-    Metric("completion_len", "mean completion length in tokens (EOS included)", "lengths"),
-    Metric("truncated_frac", "share of completions cut at max_new_tokens without an EOS", "lengths"),
-    Metric("grad_norm", "policy gradient norm before clipping (last of the mu updates)", "optimizer"),
-    Metric("learning_rate", "policy learning rate used at this step", "optimizer"),
+           "fractions"),
+    Metric("entropy", "mean per-token entropy of the policy on the sampled outputs, in nats", "entropy (nats)"),
+    Metric("completion_len", "mean completion length in tokens (EOS included)", "completion length (tokens)"),
+    Metric("truncated_frac", "share of completions cut at max_new_tokens without an EOS", "fractions"),
+    Metric("grad_norm", "policy gradient norm before clipping (last of the mu updates)", "gradient norm"),
+    Metric("learning_rate", "policy learning rate used at this step", "learning rate"),
     Metric("time/sampling", "seconds spent generating the G outputs per question", "timing (s)"),
     Metric("time/scoring", "seconds spent on rewards, advantages and reference log-probs", "timing (s)"),
     Metric("time/update", "seconds spent on the mu policy updates", "timing (s)"),

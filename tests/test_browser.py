@@ -2,11 +2,14 @@
 
 Starts `grpo-dashboard serve` as the end-to-end test does (embedded store, broker and worker),
 fills the launch form, launches, watches the run's progress move in the Run tab, reloads the page
-and finds the run still there and still followed until it completes, then opens the Groups tab,
-moves the step slider to a step with a group whose rewards differ (found through the API), sorts
-by reward spread, and finds its completions drawn as advantage-coloured token spans; downloads the
-trained policy; cancels a second, long run from the Run tab. Screenshots go to
-test-artifacts/ (launch-form.png, run-view.png, group-view.png).
+and finds the run still there and still followed until it completes (Cancel then disabled; its log
+follows the newest lines unless scrolled up), then opens the Groups tab, moves the step slider to a
+step with a group whose rewards differ (found through the API), finds the groups sorted by reward
+spread and its completions drawn as advantage-coloured token spans with their value on hover; a
+long completion without spaces stays inside its card; downloads the trained policy; cancels a
+second, long run from the Run tab. Lines and groups the checks need are written to the server's
+store from the test, the way its worker writes them. Screenshots go to test-artifacts/
+(launch-form.png, run-view.png, group-view.png).
 """
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ import pytest
 from gradio_client import Client
 from playwright.sync_api import expect, sync_playwright
 
+from app import store
+from app.db import make_engine, session_scope
+from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.test_e2e import ROOT, RUN_TIMEOUT, clean_env, start_server
 
 CHROMIUM = "/usr/bin/chromium"
@@ -52,7 +58,7 @@ def _progress_step(page) -> tuple[str, int]:
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_launch_watch_reload_and_browse_groups(dashboard, page):
+def test_launch_watch_reload_and_browse_groups(dashboard, page, tmp_path):
     """A new user's first run in one browser session: launch, watch it train, reload, browse its groups.
     Over ~80 lines because each numbered part needs the page the one before left."""
     ARTIFACTS.mkdir(exist_ok=True)
@@ -64,6 +70,8 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
     page.click("#tab-launch-button")
     expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-arith: ")  # the dataset's first rows
     expect(page.locator("#dataset-upload-info table tr")).to_have_count(6)  # a header and 5 rows
+    for fold in page.locator("#tab-launch .launch-more > button.label-wrap").all():
+        fold.click()  # open every "More options": eval_every is folded there
     for field, value in FORM.items():
         box = page.locator(f"#spec-{field} input, #spec-{field} textarea").first
         box.fill(value)
@@ -99,6 +107,10 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
     total = FORM["steps_per_iteration"]
     expect(progress).to_contain_text(f"step {total} / {total}")
     expect(page.locator("#run-charts .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#cancel-button")).to_be_disabled()  # a finished run cannot be cancelled
+    expect(page.locator("#export-adapter")).to_be_hidden()  # no LoRA adapter in this run
+    db_url = f"sqlite:///{tmp_path / 'data' / 'grpo.sqlite'}"
+    _check_the_log_follows_its_newest_lines(page, db_url, int(run_id))
     page.screenshot(path=str(ARTIFACTS / "run-view.png"), full_page=True)
     page.click("#export-model")  # the trained policy, zipped, offered for download
     expect(page.locator("#export-file")).to_contain_text(re.compile(rf"run-{run_id}-model\s*\.zip"))
@@ -116,7 +128,7 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
     expect(tokens.first).to_be_visible()
     for i in range(min(tokens.count(), 20)):
         assert tokens.nth(i).get_attribute("data-adv") is not None
-        assert "background:rgb(" in (tokens.nth(i).get_attribute("style") or "")
+        assert "background:rgba(" in (tokens.nth(i).get_attribute("style") or "")
 
     # 5. move the slider to a step with a group whose rewards differ (if the run sampled one), sort the
     #    groups by reward spread: that group comes first, and its tokens are coloured
@@ -127,19 +139,19 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
     step, group_id = varied[0] if varied else (1, None)
     step_box.fill(str(step))
     step_box.press("Enter")
-    page.click("#group-order input")
-    page.get_by_role("option", name="reward spread (largest first)").click()
+    expect(page.locator("#group-order input")).to_have_value("reward spread (largest first)")  # the default
     if group_id is not None:
         expect(first_cells.first).to_have_text(str(group_id))
         page.click('#groups-table [data-testid="cell-0-1"]')
         expect(view).to_have_attribute("data-group-id", str(group_id))
-        coloured = page.locator('#group-view span.token:not([style*="rgb(255,255,255)"])')
+        coloured = page.locator('#group-view span.token:not([style*=",0.000)"])')
         expect(coloured.first).to_be_visible()
         assert float(coloured.first.get_attribute("data-adv")) != 0
         expect(page.locator("#group-view .norm").first).to_be_visible()  # normalised rewards beside raw ones
     expect(page.locator("#group-view span.token").first).to_be_visible()
     page.locator("#group-view").scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "group-view.png"), full_page=True)
+    _check_a_long_completion_stays_in_its_card(page, db_url, int(run_id), int(total) + 1)
 
     # 6. cancel a long run from the Run tab: it stops at its next step, its data stays
     long_id = client.predict({**{k: v for k, v in FORM.items() if k != "steps_per_iteration"}, "name": "long run",
@@ -151,9 +163,78 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page):
         timeout=RUN_TIMEOUT * 1000)
     page.click("#cancel-button")
     expect(page.locator('#run-progress .run-progress[data-status="cancelled"]')).to_be_visible(timeout=60_000)
+    expect(page.locator("#cancel-button")).to_be_disabled()
+    make_engine(db_url).dispose()
     run = client.predict(long_id, api_name="/get_run")
     assert run["status"] == "cancelled" and 0 < run["step"] < 5000
     assert len(client.predict(long_id, api_name="/get_metrics")) == run["step"]  # what it recorded stays
+
+
+# the log box: where it is scrolled, and whether that is its end
+LOG_SCROLL = ("() => { const t = document.querySelector('#run-log textarea');"
+              " return {top: t.scrollTop, bottom: t.scrollTop + t.clientHeight >= t.scrollHeight - 4,"
+              " scrolls: t.scrollHeight > t.clientHeight}; }")
+
+
+def _append_log(page, db_url: str, run_id: int, lines: list[str]) -> None:
+    """Add ``lines`` to the run's log in its store, and wait until the Run tab's log shows the last."""
+    with session_scope(db_url) as s:
+        for line in lines:
+            store.append_log(s, run_id, line)
+    page.wait_for_function("last => document.querySelector('#run-log textarea').value.endsWith(last)",
+                           arg=lines[-1], timeout=15_000)
+    page.wait_for_timeout(600)  # the page checks where its log is scrolled every 250 ms
+
+
+def _check_the_log_follows_its_newest_lines(page, db_url: str, run_id: int) -> None:
+    """New lines keep the log at its end; scrolled up, it stays where the reader put it; scrolled back to the
+    end, it follows again."""
+    log = page.locator("#run-log textarea")
+    _append_log(page, db_url, run_id, [f"extra line {i}" for i in range(30)])
+    state = page.evaluate(LOG_SCROLL)
+    assert state["scrolls"] and state["bottom"]
+    log.hover()
+    page.mouse.wheel(0, -200)
+    page.wait_for_timeout(400)
+    up = page.evaluate(LOG_SCROLL)
+    assert not up["bottom"]
+    _append_log(page, db_url, run_id, [f"read later {i}" for i in range(5)])
+    assert page.evaluate(LOG_SCROLL) == up  # left where the reader scrolled
+    page.mouse.wheel(0, 5000)
+    page.wait_for_timeout(400)
+    _append_log(page, db_url, run_id, [f"followed again {i}" for i in range(5)])
+    assert page.evaluate(LOG_SCROLL)["bottom"]
+
+
+def _check_a_long_completion_stays_in_its_card(page, db_url: str, run_id: int, step: int) -> None:
+    """A completion without spaces, longer than its card is wide and high, wraps inside the card and scrolls
+    within it; a token's value shows on hover at once."""
+    tokens = ["abcdefghij"] * 200 + ["</s>"]
+    samples = [SampleRecord(completion="".join(tokens), tokens=tokens, reward=float(i % 2),
+                            advantages=[i % 2 - 0.5] * len(tokens), reward_components={"correct": float(i % 2)})
+               for i in range(4)]
+    with session_scope(db_url) as s:
+        store.record_groups(s, run_id, step, [GroupRecord("long", "1", samples).to_dict()])
+    # every step before it has groups: the slider now counts ``step`` recorded steps
+    expect(page.locator("#group-step")).to_contain_text(f"{step} recorded", timeout=15_000)
+    step_box = page.locator('#group-step input[type="number"]')
+    step_box.fill(str(step))
+    step_box.press("Enter")
+    expect(page.locator("#group-view .prompt")).to_have_text("long")
+    cards = page.locator("#group-view .sample")
+    for i in range(2):
+        card, box = cards.nth(i).bounding_box(), cards.nth(i).locator(".tokens")
+        inner = box.bounding_box()
+        assert card["x"] <= inner["x"] and inner["x"] + inner["width"] <= card["x"] + card["width"]
+        assert inner["y"] + inner["height"] <= card["y"] + card["height"]
+        assert box.evaluate("e => e.scrollWidth <= e.clientWidth && e.scrollHeight > e.clientHeight")
+        assert card["height"] < 500
+    first, second = cards.nth(0).bounding_box(), cards.nth(1).bounding_box()
+    assert first["x"] + first["width"] <= second["x"] or first["y"] + first["height"] <= second["y"]
+    token = page.locator("#group-view span.token").first
+    token.hover()
+    tip = token.evaluate("e => { const s = getComputedStyle(e, '::after'); return [s.content, s.display]; }")
+    assert "A = -0.5000" in tip[0] and tip[1] != "none"
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ from gradio_client.exceptions import AppError
 from kombu import Connection
 
 from app import store
-from app.render import (PANELS, RM_TABLE, compare_figure, config_diff_html, group_html, metrics_figure, progress_html,
-                        rm_refresh_frame, token_span)
+from app.charts import PANELS, compare_figure, metrics_figure
+from app.render import RM_TABLE, config_diff_html, group_html, progress_html, rm_refresh_frame, token_span
 from app.db import make_engine, session_scope, upgrade_database
 from grpo_engine.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
@@ -27,8 +27,9 @@ from app.broker import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
-ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group", "/cancel_run",
-             "/compare_runs", "/export_run", "/upload_dataset", "/preview_dataset"}
+ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/get_logs", "/wait_run", "/list_groups",
+             "/get_group", "/cancel_run", "/compare_runs", "/export_run", "/upload_dataset", "/preview_dataset",
+             "/rename_run", "/annotate_run", "/archive_run", "/delete_run"}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,8 @@ def test_launch_list_get_cancel(server, client):
     runs = client.predict(api_name="/list_runs")
     assert isinstance(runs, list) and runs[0]["run_id"] == run_id
     assert set(runs[0]) == {"run_id", "name", "status", "model", "dataset", "supervision", "step",
-                            "total_steps", "created_at"}
+                            "total_steps", "created_at", "started_at", "finished_at", "phase", "phase_done",
+                            "phase_total", "notes", "tags", "archived"}
 
     run = client.predict(run_id, api_name="/get_run")
     assert {"run_id", "name", "status", "config", "step", "total_steps", "error", "started_at",
@@ -232,11 +234,11 @@ def test_token_span_escapes_and_colours_by_advantage():
     assert negative.startswith('<span class="token" data-adv="-1" ')
     assert "&lt;b&gt;" in negative and "<b>" not in negative.replace('<span class="token"', "")
     assert '<span class="ws">↵</span>' in negative  # the newline is drawn, not just broken
-    assert "background:rgb(238,146,146)" in negative  # half way from white to red
-    assert 'title="&#x27;&lt;b&gt;\\n&#x27;  A = -1.0000"' in negative
-    assert "background:rgb(22,163,74)" in token_span(" a", 2.0, 2.0)  # full green
+    assert "background:rgba(220,38,38,0.560)" in negative  # half way: 0.12 + 0.88 * 0.5 of red over the page
+    assert 'data-tip="&#x27;&lt;b&gt;\\n&#x27;  A = -1.0000"' in negative
+    assert "background:rgba(22,163,74,1.000)" in token_span(" a", 2.0, 2.0)  # full green
     assert 'class="token strong"' in token_span(" a", 2.0, 2.0)
-    assert "background:rgb(255,255,255)" in token_span(" a", 0.0, 2.0)  # white at 0
+    assert "background:rgba(22,163,74,0.000)" in token_span(" a", 0.0, 2.0)  # clear at 0
     assert '<span class="ws">·</span>a' in token_span(" a", 0.0, 0.0)
 
 
@@ -288,10 +290,10 @@ def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
     names = {trace.name for trace in fig.data}
     assert names == {"reward_mean", "kl", "time/step", "custom/x"}
     titles = [a.text for a in fig.layout.annotations]
-    assert {"reward", "accuracy", "KL and loss", "clip and entropy", "lengths", "optimizer", "timing (s)",
-            "reward model", "other"} <= set(titles)
-    assert [title for title, _ in PANELS] == ["reward", "accuracy", "KL and loss", "clip and entropy", "lengths",
-                                              "optimizer", "timing (s)", "reward model"]
+    assert titles == ["reward", "KL and loss", "timing (s)", "other"]  # the panels with something recorded
+    assert [title for title, _ in PANELS] == ["reward", "accuracy", "fractions", "KL and loss", "entropy (nats)",
+                                              "completion length (tokens)", "gradient norm", "learning rate",
+                                              "timing (s)", "reward model"]
 
 
 def test_rm_refresh_table_has_one_row_per_training():
@@ -334,8 +336,8 @@ def test_group_html_shows_normalised_rewards_and_the_rm_score_beside_the_verifie
                for i, (r, a, c) in enumerate([(0.9, norm, 1.0), (0.1, -norm, 0.0)])]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
     assert page.count('class="norm">+1.000<') == 1 and page.count('class="norm">-1.000<') == 1
-    assert "verifier ✓ correct" in page and "verifier ✗ wrong" in page
-    assert '<span class="rm-score">RM 0.900</span>' in page
+    assert "verifier: correct ✓" in page and "verifier: wrong ✗" in page
+    assert '<span class="rm-score" data-component="rm_score">reward model score 0.900</span>' in page
 
 
 @pytest.mark.slow

@@ -1,0 +1,181 @@
+"""The dashboard's charts: plotly figures drawn from a run's metric rows (app.api.get_metrics), nothing else.
+
+:func:`metrics_figure` is the Run tab's chart: one panel per group of metrics (the ``panel`` of each entry of
+grpo_engine.recorder.METRIC_REGISTRY; a recorded metric the registry does not name goes to "other"), two panels
+a row, each with its own legend to its right, all on one step axis. Only panels with something recorded are
+drawn; shares (metrics named ``*_frac`` or ``*accuracy*``) are drawn on a fixed 0 to 1 axis so that their height
+means the same in every run. Each series can be smoothed (:func:`ema`): the smoothed line bold, the raw values
+faint behind it.
+
+:func:`compare_figure` is the Compare tab's: one panel per picked metric, each run a line of its own colour.
+Pure functions of their arguments: no store, no Gradio.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from grpo_engine.recorder import METRIC_REGISTRY
+
+# The Run tab's panels: (title, metric names), in registry order. A recorded metric in no panel goes to "other".
+PANELS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (title, tuple(m.name for m in METRIC_REGISTRY if m.panel == title))
+    for title in dict.fromkeys(m.panel for m in METRIC_REGISTRY if m.panel is not None))
+OTHER = "other"
+# registry metrics with no panel (the reward model's example counts, shown in its table): drawn, in "other",
+# only when picked
+UNCHARTED = frozenset(m.name for m in METRIC_REGISTRY if m.panel is None)
+PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # a panel's series told apart in grey too
+ROW_PX, TITLE_PX, LEGEND_PX = 230, 64, 160  # a row's height, the gap between rows, the room right of each panel
+NO_STEPS = "No steps recorded yet: the charts appear once the run finishes its first step."
+
+
+def ema(values: list[float], weight: float) -> list[float]:
+    """The exponential moving average of ``values``: s[0] = values[0], s[t] = weight * s[t-1] +
+    (1 - weight) * values[t]. No debiasing: the first value is the starting point. ``weight`` 0 returns the
+    values; e.g. ema([0, 1, 1], 0.5) == [0, 0.5, 0.75]."""
+    smoothed: list[float] = []
+    for value in values:
+        smoothed.append(value if not smoothed else weight * smoothed[-1] + (1 - weight) * value)
+    return smoothed
+
+
+def is_share(name: str) -> bool:
+    """Whether a metric is a share between 0 and 1 (drawn on a fixed 0 to 1 axis)."""
+    return name.endswith("_frac") or "accuracy" in name
+
+
+def recorded_metrics(metrics: list[dict]) -> list[str]:
+    """The metric names with at least one value in ``metrics``, in panel order (then the others, sorted)."""
+    recorded = {k for m in metrics for k, v in m.items() if v is not None} - {"step", "iteration"}
+    known = [k for _, keys in PANELS for k in keys]
+    return [k for k in known if k in recorded] + sorted(recorded - set(known))
+
+
+def chart_panels(metrics: list[dict], picked: list[str] | None = None) -> list[tuple[str, tuple[str, ...]]]:
+    """The panels to draw: (title, the metrics in it that have values), for panels with at least one;
+    with ``picked`` (a non-empty list of metric names), only those metrics (else all but UNCHARTED)."""
+    recorded = set(recorded_metrics(metrics))
+    recorded = recorded & set(picked) if picked else recorded - UNCHARTED
+    known = {k for _, keys in PANELS for k in keys}
+    panels = [*PANELS, (OTHER, tuple(sorted(recorded - known)))]
+    return [(title, kept) for title, keys in panels if (kept := tuple(k for k in keys if k in recorded))]
+
+
+def _points(metrics: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """The steps and values of one metric, where it was recorded."""
+    pairs = [(m["step"], m[key]) for m in metrics if m.get(key) is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _series(key: str, steps: list[int], values: list[float], smoothing: float, sparse: bool, k: int,
+            legend: str) -> list[go.Scatter]:
+    """One metric's traces in its panel (the ``k``-th series there): with smoothing, the raw values faint
+    and the smoothed line bold on top, one legend entry for both; a sparse series (recorded on few steps,
+    e.g. evaluations) is drawn as it is, with markers."""
+    colour, dash = PALETTE[k % len(PALETTE)], DASHES[k % len(DASHES)]
+    common = dict(x=steps, legendgroup=key, legend=legend)
+    if sparse or smoothing <= 0:
+        mode = "lines+markers" if sparse or len(steps) < 40 else "lines"
+        return [go.Scatter(**common, y=values, name=key, mode=mode, line=dict(color=colour, width=2, dash=dash),
+                           marker=dict(size=5), hovertemplate=f"{key}<br>step %{{x}}: %{{y:.4g}}<extra></extra>")]
+    raw = go.Scatter(**common, y=values, name=f"{key} (raw)", showlegend=False, mode="lines", opacity=0.3,
+                     line=dict(color=colour, width=1), hovertemplate=f"{key}<br>step %{{x}}: %{{y:.4g}}<extra></extra>")
+    smooth = go.Scatter(**common, y=ema(values, smoothing), name=key, mode="lines",
+                        line=dict(color=colour, width=2.5, dash=dash),
+                        hovertemplate=f"{key} smoothed<br>step %{{x}}: %{{y:.4g}}<extra></extra>")
+    return [raw, smooth]
+
+
+def _y_range(metrics: list[dict], keys: tuple[str, ...]) -> list[float] | None:
+    """A panel's fixed y range: 0 to 1 for shares; around the value, not plotly's +-1, for a constant series
+    (a learning rate without schedule); None (plotly's own) otherwise."""
+    if all(is_share(k) for k in keys):
+        return [-0.03, 1.03]
+    values = [m[k] for m in metrics for k in keys if m.get(k) is not None]
+    if values and min(values) == max(values):
+        pad = abs(values[0]) * 0.5 or 1.0
+        return [values[0] - pad, values[0] + pad]
+    return None
+
+
+def empty_figure(message: str = NO_STEPS) -> go.Figure:
+    """A small figure holding only ``message``: what the chart area shows before there is anything to draw."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=14, color="#6b7280"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(height=140, margin=dict(l=10, r=10, t=10, b=10), template="plotly_white",
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)")
+    return fig
+
+
+def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str] | None = None) -> go.Figure:
+    """The recorded metrics over steps, in panels (two a row), each panel with its own legend at its right.
+
+    ``smoothing`` is the EMA weight (0 to 0.99; :func:`ema`) of the bold line; ``picked`` limits the panels
+    to those metrics (None or empty: every recorded metric). Panels without values are left out; with no
+    metric recorded yet the figure only says so."""
+    panels = chart_panels(metrics, picked)
+    if not panels:
+        return empty_figure(NO_STEPS if not recorded_metrics(metrics) else "None of the picked metrics is recorded.")
+    rows = (len(panels) + 1) // 2
+    height = ROW_PX * rows + TITLE_PX * (rows - 1) + 80
+    specs = [[{}, {}] for _ in range(rows)]
+    if len(panels) % 2:
+        specs[-1][1] = None  # an odd number of panels leaves the last cell empty: no axes there
+    fig = make_subplots(rows=rows, cols=2, specs=specs, subplot_titles=[t for t, _ in panels],
+                        horizontal_spacing=0.16, vertical_spacing=TITLE_PX / height)
+    steps_recorded = len({m["step"] for m in metrics})
+    legends = {}
+    for i, (title, keys) in enumerate(panels):
+        row, col = i // 2 + 1, i % 2 + 1
+        legend = "legend" if i == 0 else f"legend{i + 1}"
+        for k, key in enumerate(keys):
+            steps, values = _points(metrics, key)
+            sparse = 2 * len(steps) < steps_recorded
+            for trace in _series(key, steps, values, smoothing, sparse, k, legend):
+                fig.add_trace(trace, row=row, col=col)
+        fig.update_yaxes(range=_y_range(metrics, keys), row=row, col=col)
+        xaxis = fig.get_subplot(row, col).xaxis
+        yaxis = fig.get_subplot(row, col).yaxis
+        legends[legend] = dict(x=xaxis.domain[1] + 0.01, y=yaxis.domain[1], xanchor="left", yanchor="top",
+                               font=dict(size=10), itemwidth=30, bgcolor="rgba(0,0,0,0)", tracegroupgap=2)
+    for col in (1, 2):  # the lowest panel of each column names the x axis
+        bottom = max((i // 2 + 1 for i in range(len(panels)) if i % 2 + 1 == col), default=None)
+        if bottom is not None:
+            fig.update_xaxes(title_text="step", title_standoff=4, row=bottom, col=col)
+    fig.update_yaxes(exponentformat="e")  # 2e-04, not plotly's 200µ
+    for axis in [a for a in fig.layout if a.startswith("xaxis") and a != "xaxis"]:
+        fig.layout[axis].matches = "x"  # one step axis: the panels line up, and zooming one zooms all
+    # showlegend: plotly hides the first legend when it holds one entry, the panel's only metric
+    fig.update_layout(height=height, template="plotly_white", margin=dict(l=55, r=LEGEND_PX, t=30, b=40),
+                      showlegend=True, paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+                      uirevision="metrics", **legends)
+    return fig
+
+
+def compare_figure(compared: dict, metric_keys: list[str]) -> go.Figure:
+    """One panel per metric, every compared run a line in it (the same colour for a run in every panel);
+    shares on a fixed 0 to 1 axis."""
+    metric_keys = metric_keys or ["reward_mean"]
+    fig = make_subplots(rows=len(metric_keys), cols=1, subplot_titles=metric_keys, vertical_spacing=0.12)
+    for j, run in enumerate(compared["runs"]):
+        metrics = compared["metrics"][str(run["run_id"])]
+        for i, key in enumerate(metric_keys):
+            steps, values = _points(metrics, key)
+            fig.add_trace(go.Scatter(x=steps, y=values, name=f"#{run['run_id']} {run['name']}",
+                                     legendgroup=str(run["run_id"]), showlegend=i == 0,
+                                     line=dict(color=PALETTE[j % len(PALETTE)]),
+                                     mode="lines+markers" if len(steps) < 40 else "lines"), row=i + 1, col=1)
+    for i, key in enumerate(metric_keys):
+        if is_share(key):
+            fig.update_yaxes(range=[-0.03, 1.03], row=i + 1, col=1)
+    fig.update_xaxes(title_text="step", row=len(metric_keys))
+    fig.update_layout(height=260 * len(metric_keys) + 80, template="plotly_white",
+                      margin=dict(l=55, r=20, t=40, b=40), paper_bgcolor="rgba(0,0,0,0)",
+                      plot_bgcolor="rgba(0,0,0,0)")
+    fig.update_yaxes(exponentformat="e")
+    return fig

@@ -1,0 +1,136 @@
+"""The Run tab's and Compare tab's charts (app.charts) as pure functions of hand-made metric rows: which panels
+are drawn, each panel's own legend, the axes, the smoothing, the metrics picked."""
+from __future__ import annotations
+
+import pytest
+
+from app.charts import NO_STEPS, PANELS, chart_panels, compare_figure, ema, metrics_figure, recorded_metrics
+from grpo_engine.recorder import METRIC_REGISTRY
+
+
+def _rows(n: int = 4, **extra) -> list[dict]:
+    """``n`` steps of a rule-reward run's metrics (no reward model), plus ``extra`` on every step."""
+    return [{"step": s, "iteration": 1, "reward_mean": 0.5 + 0.1 * s, "reward_std": 0.4, "correct_frac": 0.5 + 0.1 * s,
+             "zero_std_frac": 0.25, "kl": 0.01 * s, "loss": 0.1, "clip_frac": 0.0, "entropy": 1.0,
+             "completion_len": 20.0 + s, "truncated_frac": 0.0, "grad_norm": 0.5 * s, "learning_rate": 2e-4,
+             "time/step": 0.3, **extra} for s in range(1, n + 1)]
+
+
+def _panel_of(fig) -> dict[str, str]:
+    """Each drawn metric -> the title of the panel it is drawn in: the panels' axes are numbered in the order of
+    their titles (x, x2, x3, ...)."""
+    titles = [a.text for a in fig.layout.annotations]
+    return {t.name: titles[int(t.xaxis[1:] or 1) - 1] for t in fig.data if t.showlegend is not False}
+
+
+def test_ema_on_hand_numbers():
+    assert ema([0, 1, 1], 0.5) == [0, 0.5, 0.75]
+    assert ema([2.0, 4.0], 0.0) == [2.0, 4.0]  # weight 0: the values
+    assert ema([1.0, 1.0, 1.0], 0.9) == [1.0, 1.0, 1.0]
+    assert ema([], 0.6) == []
+    assert ema([0.0, 10.0], 0.9) == [0.0, pytest.approx(1.0)]  # no debiasing: the first value is the start
+
+
+def test_no_metrics_is_one_clear_message_and_no_panels():
+    fig = metrics_figure([])
+    assert [a.text for a in fig.layout.annotations] == [NO_STEPS] and not fig.data
+    assert "no steps recorded yet" in NO_STEPS.lower()
+
+
+def test_only_panels_with_values_are_drawn_and_no_empty_panel_says_no_data():
+    fig = metrics_figure(_rows())
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["reward", "accuracy", "fractions", "KL and loss", "entropy (nats)",
+                      "completion length (tokens)", "gradient norm", "learning rate", "timing (s)"]
+    assert "reward model" not in titles and "other" not in titles  # a rule-reward run has no reward model panel
+    assert not any("no data" in t for t in titles)
+
+
+def test_reward_model_and_other_panels_appear_with_their_metrics():
+    rows = _rows(2) + [{"step": 3, "iteration": 1, "rm/loss": 0.4, "rm/accuracy_after": 0.8, "custom/x": 1.0}]
+    titles = [title for title, _ in chart_panels(rows)]
+    assert titles[-2:] == ["reward model", "other"]
+    assert dict(chart_panels(rows))["reward model"] == ("rm/accuracy_after", "rm/loss")
+    assert dict(chart_panels(rows))["other"] == ("custom/x",)
+
+
+def test_registry_metrics_without_a_panel_are_drawn_only_when_picked():
+    rows = _rows(2) + [{"step": 3, "iteration": 1, "rm/train_examples": 32.0, "rm/replayed": 0.0}]
+    assert "other" not in dict(chart_panels(rows))  # the reward model's table shows them
+    assert chart_panels(rows, ["rm/replayed", "kl"]) == [("KL and loss", ("kl",)), ("other", ("rm/replayed",))]
+    fig = metrics_figure(rows)
+    assert all(fig.layout[a].matches == "x" for a in fig.layout if a.startswith("xaxis") and a != "xaxis")
+
+
+def test_metrics_that_mislead_together_are_apart():
+    panel = _panel_of(metrics_figure(_rows(), smoothing=0.0))
+    assert panel["reward_mean"] != panel["correct_frac"]  # equal under a rule reward: one would hide the other
+    assert panel["learning_rate"] != panel["grad_norm"]  # 2e-4 would lie flat on a gradient norm's axis
+    assert panel["truncated_frac"] != panel["completion_len"]  # a share on a length axis
+    assert panel["truncated_frac"] == panel["zero_std_frac"] == panel["clip_frac"] == "fractions"
+    assert panel["correct_frac"] == "accuracy"
+
+
+def test_each_panel_has_its_own_legend_at_its_right():
+    fig = metrics_figure(_rows(), smoothing=0.6)
+    panels = chart_panels(_rows())
+    legends = ["legend"] + [f"legend{i}" for i in range(2, len(panels) + 1)]
+    for legend, (title, keys) in zip(legends, panels):
+        shown = [t for t in fig.data if t.legend == legend and t.showlegend is not False]
+        assert [t.name for t in shown] == list(keys), title
+        xaxis = fig.layout["xaxis" + shown[0].xaxis[1:]]
+        assert fig.layout[legend].x > xaxis.domain[1]  # beside its own panel, not one legend for the figure
+        assert fig.layout[legend].y == fig.layout["yaxis" + shown[0].yaxis[1:]].domain[1]
+
+
+def test_shares_are_on_zero_to_one_and_a_constant_series_around_its_value():
+    fig = metrics_figure(_rows())
+    by_name = {t.name: t for t in fig.data if t.showlegend is not False}
+    for name in ("correct_frac", "truncated_frac"):
+        assert tuple(fig.layout["yaxis" + by_name[name].yaxis[1:]].range) == (-0.03, 1.03)
+    low, high = fig.layout["yaxis" + by_name["learning_rate"].yaxis[1:]].range
+    assert low < 2e-4 < high and high - low < 1e-3  # not plotly's -1 to 1 around a constant
+    assert fig.layout["yaxis" + by_name["grad_norm"].yaxis[1:]].range is None  # plotly's own
+
+
+def test_smoothing_draws_the_ema_bold_over_the_faint_raw_values():
+    rows = [{"step": s, "iteration": 1, "reward_mean": v} for s, v in enumerate([0.0, 1.0, 1.0], start=1)]
+    raw, smooth = metrics_figure(rows, smoothing=0.5).data
+    assert list(raw.y) == [0.0, 1.0, 1.0] and raw.showlegend is False and raw.opacity < 0.5
+    assert list(smooth.y) == [0.0, 0.5, 0.75] and smooth.name == "reward_mean"
+    assert smooth.line.width > raw.line.width and raw.legendgroup == smooth.legendgroup
+    [plain] = metrics_figure(rows, smoothing=0.0).data  # no smoothing: the values, once
+    assert list(plain.y) == [0.0, 1.0, 1.0] and plain.showlegend is not False
+
+
+def test_sparse_series_are_not_smoothed_and_series_in_a_panel_differ_in_dash():
+    rows = _rows(6)
+    rows[0]["eval/accuracy"], rows[5]["eval/accuracy"] = 0.2, 0.6
+    fig = metrics_figure(rows, smoothing=0.9)
+    [evaluation] = [t for t in fig.data if t.name == "eval/accuracy"]
+    assert list(evaluation.y) == [0.2, 0.6] and "markers" in evaluation.mode
+    shown = {t.name: t for t in fig.data if t.showlegend is not False}
+    assert shown["correct_frac"].line.dash != shown["eval/accuracy"].line.dash
+
+
+def test_picked_metrics_limit_the_panels():
+    fig = metrics_figure(_rows(), picked=["kl", "learning_rate"])
+    assert [a.text for a in fig.layout.annotations] == ["KL and loss", "learning rate"]
+    assert fig.layout.showlegend  # the first legend too, though it names one metric
+    assert {t.name for t in fig.data if t.showlegend is not False} == {"kl", "learning_rate"}
+    none = metrics_figure(_rows(), picked=["rm/loss"])
+    assert not none.data and "None of the picked metrics" in none.layout.annotations[0].text
+
+
+def test_recorded_metrics_in_panel_order():
+    rows = [{"step": 1, "iteration": 1, "kl": 0.1, "reward_mean": 0.5, "zz": 1.0, "loss": None}]
+    assert recorded_metrics(rows) == ["reward_mean", "kl", "zz"]
+    assert {k for _, keys in PANELS for k in keys} == {m.name for m in METRIC_REGISTRY if m.panel}
+
+
+def test_compare_figure_draws_each_run_and_shares_on_zero_to_one():
+    compared = {"runs": [{"run_id": 1, "name": "a", "config": {}}, {"run_id": 2, "name": "b", "config": {}}],
+                "differing_keys": [], "metrics": {"1": [{"step": 1, "correct_frac": 0.5}], "2": []}}
+    fig = compare_figure(compared, ["correct_frac", "kl"])
+    assert [t.name for t in fig.data] == ["#1 a", "#1 a", "#2 b", "#2 b"]
+    assert tuple(fig.layout.yaxis.range) == (-0.03, 1.03) and fig.layout.yaxis2.range is None
