@@ -112,7 +112,8 @@ class Group(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     step: Mapped[int]
     position: Mapped[int]  # order of the group within its step (0-based)
-    prompt: Mapped[str] = mapped_column(Text)
+    prompt: Mapped[str] = mapped_column(Text)  # the question
+    model_prompt: Mapped[str | None] = mapped_column(Text)  # the prompt text as the model saw it (its template)
     reference: Mapped[str] = mapped_column(Text)
     reward_mean: Mapped[float] = mapped_column(Float)
     reward_std: Mapped[float] = mapped_column(Float)  # population std of the G rewards

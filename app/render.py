@@ -251,6 +251,18 @@ def zero_spread_banner(groups: list[dict]) -> str:
             'or easier dataset, a larger group_size, or a higher temperature.</div>')
 
 
+def _prompt_html(group: dict) -> str:
+    """The prompt as the model saw it (after the run's prompt template: a chat template's turns, a BOS token), and
+    the question on its own when the two differ; the question alone for groups recorded without it."""
+    question = f'<pre class="prompt">{html.escape(group["prompt"])}</pre>'
+    seen = group.get("model_prompt")
+    if not seen or seen == group["prompt"]:
+        return f"<div>Prompt:</div>{question}"
+    return (f'<div>Prompt as the model saw it (the run\'s prompt template applied):</div>'
+            f'<pre class="prompt model-prompt">{html.escape(seen)}</pre>'
+            f'<details class="question"><summary>the question alone</summary>{question}</details>')
+
+
 def group_html(group: dict) -> str:
     """The prompt, the reference and the G completions side by side, tokens coloured by advantage.
 
@@ -269,7 +281,7 @@ def group_html(group: dict) -> str:
         f'<b>Group {group["group_id"]}</b> · run {group["run_id"]} · step {group["step"]} · '
         f'{len(samples)} samples · reward mean {mean:.3f}'
         f'{" · process supervision: step rewards at each step end" if process else ""}',
-        f'<div>Prompt:</div><pre class="prompt">{html.escape(group["prompt"])}</pre>',
+        _prompt_html(group),
         f'<div>Reference: <code>{html.escape(str(group.get("reference") or ""))}</code></div>',
         f'<div>Advantage: {-scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '
         '(hover a token for its value)</div></div><div class="samples">',

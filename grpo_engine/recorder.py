@@ -29,13 +29,14 @@ class SampleRecord:
 class GroupRecord:
     """The G outputs sampled for one question at one step."""
 
-    prompt: str
+    prompt: str  # the question
     reference: str  # the reference answer
     samples: list[SampleRecord]
+    model_prompt: str = ""  # the prompt text as the model saw it (after the run's prompt_template)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dicts, sharing the samples' lists (no deep copy: recording runs every step)."""
-        return {"prompt": self.prompt, "reference": self.reference,
+        return {"prompt": self.prompt, "reference": self.reference, "model_prompt": self.model_prompt,
                 "samples": [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.samples]}
 
 

@@ -126,7 +126,7 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool) -> StepResult:
     t3 = time.time()
     metrics = step_metrics(learner, sampled, scored, sums)
     metrics.update({"time/sampling": t1 - t0, "time/scoring": t2 - t1, "time/update": t3 - t2})
-    return StepResult(metrics, group_records(sampled, scored, learner.spec.group_size) if record else [])
+    return StepResult(metrics, group_records(sampled, scored, learner.spec.group_size, learner.prompt) if record else [])
 
 
 @torch.no_grad()
@@ -264,8 +264,9 @@ def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> di
     }
 
 
-def group_records(s: Sampled, scored: Scored, G: int) -> list[GroupRecord]:
-    """This process's groups as the store keeps them: each output's text, tokens, reward and advantages."""
+def group_records(s: Sampled, scored: Scored, G: int, prompt: Callable[[str], str]) -> list[GroupRecord]:
+    """This process's groups as the store keeps them: the question and the prompt text the model saw (``prompt``:
+    the run's template), each output's text, tokens, reward and advantages."""
     lengths = s.mask.sum(dim=1).long().tolist()
     adv = scored.advantages.cpu()
     groups = []
@@ -275,7 +276,8 @@ def group_records(s: Sampled, scored: Scored, G: int) -> list[GroupRecord]:
                                 step_rewards=scored.step_rewards[i], step_end_indices=scored.step_ends[i],
                                 reward_components=scored.components[i])
                    for i in range(b * G, (b + 1) * G)]
-        groups.append(GroupRecord(prompt=question["question"], reference=question["answer"], samples=samples))
+        groups.append(GroupRecord(prompt=question["question"], reference=question["answer"], samples=samples,
+                                  model_prompt=prompt(question["question"])))
     return groups
 
 

@@ -101,3 +101,15 @@ def test_the_banner_warns_when_most_groups_have_no_reward_spread():
     assert "group_size" in banner and "temperature" in banner
     assert zero_spread_banner([{"reward_std": 0.0}, {"reward_std": 0.1}]) == ""  # half is not most
     assert zero_spread_banner([]) == ""
+
+
+def test_the_prompt_is_shown_as_the_model_saw_it():
+    sample = {"sample_id": 1, "completion": "x", "tokens": ["x"], "reward": 1.0, "advantages": [0.0],
+              "step_rewards": None, "step_end_indices": None, "reward_components": {}}
+    group = {"group_id": 1, "run_id": 1, "step": 1, "prompt": "What is 2+2?", "reference": "4", "samples": [sample],
+             "model_prompt": "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"}
+    page = group_html(group)
+    assert "Prompt as the model saw it" in page and "&lt;|im_start|&gt;user" in page
+    assert "the question alone" in page
+    plain = group_html({**group, "model_prompt": None})  # recorded before the template text was kept
+    assert "Prompt as the model saw it" not in plain and "What is 2+2?" in plain

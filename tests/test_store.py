@@ -236,6 +236,7 @@ def test_record_groups_is_idempotent_per_step(db_url):
 def test_get_group_round_trips_samples_exactly(db_url):
     run_id = new_run(db_url)
     outcome, process = group("What is 6*7?", [1.0, 0.0, 0.5]), group("Steps?", [1.0, 0.0], process=True)
+    outcome["model_prompt"] = "<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"  # a chat template's
     with session_scope(db_url) as s:
         store.record_groups(s, run_id, 4, [outcome, process])
     with session_scope(db_url) as s:
@@ -254,6 +255,7 @@ def test_get_group_round_trips_samples_exactly(db_url):
                 assert b[key] == a[key], key
             assert [x.hex() for x in b["advantages"]] == [x.hex() for x in a["advantages"]]  # bit for bit
             assert all(type(x) is float for x in b["advantages"])
+    assert got[0]["model_prompt"] == outcome["model_prompt"] and got[1]["model_prompt"] is None  # none given
     assert got[0]["samples"][0]["step_rewards"] is None and got[0]["samples"][0]["step_end_indices"] is None
     assert got[1]["samples"][0]["step_end_indices"] == [2, 5]
     assert got[1]["samples"][1]["step_rewards"] == [0.0, 0.0]

@@ -11,6 +11,7 @@ import torch
 
 from grpo_engine.builtin_task import check_step
 from grpo_engine.config import validate_spec
+from grpo_engine.data import format_prompt
 from grpo_engine.objective import ADV_EPS, process_advantages
 from grpo_engine.recorder import METRICS, MemoryRecorder
 from grpo_engine.rewards import outcome_reward
@@ -69,6 +70,7 @@ def test_outcome_groups_carry_group_normalised_advantages(outcome_run):
         for group in groups:
             assert len(group.samples) == 4
             assert group.reference == str(eval(group.prompt))
+            assert group.model_prompt.endswith(format_prompt(group.prompt))  # the plain template (after any BOS)
             rewards = torch.tensor([s.reward for s in group.samples])
             std = rewards.std(unbiased=False).item()
             mean = rewards.mean().item()

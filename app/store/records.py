@@ -74,7 +74,7 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
     for position, group in enumerate(groups):
         rewards = [float(sample["reward"]) for sample in group["samples"]]
         row = Group(run_id=run_id, step=step, position=position, prompt=group["prompt"],
-                    reference=group["reference"], reward_mean=statistics.fmean(rewards),
+                    model_prompt=group.get("model_prompt") or None, reference=group["reference"], reward_mean=statistics.fmean(rewards),
                     reward_std=statistics.pstdev(rewards))
         s.add(row)
         rows.append(row)
@@ -150,7 +150,7 @@ def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
     if group is None:
         return None
     return {**group_summary(group), "run_id": group.run_id, "reference": group.reference,
-            "samples": [sample_dict(sample) for sample in group.samples]}
+            "model_prompt": group.model_prompt, "samples": [sample_dict(sample) for sample in group.samples]}
 
 
 EXPORT_COLUMNS = ("run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
