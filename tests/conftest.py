@@ -89,3 +89,15 @@ def settings_env(tmp_path, monkeypatch):
         monkeypatch.delenv(key)
     monkeypatch.setenv("GRPO_DATA_DIR", str(tmp_path / "data"))
     return tmp_path
+
+
+@pytest.fixture
+def dashboard(tmp_path, grpo_cache_dir):
+    """The URL of a running `grpo-dashboard serve` with its embedded worker (the browser tests' server)."""
+    from tests.test_e2e import clean_env, start_server
+
+    server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
+    try:
+        yield url
+    finally:
+        server.stop()

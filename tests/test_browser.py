@@ -22,21 +22,11 @@ from playwright.sync_api import expect, sync_playwright
 from app import store
 from app.db import make_engine, session_scope
 from grpo_engine.recorder import GroupRecord, SampleRecord
-from tests.test_e2e import ROOT, RUN_TIMEOUT, clean_env, start_server
+from tests.test_e2e import ROOT, RUN_TIMEOUT
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
 FORM = {"name": "browser run", "steps_per_iteration": "40", "batch_size": "2", "group_size": "4", "eval_every": "0"}
-
-
-@pytest.fixture
-def dashboard(tmp_path, grpo_cache_dir):
-    """The URL of a running `grpo-dashboard serve` with its embedded worker."""
-    server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture

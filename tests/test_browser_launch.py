@@ -1,20 +1,23 @@
 """The Launch form in a real browser (Chromium through Playwright) on a live `grpo-dashboard serve`: a preset fills
 the form, keys that do not apply are hidden and come back when their option is chosen, a refused launch marks the
-field it names (opening its folded section and bringing it into view), and a launch opens the Run tab. Screenshots
-of the form at 1280 and 1600 px go to test-artifacts/."""
+field it names (opening its folded section and bringing it into view), and a launch opens the Run tab, where the
+run's phase shows until it completes. Screenshots of every tab at 1280 and 1600 px go to test-artifacts/
+(tab-<name>-<width>.png)."""
 from __future__ import annotations
+
+import re
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from tests.test_browser import ARTIFACTS, CHROMIUM, dashboard  # noqa: F401 (the fixture)
+from tests.test_browser import ARTIFACTS, CHROMIUM
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_presets_applicable_fields_and_a_marked_refusal(dashboard):  # noqa: F811
+def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -53,10 +56,31 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):  # noqa: F81
             page.screenshot(path=str(ARTIFACTS / "launch-refused.png"))
 
             page.locator("#spec-rm_samples input").fill("64")
-            page.locator("#spec-steps_per_iteration input").fill("2")
+            page.locator("#spec-steps_per_iteration input").fill("3")
             page.click("#launch-button")
             expect(page.locator("#launch-result .ok")).to_contain_text("Launched run")
-            expect(page.locator("#run-progress .run-progress")).to_contain_text("builtin-prm")
+            progress = page.locator("#run-progress .run-progress")
+            expect(progress).to_contain_text("builtin-prm")
             assert page.locator("#tab-launch .invalid").count() == 0
+            expect(page.locator('#run-progress .run-progress[data-status="running"]:not([data-phase=""])')).to_be_visible(
+                timeout=120_000)  # what it is doing: loading, training the reward model, training
+            page.screenshot(path=str(ARTIFACTS / "run-phase.png"))
+            expect(page.locator('#run-progress .run-progress[data-status="completed"]')).to_be_visible(timeout=300_000)
+            expect(progress).not_to_have_attribute("data-phase", re.compile(".+"))  # no phase once it ended
+            _every_tab(page)
         finally:
             browser.close()
+
+
+TABS = ("launch", "runs", "run", "groups", "compare")
+
+
+def _every_tab(page) -> None:
+    """A screenshot of each tab at 1280 and 1600 px wide, for a person to look at."""
+    for width in (1280, 1600):
+        page.set_viewport_size({"width": width, "height": 900})
+        for tab in TABS:
+            page.click(f"#tab-{tab}-button")
+            expect(page.locator(f"#tab-{tab}")).to_be_visible()
+            page.wait_for_timeout(1500)  # the tab's content and charts drawn
+            page.screenshot(path=str(ARTIFACTS / f"tab-{tab}-{width}.png"), full_page=True)
