@@ -10,6 +10,7 @@ this task. Pure Python: no torch.
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 
 from .rewards import ANSWER_PREFIX, extract_final_answer, plain_number
@@ -23,6 +24,7 @@ PLAIN_SHAPES = ("{a}*{b}+{c}", "{a}*{b}-{c}", "{a}+{b}-{c}", "{a}-{b}+{c}", "{a}
 PRECEDENCE_SHARE = 0.75  # share of built-in questions of a precedence shape
 HELDOUT_SIZE = 200  # the built-in held-out split's size, and the most rows any dataset holds out
 DIGITS = range(1, 7)  # operands; small enough for the tiny model to learn every fact in its warm start
+BUILTIN_QUESTION = re.compile(r"\d[+*-]\d[+*-]\d")  # what check_step can check: 'a op b op c', one digit each
 BUILTIN_SEED = 1234
 
 
@@ -120,9 +122,11 @@ def check_step(step: str, question: str, previous: list[str]) -> bool:
     False
     >>> check_step("#### 14", "2+3*4", ["3*4=12", "2+12=14"])
     True
+    >>> check_step("3*4=12", "hello", [])  # not a built-in question: no steps to check against
+    False
     """
     q = question
-    if len(q) != 5:
+    if not BUILTIN_QUESTION.fullmatch(q):  # not one of the built-in task's questions: nothing to check against
         return False
     reference_steps, answer = solve(int(q[0]), q[1], int(q[2]), q[3], int(q[4]))
     k = len(previous)

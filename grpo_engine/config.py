@@ -87,6 +87,12 @@ class RunSpec:
     step_delimiter: str = key("\\n",
           "Process supervision: the text that ends a reasoning step in an output, with \\n for a newline (the "
           "default) and \\t for a tab; e.g. Math-Shepherd's step tag 'ки'.")
+    step_labels: str = key("auto",
+          "Process supervision: how the rules label each step (the rule reward, and a learned PRM's training labels): "
+          "'builtin' = the built-in task's exact checker (builtin-arith only); 'arithmetic' = every equation in the "
+          "step must be true (exact rational arithmetic; GSM8K's <<48/2=24>>, LaTeX, units and $ understood; a step "
+          "with none counts as right), and the last step must state the right final answer; 'auto' = 'builtin' on "
+          "builtin-arith, else 'arithmetic'.", choices=("auto", "builtin", "arithmetic"))
     rm_data: str = key("",
           "reward: model with process supervision only. PRM training data in Math-Shepherd's format instead of labels "
           "from the step checker: a local .jsonl or .parquet file, or a Hugging Face dataset id such as "
@@ -146,6 +152,13 @@ class RunSpec:
     @property
     def total_steps(self) -> int:
         return self.iterations * self.steps_per_iteration
+
+    @property
+    def step_checker(self) -> str:
+        """The rule that labels steps: 'builtin' or 'arithmetic' (``step_labels`` 'auto' chosen by the dataset)."""
+        if self.step_labels != "auto":
+            return self.step_labels
+        return "builtin" if self.dataset == BUILTIN_DATASET else "arithmetic"
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dc_fields(self)}
@@ -315,6 +328,10 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         raise SpecError("reward_model", "is only used with reward 'model'; leave it empty with reward 'rule'")
     if values["rm_data"] and (values["reward"] != "model" or values["supervision"] != "process"):
         raise SpecError("rm_data", "is PRM training data: only used with reward 'model' and supervision 'process'")
+    if values["step_labels"] == "builtin" and values["dataset"] != BUILTIN_DATASET:
+        raise SpecError("step_labels", f"'builtin' checks only the built-in task's questions, but dataset is "
+                                       f"{shown(values['dataset'])}: every step would be labelled wrong; use "
+                                       "'arithmetic' (or 'auto')")
     if values["batch_size"] % values["devices"]:
         raise SpecError("devices", f"batch_size {values['batch_size']} must be a multiple of devices "
                                    f"{values['devices']}: each process takes whole groups of an equal share of the questions")

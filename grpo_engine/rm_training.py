@@ -47,7 +47,7 @@ def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunS
                                temperature=spec.temperature, top_p=spec.top_p)
         mask, ended = completion_mask(completions, end_token_ids(policy, tokenizer))
         out += rm_examples(judge(tokenizer, completions, mask, ended, chunk, kind == "prm",
-                                 delimiter=decode_delimiter(spec.step_delimiter)), chunk, kind)
+                                 delimiter=decode_delimiter(spec.step_delimiter), checker=spec.step_checker), chunk, kind)
     return out
 
 

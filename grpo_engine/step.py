@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .builtin_task import STEP_DELIMITER, check_step
+from .step_check import step_equations_hold
 from .config import RunSpec
 from .data import format_prompt
 from .objective import grpo_loss, outcome_advantages, process_advantages
@@ -150,7 +151,7 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     B = N // G
     rows = [sampled.batch[i // G] for i in range(N)]
     judged = judge(learner.tokenizer, sampled.completions, sampled.mask, sampled.ended, rows,
-                   spec.supervision == "process", spec.format_reward, learner.delimiter)
+                   spec.supervision == "process", spec.format_reward, learner.delimiter, spec.step_checker)
     components = [dict(c) for _, c in judged.outcome]
     scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
     step_rewards: list[list[float] | None] = [None] * N
@@ -341,9 +342,10 @@ class Judged:
 
 
 def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
-          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER) -> Judged:
+          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER, checker: str = "builtin") -> Judged:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
-    With ``process``, each output is also cut into steps (the end token is no step) and each step checked."""
+    With ``process``, each output is also cut into steps (the end token is no step) and each step checked by
+    ``checker`` (RunSpec.step_checker: :func:`step_verdicts`)."""
     lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
     ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
     pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
@@ -357,8 +359,25 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
             steps, ends = step_boundaries(pieces[i], delimiter)
             out.steps.append(steps)
             out.step_ends.append(ends)
-            out.verdicts.append([float(check_step(s, ex["question"], steps[:j])) for j, s in enumerate(steps)])
+            out.verdicts.append(step_verdicts(steps, ex["question"], out.outcome[-1][1]["correct"] > 0, checker))
     return out
+
+
+def step_verdicts(steps: list[str], question: str, answer_right: bool, checker: str) -> list[float]:
+    """1.0 or 0.0 for each step of one output. 'builtin': the built-in task's exact checker (each step the next
+    operation, the last the answer line); 'arithmetic': every equation in a step holds
+    (step_check.step_equations_hold; a step with none counts as right) and the last step also needs the
+    verifier's right final answer (``answer_right``).
+
+    >>> step_verdicts(["48/2 = 24 clips", "24 + 48 = 70", "#### 72"], "How many?", True, "arithmetic")
+    [1.0, 0.0, 1.0]
+    >>> step_verdicts(["3*4=12", "2+12=14", "#### 14"], "2+3*4", True, "builtin")
+    [1.0, 1.0, 1.0]
+    """
+    if checker == "builtin":
+        return [float(check_step(s, question, steps[:j])) for j, s in enumerate(steps)]
+    last = len(steps) - 1
+    return [float(step_equations_hold(s) and (j < last or answer_right)) for j, s in enumerate(steps)]
 
 
 def rm_examples(judged: Judged, examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:

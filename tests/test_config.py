@@ -130,3 +130,12 @@ def test_reward_model_key_needs_reward_model():
 def test_bounds_are_inclusive_where_documented():
     spec = validate_spec({"group_size": 2, "kl_coef": 0.0, "clip_eps": 1.0, "eval_every": 0, "lora_rank": 0})
     assert (spec.group_size, spec.kl_coef, spec.clip_eps, spec.eval_every) == (2, 0.0, 1.0, 0)
+
+
+def test_step_labels_follow_the_dataset_and_builtin_is_refused_elsewhere():
+    assert validate_spec({}).step_checker == "builtin"  # auto on the built-in task
+    assert validate_spec({"dataset": "/data/gsm8k.jsonl"}).step_checker == "arithmetic"  # auto elsewhere
+    assert validate_spec({"step_labels": "arithmetic"}).step_checker == "arithmetic"
+    with pytest.raises(SpecError, match=r"^step_labels: 'builtin' checks only the built-in task's questions, but "
+                                        r"dataset is 'openai/gsm8k'"):
+        validate_spec({"step_labels": "builtin", "dataset": "openai/gsm8k"})
