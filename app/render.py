@@ -253,10 +253,11 @@ def zero_spread_banner(groups: list[dict]) -> str:
 
 def _prompt_html(group: dict) -> str:
     """The prompt as the model saw it (after the run's prompt template: a chat template's turns, a BOS token), and
-    the question on its own when the two differ; the question alone for groups recorded without it."""
+    the question on its own when the two differ; the question alone for groups recorded without it, or when the
+    template only added white space."""
     question = f'<pre class="prompt">{html.escape(group["prompt"])}</pre>'
     seen = group.get("model_prompt")
-    if not seen or seen == group["prompt"]:
+    if not seen or seen.strip() == group["prompt"].strip():  # the plain template only adds a line break
         return f"<div>Prompt:</div>{question}"
     return (f'<div>Prompt as the model saw it (the run\'s prompt template applied):</div>'
             f'<pre class="prompt model-prompt">{html.escape(seen)}</pre>'

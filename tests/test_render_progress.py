@@ -111,5 +111,6 @@ def test_the_prompt_is_shown_as_the_model_saw_it():
     page = group_html(group)
     assert "Prompt as the model saw it" in page and "&lt;|im_start|&gt;user" in page
     assert "the question alone" in page
-    plain = group_html({**group, "model_prompt": None})  # recorded before the template text was kept
-    assert "Prompt as the model saw it" not in plain and "What is 2+2?" in plain
+    for seen in (None, "What is 2+2?\n"):  # recorded without it; the plain template's line break only
+        plain = group_html({**group, "model_prompt": seen})
+        assert "Prompt as the model saw it" not in plain and "What is 2+2?" in plain
