@@ -26,8 +26,8 @@ SECTIONS = (
     Section("Algorithm", ("group_size", "batch_size", "steps_per_iteration", "learning_rate", "max_new_tokens"),
             ("iterations", "policy_updates_per_batch", "clip_eps", "kl_coef", "temperature", "top_p", "seed")),
     Section("Reward", ("supervision", "reward", "format_reward"),
-            ("step_labels", "step_delimiter", "reward_model", "rm_data", "rm_samples", "rm_learning_rate",
-             "rm_replay_ratio")),
+            ("step_labels", "label_rollouts", "label_estimate", "step_delimiter", "reward_model", "rm_data",
+             "rm_samples", "rm_learning_rate", "rm_replay_ratio")),
     Section("Runtime & saving", ("device", "precision", "lora_rank"),
             ("micro_batch_size", "gradient_checkpointing", "devices", "eval_every", "checkpoint_every",
              "checkpoint_keep", "record_every")),
@@ -39,7 +39,7 @@ LABELS = {
     "group_size": "Group size G", "batch_size": "Questions per step B", "steps_per_iteration": "Steps per iteration M",
     "max_new_tokens": "Max new tokens", "iterations": "Iterations I", "policy_updates_per_batch": "Policy updates mu",
     "clip_eps": "Clip epsilon", "kl_coef": "KL coefficient beta", "top_p": "Top-p", "format_reward": "Format reward",
-    "step_labels": "Step labels",
+    "step_labels": "Step labels", "label_rollouts": "Rollouts per step N", "label_estimate": "Rollout estimate",
     "reward_model": "Reward model start", "rm_data": "PRM training data", "rm_samples": "Reward model samples",
     "rm_learning_rate": "Reward model learning rate", "rm_replay_ratio": "Reward model replay ratio",
     "lora_rank": "LoRA rank", "micro_batch_size": "Micro-batch size", "devices": "Processes (data-parallel)",
@@ -63,6 +63,14 @@ def _hub_dataset(values: dict) -> bool:
     return (values.get("dataset") or "builtin-arith") != "builtin-arith"
 
 
+def _rollouts(values: dict) -> bool:
+    """Whether steps are labelled by rollouts: process supervision with step_labels 'rollouts' (or 'auto' on a
+    dataset other than the built-in one)."""
+    labels = values.get("step_labels") or "auto"
+    return values.get("supervision") == "process" and (
+        labels == "rollouts" or (labels == "auto" and _hub_dataset(values)))
+
+
 # When a key applies, from the form's other values; a key not here always applies.
 APPLIES = {
     "dataset_config": _hub_dataset, "dataset_split": _hub_dataset, "eval_split": _hub_dataset,
@@ -70,6 +78,7 @@ APPLIES = {
     "format_reward": lambda v: v.get("supervision") != "process",
     "step_delimiter": lambda v: v.get("supervision") == "process",
     "step_labels": lambda v: v.get("supervision") == "process",
+    "label_rollouts": _rollouts, "label_estimate": _rollouts,
     "reward_model": lambda v: v.get("reward") == "model",
     "rm_samples": lambda v: v.get("reward") == "model",
     "rm_learning_rate": lambda v: v.get("reward") == "model",
@@ -77,7 +86,7 @@ APPLIES = {
     "rm_data": lambda v: v.get("reward") == "model" and v.get("supervision") == "process",
 }
 # The keys whose value decides whether another key applies: the form re-checks when one of them changes.
-DECIDING = ("dataset", "supervision", "reward")
+DECIDING = ("dataset", "supervision", "reward", "step_labels")
 
 
 def applies(key: str, values: dict) -> bool:

@@ -91,8 +91,16 @@ class RunSpec:
           "Process supervision: how the rules label each step (the rule reward, and a learned PRM's training labels): "
           "'builtin' = the built-in task's exact checker (builtin-arith only); 'arithmetic' = every equation in the "
           "step must be true (exact rational arithmetic; GSM8K's <<48/2=24>>, LaTeX, units and $ understood; a step "
-          "with none counts as right), and the last step must state the right final answer; 'auto' = 'builtin' on "
-          "builtin-arith, else 'arithmetic'.", choices=("auto", "builtin", "arithmetic"))
+          "with none counts as right), and the last step must state the right final answer; 'rollouts' = "
+          "Math-Shepherd: the policy continues the output label_rollouts times from the end of each step, and the "
+          "step is labelled by whether they reach the reference answer (label_estimate); 'auto' = 'builtin' on "
+          "builtin-arith, else 'rollouts'.", choices=("auto", "builtin", "arithmetic", "rollouts"))
+    label_rollouts: int = key(4,
+          "step_labels 'rollouts': N, the continuations sampled from the end of each step (each step of each output "
+          "costs N more samples).", min=1, max=64)
+    label_estimate: str = key("hard",
+          "step_labels 'rollouts': 'hard' = a step is right (1) when any of its N continuations reaches the answer; "
+          "'soft' = its label is the share that do.", choices=("hard", "soft"))
     rm_data: str = key("",
           "reward: model with process supervision only. PRM training data in Math-Shepherd's format instead of labels "
           "from the step checker: a local .jsonl or .parquet file, or a Hugging Face dataset id such as "
@@ -158,7 +166,7 @@ class RunSpec:
         """The rule that labels steps: 'builtin' or 'arithmetic' (``step_labels`` 'auto' chosen by the dataset)."""
         if self.step_labels != "auto":
             return self.step_labels
-        return "builtin" if self.dataset == BUILTIN_DATASET else "arithmetic"
+        return "builtin" if self.dataset == BUILTIN_DATASET else "rollouts"
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dc_fields(self)}

@@ -160,6 +160,8 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("learning_rate", "policy learning rate used at this step", "learning rate"),
     Metric("time/sampling", "seconds spent generating the G outputs per question", "timing (s)"),
     Metric("time/scoring", "seconds spent on rewards, advantages and reference log-probs", "timing (s)"),
+    Metric("time/labelling", "seconds spent labelling steps by rollouts (step_labels 'rollouts', else 0; not in "
+           "time/scoring)", "timing (s)"),
     Metric("time/update", "seconds spent on the mu policy updates", "timing (s)"),
     Metric("time/step", "seconds for the step (sampling, scoring, update, recording; evaluation and an RM refresh "
            "apart)", "timing (s)"),

@@ -15,6 +15,7 @@ from .model import no_progress
 from .reward_model import (FIT_BATCH, FIT_EPOCHS, RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit,
                            replay_mix)
 from .recorder import no_check
+from .rollout_labels import rollout_verdicts
 from .sampling import generate
 from .step import encode_prompts, judge, rm_examples
 from .tokenization import completion_mask, end_token_ids
@@ -35,8 +36,9 @@ class RewardModelState:
 def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunSpec, kind: str,
                     device, check: Callable[[], None] = no_check) -> list[RMExample]:
     """One output per question from the current policy (sampled as in training), labelled without humans:
-    by the verifier (ORM) or the step checker (PRM). Generates B x G outputs at a time, calling ``check``
-    before each batch (it raises to stop)."""
+    by the verifier (ORM) or the run's step labels (PRM: RunSpec.step_checker; 'rollouts' continues each step
+    with the same policy). Generates B x G outputs at a time, calling ``check`` before each batch (it raises
+    to stop)."""
     policy.eval()
     out = []
     for i in range(0, len(questions), spec.batch_size * spec.group_size):
@@ -45,9 +47,16 @@ def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunS
         prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
         completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=spec.max_new_tokens,
                                temperature=spec.temperature, top_p=spec.top_p)
-        mask, ended = completion_mask(completions, end_token_ids(policy, tokenizer))
-        out += rm_examples(judge(tokenizer, completions, mask, ended, chunk, kind == "prm",
-                                 delimiter=decode_delimiter(spec.step_delimiter), checker=spec.step_checker), chunk, kind)
+        end_ids = end_token_ids(policy, tokenizer)
+        mask, ended = completion_mask(completions, end_ids)
+        judged = judge(tokenizer, completions, mask, ended, chunk, kind == "prm",
+                       delimiter=decode_delimiter(spec.step_delimiter), checker=spec.step_checker)
+        if kind == "prm" and spec.step_checker == "rollouts":
+            judged.verdicts = rollout_verdicts(
+                policy, tokenizer, prompts["input_ids"], prompts["attention_mask"], completions, judged.step_ends,
+                judged.texts, [e["answer"] for e in chunk], n=spec.label_rollouts, estimate=spec.label_estimate,
+                max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p, end_ids=end_ids)
+        out += rm_examples(judged, chunk, kind)
     return out
 
 

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .builtin_task import STEP_DELIMITER, check_step
+from .rollout_labels import rollout_verdicts
 from .step_check import step_equations_hold
 from .config import RunSpec
 from .data import format_prompt
@@ -104,6 +105,7 @@ class Scored:
     advantages: torch.Tensor  # (N, T), on the accelerator's device
     step_rewards: list[list[float] | None]  # process supervision: each output's step rewards
     step_ends: list[list[int] | None]  # process supervision: the token where each step ends
+    labelling: float = 0.0  # seconds spent labelling steps by rollouts (step_labels 'rollouts')
 
 
 @dataclass
@@ -126,7 +128,8 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool) -> StepResult:
     sums = update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks)
     t3 = time.time()
     metrics = step_metrics(learner, sampled, scored, sums)
-    metrics.update({"time/sampling": t1 - t0, "time/scoring": t2 - t1, "time/update": t3 - t2})
+    metrics.update({"time/sampling": t1 - t0, "time/scoring": t2 - t1 - scored.labelling,
+                    "time/labelling": scored.labelling, "time/update": t3 - t2})
     return StepResult(metrics, group_records(sampled, scored, learner.spec.group_size, learner.prompt) if record else [])
 
 
@@ -152,6 +155,10 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     rows = [sampled.batch[i // G] for i in range(N)]
     judged = judge(learner.tokenizer, sampled.completions, sampled.mask, sampled.ended, rows,
                    spec.supervision == "process", spec.format_reward, learner.delimiter, spec.step_checker)
+    labelling = time.time()
+    if spec.supervision == "process" and rm is None and spec.step_checker == "rollouts":
+        judged.verdicts = label_by_rollouts(learner, sampled, judged, rows)
+    labelling = time.time() - labelling
     components = [dict(c) for _, c in judged.outcome]
     scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
     step_rewards: list[list[float] | None] = [None] * N
@@ -175,7 +182,18 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         for c, r in zip(components, rewards.tolist()):
             c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
     return Scored(judged.texts, judged.tokens, components, rewards, group_rewards, advantages.to(learner.dev),
-                  step_rewards, step_ends)
+                  step_rewards, step_ends, labelling)
+
+
+def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: list[dict]) -> list[list[float]]:
+    """Each step's label from the policy's continuations (rollout_labels.rollout_verdicts, the run's
+    label_rollouts and label_estimate)."""
+    spec = learner.spec
+    learner.policy.eval()
+    return rollout_verdicts(learner.unwrapped(), learner.tokenizer, sampled.prompt_ids, sampled.prompt_attn,
+                            sampled.completions, judged.step_ends, judged.texts, [r["answer"] for r in rows],
+                            n=spec.label_rollouts, estimate=spec.label_estimate, max_new_tokens=spec.max_new_tokens,
+                            temperature=spec.temperature, top_p=spec.top_p, end_ids=learner.end_ids)
 
 
 def micro_batches(n: int, size: int) -> list[slice]:
@@ -376,6 +394,7 @@ def step_verdicts(steps: list[str], question: str, answer_right: bool, checker: 
     """
     if checker == "builtin":
         return [float(check_step(s, question, steps[:j])) for j, s in enumerate(steps)]
+    # 'arithmetic', and the quick first verdicts that 'rollouts' replaces (score: label_by_rollouts)
     last = len(steps) - 1
     return [float(step_equations_hold(s) and (j < last or answer_right)) for j, s in enumerate(steps)]
 

@@ -134,7 +134,7 @@ def test_bounds_are_inclusive_where_documented():
 
 def test_step_labels_follow_the_dataset_and_builtin_is_refused_elsewhere():
     assert validate_spec({}).step_checker == "builtin"  # auto on the built-in task
-    assert validate_spec({"dataset": "/data/gsm8k.jsonl"}).step_checker == "arithmetic"  # auto elsewhere
+    assert validate_spec({"dataset": "/data/gsm8k.jsonl"}).step_checker == "rollouts"  # auto elsewhere
     assert validate_spec({"step_labels": "arithmetic"}).step_checker == "arithmetic"
     with pytest.raises(SpecError, match=r"^step_labels: 'builtin' checks only the built-in task's questions, but "
                                         r"dataset is 'openai/gsm8k'"):

@@ -37,3 +37,12 @@ def test_keys_apply_only_under_their_options():
 def test_labels_show_words_and_the_key():
     assert label("kl_coef") == "KL coefficient beta · kl_coef"
     assert label("temperature") == "Temperature · temperature"
+
+
+def test_rollout_keys_apply_only_when_steps_are_labelled_by_rollouts():
+    process = {"supervision": "process", "dataset": "builtin-arith"}
+    assert not applies("label_rollouts", process)  # auto on the built-in task: its exact checker
+    assert applies("label_rollouts", {**process, "step_labels": "rollouts"})
+    assert applies("label_estimate", {**process, "dataset": "/data/gsm8k.jsonl"})  # auto elsewhere: rollouts
+    assert not applies("label_estimate", {**process, "dataset": "/data/gsm8k.jsonl", "step_labels": "arithmetic"})
+    assert not applies("label_rollouts", {"supervision": "outcome", "step_labels": "rollouts"})
