@@ -243,13 +243,37 @@ def list_groups(run_id: Any, step: Any = None, order: Any = None) -> list[dict]:
 
 
 def get_group(group_id: Any) -> dict:
-    """One group with its G samples: tokens, rewards and per-token advantages."""
+    """One group with its G samples: tokens, rewards and per-token advantages; ``step_labels`` says where a
+    process-supervised run's step rewards came from (None for outcome supervision)."""
     group_id = as_id(group_id, "group_id")
     with session_scope() as s:
         group = store.get_group(s, group_id)
+        run = store.get_run(s, group["run_id"]) if group is not None else None
     if group is None:
         raise ApiError(f"group {group_id} not found")
-    return group
+    return {**group, "step_labels": step_label_source(run["config"]) if run else None}
+
+
+def step_label_source(config: dict) -> str | None:
+    """Where a run's step rewards come from, in words: a learned PRM, or which rule labels the steps.
+
+    >>> step_label_source({"supervision": "process", "reward": "rule", "step_labels": "rollouts",
+    ...                    "label_rollouts": 4, "label_estimate": "hard", "dataset": "/data/gsm8k.jsonl"})
+    'rollouts (N=4, hard estimate)'
+    >>> step_label_source({"supervision": "outcome"}) is None
+    True
+    """
+    if config.get("supervision") != "process":
+        return None
+    if config.get("reward") == "model":
+        return "the learned PRM's scores"
+    try:
+        checker = validate_spec(config).step_checker
+    except SpecError:  # a config stored under keys this version no longer has
+        return "the rules' step checker"
+    return {"builtin": "the built-in task's exact step checker", "arithmetic": "the arithmetic step checker",
+            "rollouts": f"rollouts (N={config.get('label_rollouts', 4)}, {config.get('label_estimate', 'hard')} "
+                        "estimate)"}[checker]
 
 
 def cancel_run(run_id: Any) -> dict:

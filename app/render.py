@@ -264,6 +264,35 @@ def _prompt_html(group: dict) -> str:
             f'<details class="question"><summary>the question alone</summary>{question}</details>')
 
 
+def _process_head(group: dict) -> str:
+    """The group head's words on process supervision, with where the step rewards came from."""
+    source = f" (from {html.escape(group['step_labels'])})" if group.get("step_labels") else ""
+    return f" · process supervision: step rewards at each step end{source}"
+
+
+def _step_normaliser(samples: list[dict]):
+    """The process rule's normalisation over every step reward of the group (GRPO_SPEC: (r - mean) / std, the
+    population std; 0 when they are all equal), as a function of one reward."""
+    rewards = [r for s in samples for r in (s.get("step_rewards") or [])]
+    if not rewards:
+        return lambda r: 0.0
+    mean = sum(rewards) / len(rewards)
+    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    return lambda r: (r - mean) / std if std > 0 else 0.0
+
+
+def _step_mark(k: int, reward: float | None, norm, source: str | None) -> str:
+    """The mark after step k's last token: its reward, and on hover its label's source and normalised reward.
+
+    >>> _step_mark(1, 1.0, lambda r: 0.5, "rollouts (N=4, hard)")
+    '<span class="step-end" data-tip="step 2: reward +1.000 from rollouts (N=4, hard); normalised +0.500">step 2 r=+1.00</span>'
+    """
+    if reward is None:
+        return f'<span class="step-end">step {k + 1}</span>'
+    tip = f"step {k + 1}: reward {reward:+.3f}{f' from {source}' if source else ''}; normalised {norm(reward):+.3f}"
+    return f'<span class="step-end" data-tip="{html.escape(tip, quote=True)}">step {k + 1} r={reward:+.2f}</span>'
+
+
 def group_html(group: dict) -> str:
     """The prompt, the reference and the G completions side by side, tokens coloured by advantage.
 
@@ -276,12 +305,13 @@ def group_html(group: dict) -> str:
     rewards = [s["reward"] for s in samples]
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     process = any(s.get("step_end_indices") is not None for s in samples)
+    norm = _step_normaliser(samples)
     out = [
         f'<div class="group" data-group-id="{group["group_id"]}">',
         '<div class="group-head">',
         f'<b>Group {group["group_id"]}</b> · run {group["run_id"]} · step {group["step"]} · '
         f'{len(samples)} samples · reward mean {mean:.3f}'
-        f'{" · process supervision: step rewards at each step end" if process else ""}',
+        f'{_process_head(group) if process else ""}',
         _prompt_html(group),
         f'<div>Reference: <code>{html.escape(str(group.get("reference") or ""))}</code></div>',
         f'<div>Advantage: {-scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '
@@ -296,8 +326,8 @@ def group_html(group: dict) -> str:
             spans.append(token_span(token, adv, scale))
             if t in end_at:
                 k = end_at[t]
-                r = f" r={step_rewards[k]:+.2f}" if k < len(step_rewards) else ""
-                spans.append(f'<span class="step-end">step {k + 1}{r}</span>')
+                spans.append(_step_mark(k, step_rewards[k] if k < len(step_rewards) else None, norm,
+                                        group.get("step_labels")))
             spans.append("<br>" * token.count("\n"))  # the line break after the token and its step mark
         if process:
             reward_text = f'reward <b>{sample["reward"]:+.3f}</b> (mean of {len(step_rewards)} step rewards)'

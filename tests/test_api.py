@@ -178,6 +178,17 @@ def _group(prompt: str, rewards: list[float]) -> dict:
     return GroupRecord(prompt=prompt, reference="4", samples=samples).to_dict()
 
 
+def test_a_process_groups_step_rewards_name_their_source(broker_url):
+    for spec, source in (({}, "the built-in task's exact step checker"),
+                         ({"step_labels": "rollouts", "label_rollouts": 2}, "rollouts (N=2, hard estimate)"),
+                         ({"reward": "model"}, "the learned PRM's scores")):
+        run_id = api.launch_run({"supervision": "process", **spec})["run_id"]
+        with session_scope() as s:
+            store.record_groups(s, run_id, 1, [_group("2+2=", [0.0, 1.0])])
+        group_id = api.list_groups(run_id, 1)[0]["group_id"]
+        assert api.get_group(group_id)["step_labels"] == source
+
+
 def test_metrics_and_groups(broker_url):
     run_id = api.launch_run({"group_size": 2})["run_id"]
     with session_scope() as s:
@@ -205,6 +216,7 @@ def test_metrics_and_groups(broker_url):
     group = api.get_group(str(first["group_id"]))
     assert {"group_id", "run_id", "step", "prompt", "reference", "samples"} <= set(group)
     assert (group["run_id"], group["step"], group["reference"]) == (run_id, 1, "4")
+    assert group["step_labels"] is None  # outcome supervision: no step rewards
     sample = group["samples"][1]
     assert {"sample_id", "completion", "tokens", "reward", "step_rewards", "step_end_indices",
             "advantages"} <= set(sample)

@@ -114,3 +114,15 @@ def test_the_prompt_is_shown_as_the_model_saw_it():
     for seen in (None, "What is 2+2?\n"):  # recorded without it; the plain template's line break only
         plain = group_html({**group, "model_prompt": seen})
         assert "Prompt as the model saw it" not in plain and "What is 2+2?" in plain
+
+
+def test_step_marks_give_the_reward_its_source_and_the_normalised_value():
+    def sample(i, rewards):
+        return {"sample_id": i, "completion": "a\nb", "tokens": ["a", "\n", "b", "<eos>"], "reward": sum(rewards) / 2,
+                "advantages": [0.0] * 4, "step_rewards": rewards, "step_end_indices": [1, 2], "reward_components": {}}
+    group = {"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1",
+             "samples": [sample(1, [1.0, 1.0]), sample(2, [0.0, 1.0])], "step_labels": "rollouts (N=4, hard estimate)"}
+    page = group_html(group)  # R = {1, 1, 0, 1}: mean 0.75, std 0.4330 (GRPO_SPEC's worked example)
+    assert "step rewards at each step end (from rollouts (N=4, hard estimate))" in page
+    assert 'data-tip="step 1: reward +1.000 from rollouts (N=4, hard estimate); normalised +0.577"' in page
+    assert 'data-tip="step 1: reward +0.000 from rollouts (N=4, hard estimate); normalised -1.732"' in page

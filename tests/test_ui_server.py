@@ -7,6 +7,7 @@ through app.store from this process, the way a worker writes it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -253,7 +254,8 @@ def test_group_html_shows_every_sample_and_step_marks():
     assert page.count('class="sample"') == 2 and page.count(' data-adv=') == 3
     assert "1+1=&lt;?&gt;" in page and 'data-sample-id="11"' in page
     # the step mark sits after the step's last token, before the line break
-    assert '<span class="step-end">step 1 r=+1.00</span><br>' in page
+    assert re.search(r'<span class="step-end" data-tip="step 1: reward \+1\.000; normalised [^"]+">step 1 r=\+1\.00</span><br>',
+                     page)
 
 
 def test_progress_html_eta_and_error():
