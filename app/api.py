@@ -259,7 +259,7 @@ def step_label_source(config: dict) -> str | None:
 
     >>> step_label_source({"supervision": "process", "reward": "rule", "step_labels": "rollouts",
     ...                    "label_rollouts": 4, "label_estimate": "hard", "dataset": "/data/gsm8k.jsonl"})
-    'rollouts (N=4, hard estimate)'
+    'rollouts, N=4, hard estimate'
     >>> step_label_source({"supervision": "outcome"}) is None
     True
     """
@@ -272,8 +272,8 @@ def step_label_source(config: dict) -> str | None:
     except SpecError:  # a config stored under keys this version no longer has
         return "the rules' step checker"
     return {"builtin": "the built-in task's exact step checker", "arithmetic": "the arithmetic step checker",
-            "rollouts": f"rollouts (N={config.get('label_rollouts', 4)}, {config.get('label_estimate', 'hard')} "
-                        "estimate)"}[checker]
+            "rollouts": f"rollouts, N={config.get('label_rollouts', 4)}, {config.get('label_estimate', 'hard')} "
+                        "estimate"}[checker]
 
 
 def cancel_run(run_id: Any) -> dict:

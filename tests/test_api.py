@@ -180,7 +180,7 @@ def _group(prompt: str, rewards: list[float]) -> dict:
 
 def test_a_process_groups_step_rewards_name_their_source(broker_url):
     for spec, source in (({}, "the built-in task's exact step checker"),
-                         ({"step_labels": "rollouts", "label_rollouts": 2}, "rollouts (N=2, hard estimate)"),
+                         ({"step_labels": "rollouts", "label_rollouts": 2}, "rollouts, N=2, hard estimate"),
                          ({"reward": "model"}, "the learned PRM's scores")):
         run_id = api.launch_run({"supervision": "process", **spec})["run_id"]
         with session_scope() as s:

@@ -121,8 +121,8 @@ def test_step_marks_give_the_reward_its_source_and_the_normalised_value():
         return {"sample_id": i, "completion": "a\nb", "tokens": ["a", "\n", "b", "<eos>"], "reward": sum(rewards) / 2,
                 "advantages": [0.0] * 4, "step_rewards": rewards, "step_end_indices": [1, 2], "reward_components": {}}
     group = {"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1",
-             "samples": [sample(1, [1.0, 1.0]), sample(2, [0.0, 1.0])], "step_labels": "rollouts (N=4, hard estimate)"}
+             "samples": [sample(1, [1.0, 1.0]), sample(2, [0.0, 1.0])], "step_labels": "rollouts, N=4, hard estimate"}
     page = group_html(group)  # R = {1, 1, 0, 1}: mean 0.75, std 0.4330 (GRPO_SPEC's worked example)
-    assert "step rewards at each step end (from rollouts (N=4, hard estimate))" in page
-    assert 'data-tip="step 1: reward +1.000 from rollouts (N=4, hard estimate); normalised +0.577"' in page
-    assert 'data-tip="step 1: reward +0.000 from rollouts (N=4, hard estimate); normalised -1.732"' in page
+    assert "step rewards at each step end (from rollouts, N=4, hard estimate)" in page
+    assert 'data-tip="step 1: reward +1.000 from rollouts, N=4, hard estimate; normalised +0.577"' in page
+    assert 'data-tip="step 1: reward +0.000 from rollouts, N=4, hard estimate; normalised -1.732"' in page
