@@ -63,6 +63,11 @@ def _hub_dataset(values: dict) -> bool:
     return (values.get("dataset") or "builtin-arith") != "builtin-arith"
 
 
+def _learned_reward(values: dict) -> bool:
+    """Whether the run learns a reward model (reward: model)."""
+    return values.get("reward") == "model"
+
+
 def _rollouts(values: dict) -> bool:
     """Whether steps are labelled by rollouts: process supervision with step_labels 'rollouts' (or 'auto' on a
     dataset other than the built-in one)."""
@@ -79,11 +84,9 @@ APPLIES = {
     "step_delimiter": lambda v: v.get("supervision") == "process",
     "step_labels": lambda v: v.get("supervision") == "process",
     "label_rollouts": _rollouts, "label_estimate": _rollouts,
-    "reward_model": lambda v: v.get("reward") == "model",
-    "rm_samples": lambda v: v.get("reward") == "model",
-    "rm_learning_rate": lambda v: v.get("reward") == "model",
-    "rm_replay_ratio": lambda v: v.get("reward") == "model",
-    "rm_data": lambda v: v.get("reward") == "model" and v.get("supervision") == "process",
+    "reward_model": _learned_reward, "rm_samples": _learned_reward, "rm_learning_rate": _learned_reward,
+    "rm_replay_ratio": _learned_reward,
+    "rm_data": lambda v: _learned_reward(v) and v.get("supervision") == "process",
 }
 # The keys whose value decides whether another key applies: the form re-checks when one of them changes.
 DECIDING = ("dataset", "supervision", "reward", "step_labels")

@@ -19,7 +19,7 @@ RM_COLUMNS = [header for header, _ in RM_TABLE]
 _RM_ROUNDED = {"rm/loss", "rm/accuracy_before", "rm/accuracy_after"}  # shown to 4 decimals
 
 
-def _parse_time(value: str | None) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
     """An ISO time from the store as an aware datetime (UTC where it names no zone); None for none."""
     if not value:
         return None
@@ -27,11 +27,18 @@ def _parse_time(value: str | None) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
-def _duration(seconds: float) -> str:
-    """A duration for people: "1h 05m", "3m 20s" or "42s"."""
+def duration_text(seconds: float) -> str:
+    """A duration for people: '45s', '3m 05s', '2h 07m' or '3d 04h'.
+
+    >>> duration_text(42), duration_text(200), duration_text(3900), duration_text(273600)
+    ('42s', '3m 20s', '1h 05m', '3d 04h')
+    """
     seconds = int(round(max(seconds, 0)))
-    h, rest = divmod(seconds, 3600)
+    d, rest = divmod(seconds, 86400)
+    h, rest = divmod(rest, 3600)
     m, s = divmod(rest, 60)
+    if d:
+        return f"{d}d {h:02d}h"
     return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
@@ -76,7 +83,7 @@ def _progress_parts(run: dict, now: datetime) -> list[str]:
     """The progress line's parts: iteration, step, percentage, the worker or the wait for one, the newest
     checkpoint, elapsed time and ETA (while training) or the run's duration (once finished)."""
     status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
-    started, finished = _parse_time(run.get("started_at")), _parse_time(run.get("finished_at"))
+    started, finished = parse_time(run.get("started_at")), parse_time(run.get("finished_at"))
     parts = [f"step {step} / {total}", f"{100.0 * step / total if total else 0.0:.0f}%"]
     config = run.get("config") or {}
     iterations, per_iteration = config.get("iterations") or 1, config.get("steps_per_iteration") or total
@@ -94,17 +101,17 @@ def _progress_parts(run: dict, now: datetime) -> list[str]:
         parts.append(f"checkpoint at step {checkpoint}")
     if started and status == "running":
         elapsed = (now - started).total_seconds()
-        parts.append(f"elapsed {_duration(elapsed)}")
+        parts.append(f"elapsed {duration_text(elapsed)}")
         # ETA: the average time per finished step so far, times the steps left; before the first step is
         # done there is nothing to average, and while the run still prepares (its phase) none is promised
         if step:
-            parts.append(f"ETA {_duration(elapsed / step * (total - step))}")
+            parts.append(f"ETA {duration_text(elapsed / step * (total - step))}")
         elif run.get("phase") in (None, "training"):
             parts.append("ETA: estimating")
         if run.get("cancel_requested"):
             parts.append("cancelling at the next step")
     elif started and finished:
-        parts.append(f"ran {_duration((finished - started).total_seconds())}")
+        parts.append(f"ran {duration_text((finished - started).total_seconds())}")
     return parts
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 from datetime import datetime, timezone
 
+from app.render import duration_text, parse_time
+
 STATUS_FILTERS = (("All runs", "all"), ("Active (queued or running)", "active"), ("Queued", "queued"),
                   ("Running", "running"), ("Completed", "completed"), ("Failed", "failed"),
                   ("Cancelled", "cancelled"))
@@ -18,31 +20,12 @@ COLUMNS = ("#", "name", "status", "model", "dataset", "step", "reward", "correct
 NUMERIC = {"#", "step", "reward", "correct", "eval acc", "duration"}  # right-aligned columns
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    """An ISO-8601 time from the store as an aware datetime (UTC when it names no zone); None stays None."""
-    if not value:
-        return None
-    t = datetime.fromisoformat(value)
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
-def duration_text(seconds: float) -> str:
-    """A duration as '45s', '3m 05s', '2h 07m' or '3d 04h'."""
-    seconds = int(round(max(seconds, 0)))
-    d, rest = divmod(seconds, 86400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    if d:
-        return f"{d}d {h:02d}h"
-    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
-
-
 def run_duration(run: dict, now: datetime | None = None) -> str:
     """How long a run has run: started to finished, or to ``now`` while it runs; '' before it started."""
-    started = _parse_time(run.get("started_at"))
+    started = parse_time(run.get("started_at"))
     if started is None:
         return ""
-    end = _parse_time(run.get("finished_at"))
+    end = parse_time(run.get("finished_at"))
     if end is None and run["status"] == "running":
         end = now or datetime.now(timezone.utc)
     return duration_text((end - started).total_seconds()) if end else ""
@@ -106,7 +89,7 @@ def _name_cell(run: dict) -> str:
 def _row(run: dict, now: datetime, selected: int | None) -> str:
     """One table row: ``data-run-id`` for the click handlers, the cells in COLUMNS order."""
     headline = run.get("headline") or {}
-    created = _parse_time(run.get("created_at"))
+    created = parse_time(run.get("created_at"))
     created_text = created.strftime("%Y-%m-%d %H:%M") if created else ""
     cells = [
         f'{run["run_id"]}',

@@ -98,7 +98,7 @@ class Settings:
     login_free_attempts: int = 5
     max_tokens_per_step: int = 2**20
     worker_memory_gb: float | None = None  # a worker's cap on its own memory (RLIMIT_DATA); None: no cap
-    hub_check_seconds: float = 5.0  # how long launch and workers wait for the Hugging Face Hub to confirm an id; 0: no check
+    hub_check_seconds: float = 5.0  # how long launch and workers wait for the Hub to confirm an id; 0: no check
 
     @property
     def uploads_dir(self) -> Path:

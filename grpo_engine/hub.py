@@ -81,8 +81,8 @@ def _ask_the_hub(key: str, repo_id: str, kind: str, timeout: float) -> None:
         raise SpecError(key, f"no {kind} {repo_id!r} on the Hugging Face Hub: is it spelled right? (a private one "
                              "needs HF_TOKEN)") from None
     except HfHubHTTPError as e:
-        raise SpecError(key, f"the Hugging Face Hub refused {repo_id!r} ({e.response.status_code if e.response is not None else 'error'}); "
-                             f"{WITHOUT_THE_HUB}") from None
+        status = e.response.status_code if e.response is not None else "error"
+        raise SpecError(key, f"the Hugging Face Hub refused {repo_id!r} ({status}); {WITHOUT_THE_HUB}") from None
     except Exception as e:  # no network, DNS, a timeout: the client's errors differ between versions
         raise SpecError(key, f"could not reach the Hugging Face Hub within {timeout:g} s to find {repo_id!r} "
                              f"({type(e).__name__}); {WITHOUT_THE_HUB}") from None

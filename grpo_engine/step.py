@@ -130,7 +130,8 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool) -> StepResult:
     metrics = step_metrics(learner, sampled, scored, sums)
     metrics.update({"time/sampling": t1 - t0, "time/scoring": t2 - t1 - scored.labelling,
                     "time/labelling": scored.labelling, "time/update": t3 - t2})
-    return StepResult(metrics, group_records(sampled, scored, learner.spec.group_size, learner.prompt) if record else [])
+    groups = group_records(sampled, scored, learner.spec.group_size, learner.prompt) if record else []
+    return StepResult(metrics, groups)
 
 
 @torch.no_grad()
@@ -363,7 +364,8 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
           format_weight: float = 0.0, delimiter: str = STEP_DELIMITER, checker: str = "builtin") -> Judged:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
     With ``process``, each output is also cut into steps (the end token is no step) and each step checked by
-    ``checker`` (RunSpec.step_checker: :func:`step_verdicts`)."""
+    ``checker`` (RunSpec.step_checker: :func:`step_verdicts`); 'rollouts' leaves the verdicts empty for the
+    caller to sample (rollout_labels.rollout_verdicts)."""
     lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
     ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
     pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
@@ -377,7 +379,8 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
             steps, ends = step_boundaries(pieces[i], delimiter)
             out.steps.append(steps)
             out.step_ends.append(ends)
-            out.verdicts.append(step_verdicts(steps, ex["question"], out.outcome[-1][1]["correct"] > 0, checker))
+            out.verdicts.append([] if checker == "rollouts" else  # sampled afterwards: label_by_rollouts
+                                step_verdicts(steps, ex["question"], out.outcome[-1][1]["correct"] > 0, checker))
     return out
 
 
@@ -394,7 +397,6 @@ def step_verdicts(steps: list[str], question: str, answer_right: bool, checker: 
     """
     if checker == "builtin":
         return [float(check_step(s, question, steps[:j])) for j, s in enumerate(steps)]
-    # 'arithmetic', and the quick first verdicts that 'rollouts' replaces (score: label_by_rollouts)
     last = len(steps) - 1
     return [float(step_equations_hold(s) and (j < last or answer_right)) for j, s in enumerate(steps)]
 

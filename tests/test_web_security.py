@@ -55,6 +55,15 @@ def _session(url: str) -> httpx.Client:
     return session
 
 
+def _log_in(page, url: str) -> None:
+    """Log in through the login form in a browser page, and wait for the dashboard."""
+    page.goto(url)
+    page.fill("input[type=text]", USER)
+    page.fill("input[type=password]", PASSWORD)
+    page.click("button")
+    page.wait_for_selector("#runs-table", timeout=60_000)
+
+
 def _call(session: httpx.Client, endpoint: str, data: list, **headers) -> httpx.Response:
     return session.post(f"gradio_api/call/{endpoint}", json={"data": data}, headers=headers)
 
@@ -87,11 +96,7 @@ def test_another_origins_page_cannot_use_a_logged_in_session(guarded, attacker):
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         context = browser.new_context()
         page = context.new_page()
-        page.goto(url)
-        page.fill("input[type=text]", USER)
-        page.fill("input[type=password]", PASSWORD)
-        page.click("button")
-        page.wait_for_selector("#runs-table", timeout=60_000)
+        _log_in(page, url)
         cookies = {c["name"]: c for c in context.cookies() if c["name"].startswith("access-token")}
         assert cookies and all(c["sameSite"] == "Lax" for c in cookies.values())
         attack = context.new_page()
@@ -169,11 +174,7 @@ def test_the_log_out_button_ends_the_browsers_session(guarded, tmp_path):
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 800})
         page = context.new_page()
-        page.goto(url)
-        page.fill("input[type=text]", USER)
-        page.fill("input[type=password]", PASSWORD)
-        page.click("button")
-        page.wait_for_selector("#runs-table", timeout=60_000)
+        _log_in(page, url)
         cookies = {c["name"]: c["value"] for c in context.cookies() if c["name"].startswith("access-token")}
         assert page.locator("#logout").is_visible()
         page.screenshot(path=str(tmp_path / "logged-in.png"))

@@ -74,7 +74,8 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
     for position, group in enumerate(groups):
         rewards = [float(sample["reward"]) for sample in group["samples"]]
         row = Group(run_id=run_id, step=step, position=position, prompt=group["prompt"],
-                    model_prompt=group.get("model_prompt") or None, reference=group["reference"], reward_mean=statistics.fmean(rewards),
+                    model_prompt=group.get("model_prompt") or None, reference=group["reference"],
+                    reward_mean=statistics.fmean(rewards),
                     reward_std=statistics.pstdev(rewards))
         s.add(row)
         rows.append(row)

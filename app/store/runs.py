@@ -85,7 +85,8 @@ def run_summary(row) -> dict[str, Any]:
             "supervision": row.supervision, "step": row.step, "total_steps": row.total_steps,
             "created_at": iso(row.created_at), "started_at": iso(row.started_at), "finished_at": iso(row.finished_at),
             "phase": row.phase, "phase_done": row.phase_done, "phase_total": row.phase_total,
-            "notes": row.notes or "", "tags": [t for t in (row.tags or "").split(",") if t], "archived": bool(row.archived)}
+            "notes": row.notes or "", "tags": [t for t in (row.tags or "").split(",") if t],
+            "archived": bool(row.archived)}
 
 
 def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
@@ -93,8 +94,9 @@ def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
     run = s.get(Run, run_id)
     if run is None:
         return None
-    return {**run_summary(run), "config": run.config, "error": run.error, "cancel_requested": run.cancel_requested, "worker": run.worker,
-            "heartbeat_at": iso(run.heartbeat_at), "attempts": run.attempts, "checkpoint_step": run.checkpoint_step}
+    return {**run_summary(run), "config": run.config, "error": run.error, "cancel_requested": run.cancel_requested,
+            "worker": run.worker, "heartbeat_at": iso(run.heartbeat_at), "attempts": run.attempts,
+            "checkpoint_step": run.checkpoint_step}
 
 
 def list_runs(s: Session) -> list[dict[str, Any]]:
@@ -147,7 +149,7 @@ def requeue_run(s: Session, run_id: int, worker: str | None = None) -> bool:
     if worker is not None:
         condition.append(Run.worker == worker)
     result = s.execute(update(Run).where(*condition).values(status="queued", worker=None, heartbeat_at=None,
-                                                            phase=None, phase_done=None, phase_total=None))
+                                                            **NO_PHASE))
     return result.rowcount == 1
 
 
@@ -161,11 +163,13 @@ def requeue_stale_runs(s: Session, lease_seconds: float) -> list[dict[str, Any]]
     requeued = []
     for row in rows:
         result = s.execute(update(Run).where(Run.id == row.id, Run.status == "running", is_stale)
-                           .values(status="queued", worker=None, heartbeat_at=None, phase=None, phase_done=None,
-                                   phase_total=None))
+                           .values(status="queued", worker=None, heartbeat_at=None, **NO_PHASE))
         if result.rowcount == 1:
             requeued.append({"run_id": row.id, "worker": row.worker, "config": row.config})
     return requeued
+
+
+NO_PHASE = {"phase": None, "phase_done": None, "phase_total": None}  # a run that is not running has no phase
 
 
 def set_phase(s: Session, run_id: int, name: str, done: int | None = None, total: int | None = None,
@@ -193,8 +197,7 @@ def finish_run(s: Session, run_id: int, status: str, error: str | None = None, w
         raise ValueError(f"finish_run: status must be one of {FINISHED_STATUSES}, got {status!r}")
     condition = [Run.id == run_id] + ([Run.worker == worker] if worker is not None else [])
     result = s.execute(update(Run).where(*condition).values(status=status, error=error, finished_at=utcnow(),
-                                                            worker=None, heartbeat_at=None, phase=None,
-                                                            phase_done=None, phase_total=None))
+                                                            worker=None, heartbeat_at=None, **NO_PHASE))
     return result.rowcount == 1
 
 
