@@ -20,6 +20,7 @@ from app.broker import queue_for, send_run
 from app.db import session_scope
 from app.paths import check_spec_paths, is_local_path
 from app.settings import get_settings
+from app.step_detail import step_details
 from grpo_engine.config import SpecError, check_budget, shown, validate_spec
 from grpo_engine.hub import check_hub_ids
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
@@ -244,14 +245,19 @@ def list_groups(run_id: Any, step: Any = None, order: Any = None) -> list[dict]:
 
 def get_group(group_id: Any) -> dict:
     """One group with its G samples: tokens, rewards and per-token advantages; ``step_labels`` says where a
-    process-supervised run's step rewards came from (None for outcome supervision)."""
+    process-supervised run's step rewards came from and ``step_label_rule`` which rule labels its steps (both
+    None for outcome supervision). Each sample carries its ``steps`` (app.step_detail.sample_steps: text, the
+    rules' label and share, the PRM's score, the reward and its normalisation over the group; [] for outcome)."""
     group_id = as_id(group_id, "group_id")
     with session_scope() as s:
         group = store.get_group(s, group_id)
         run = store.get_run(s, group["run_id"]) if group is not None else None
     if group is None:
         raise ApiError(f"group {group_id} not found")
-    return {**group, "step_labels": step_label_source(run["config"]) if run else None}
+    config = run["config"] if run else {}
+    steps = step_details(group["samples"], prm=config.get("reward") == "model")
+    return {**group, "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps)],
+            "step_labels": step_label_source(config), "step_label_rule": step_label_rule(config)}
 
 
 def step_label_source(config: dict) -> str | None:
@@ -263,17 +269,29 @@ def step_label_source(config: dict) -> str | None:
     >>> step_label_source({"supervision": "outcome"}) is None
     True
     """
+    if config.get("supervision") == "process" and config.get("reward") == "model":
+        return "the learned PRM's scores"
+    return step_label_rule(config)
+
+
+def step_label_rule(config: dict) -> str | None:
+    """The rule that labels a process run's steps, in words (with a learned PRM too: its checker's verdicts are
+    recorded beside the PRM's scores); None for outcome supervision.
+
+    >>> step_label_rule({"supervision": "process", "reward": "model", "step_labels": "arithmetic"})
+    'the arithmetic step checker'
+    >>> step_label_rule({"supervision": "process", "step_labels": "rollouts", "label_completer": "Qwen/Qwen2.5-Math-7B"})
+    'rollouts by Qwen/Qwen2.5-Math-7B, N=4, hard estimate'
+    """
     if config.get("supervision") != "process":
         return None
-    if config.get("reward") == "model":
-        return "the learned PRM's scores"
     try:
-        checker = validate_spec(config).step_checker
-    except SpecError:  # a config stored under keys this version no longer has
+        spec = validate_spec(config)
+    except SpecError:  # a config stored under keys this version no longer has, or refuses now
         return "the rules' step checker"
+    by = f" by {spec.label_completer}" if spec.label_completer else ""
     return {"builtin": "the built-in task's exact step checker", "arithmetic": "the arithmetic step checker",
-            "rollouts": f"rollouts, N={config.get('label_rollouts', 4)}, {config.get('label_estimate', 'hard')} "
-                        "estimate"}[checker]
+            "rollouts": f"rollouts{by}, N={spec.label_rollouts}, {spec.label_estimate} estimate"}[spec.step_checker]
 
 
 def cancel_run(run_id: Any) -> dict:

@@ -99,7 +99,8 @@ def export_run(run_id: Any, kind: Any = "parquet") -> str:
     frame = pd.DataFrame(rows, columns=list(store.EXPORT_COLUMNS))
     path = out_dir / f"run-{run_id}-groups.{kind}"
     if kind == "csv":
-        for column in ("reward_components", "tokens", "advantages", "step_rewards", "step_end_indices"):
+        for column in ("reward_components", "tokens", "advantages", "step_rewards", "step_end_indices",
+                       "step_labels", "step_shares"):
             frame[column] = [None if v is None else json.dumps(v) for v in frame[column]]
     with _create(path) as out:
         if kind == "parquet":

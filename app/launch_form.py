@@ -26,7 +26,7 @@ SECTIONS = (
     Section("Algorithm", ("group_size", "batch_size", "steps_per_iteration", "learning_rate", "max_new_tokens"),
             ("iterations", "policy_updates_per_batch", "clip_eps", "kl_coef", "temperature", "top_p", "seed")),
     Section("Reward", ("supervision", "reward", "format_reward"),
-            ("step_labels", "label_rollouts", "label_estimate", "step_delimiter", "reward_model", "rm_data",
+            ("step_labels", "label_rollouts", "label_estimate", "label_completer", "step_delimiter", "reward_model", "rm_data",
              "rm_samples", "rm_learning_rate", "rm_replay_ratio")),
     Section("Runtime & saving", ("device", "precision", "lora_rank"),
             ("micro_batch_size", "gradient_checkpointing", "devices", "eval_every", "checkpoint_every",
@@ -40,6 +40,7 @@ LABELS = {
     "max_new_tokens": "Max new tokens", "iterations": "Iterations I", "policy_updates_per_batch": "Policy updates mu",
     "clip_eps": "Clip epsilon", "kl_coef": "KL coefficient beta", "top_p": "Top-p", "format_reward": "Format reward",
     "step_labels": "Step labels", "label_rollouts": "Rollouts per step N", "label_estimate": "Rollout estimate",
+    "label_completer": "Rollout completer",
     "reward_model": "Reward model start", "rm_data": "PRM training data", "rm_samples": "Reward model samples",
     "rm_learning_rate": "Reward model learning rate", "rm_replay_ratio": "Reward model replay ratio",
     "lora_rank": "LoRA rank", "micro_batch_size": "Micro-batch size", "devices": "Processes (data-parallel)",
@@ -83,7 +84,7 @@ APPLIES = {
     "format_reward": lambda v: v.get("supervision") != "process",
     "step_delimiter": lambda v: v.get("supervision") == "process",
     "step_labels": lambda v: v.get("supervision") == "process",
-    "label_rollouts": _rollouts, "label_estimate": _rollouts,
+    "label_rollouts": _rollouts, "label_estimate": _rollouts, "label_completer": _rollouts,
     "reward_model": _learned_reward, "rm_samples": _learned_reward, "rm_learning_rate": _learned_reward,
     "rm_replay_ratio": _learned_reward,
     "rm_data": lambda v: _learned_reward(v) and v.get("supervision") == "process",
@@ -102,6 +103,16 @@ def applies(key: str, values: dict) -> bool:
     """
     rule = APPLIES.get(key)
     return rule is None or bool(rule(values))
+
+
+def applicable(spec: dict) -> dict:
+    """The keys of a form's ``spec`` that apply to its values (:func:`applies`): a hidden key is left out, so it takes
+    its default instead of a value the user can no longer see.
+
+    >>> applicable({"supervision": "outcome", "step_labels": "rollouts", "group_size": 4})
+    {'supervision': 'outcome', 'group_size': 4}
+    """
+    return {k: v for k, v in spec.items() if applies(k, spec)}
 
 
 def section_of(key: str) -> int:

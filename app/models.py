@@ -5,7 +5,7 @@ The schema itself is created and changed only by the Alembic migrations in
 
 runs 1-n metrics     one row per finished step: {step, iteration, values: {metric: float}}
 runs 1-n groups      the G outputs sampled for one question at one step, with reward mean/std
-groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards
+groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards, step labels
 runs 1-n run_logs    human-readable lines from the worker / engine
 Deleting a run deletes everything under it (ON DELETE CASCADE).
 workers              each worker process's queues and GPUs, and when it last reported
@@ -137,6 +137,10 @@ class Sample(Base):
     reward: Mapped[float] = mapped_column(Float)
     step_rewards: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))  # process supervision
     step_end_indices: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))  # 0-based token indices
+    # process: the rules' label of each step, and with rollout labels the share of its continuations that
+    # reached the answer (null when the steps were not labelled by rules)
+    step_labels: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
+    step_shares: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
     reward_components: Mapped[dict[str, float]] = mapped_column(JSON)
 
 

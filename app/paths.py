@@ -19,7 +19,7 @@ from pathlib import Path
 from grpo_engine.config import SpecError, is_local_path  # noqa: F401 (is_local_path: used here, and by app.api)
 from grpo_engine.data import check_dataset_file
 
-PATH_KEYS = ("model", "reward_model", "dataset", "rm_data")  # the run-spec keys that may name a local path
+PATH_KEYS = ("model", "reward_model", "label_completer", "dataset", "rm_data")  # the run-spec keys that may name a local path
 DATA_DIR_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow")  # what a Hugging Face dataset directory holds
 
 
@@ -60,7 +60,7 @@ def _check_links_inside(key: str, value: str, directory: Path, roots) -> None:
 def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None:
     """Refuse a run spec whose local paths lie outside every root or cannot be used.
 
-    For each of ``model``, ``reward_model`` and ``dataset`` that is a local path (:func:`is_local_path`):
+    For each of ``model``, ``reward_model``, ``label_completer``, ``dataset`` and ``rm_data`` that is a local path (:func:`is_local_path`):
     it resolves inside a root (checked first, so nothing is said about files elsewhere), exists, and is
     a directory with ``config.json`` (the models) or a dataset file that reads cleanly (the dataset).
     Raises SpecError naming the key.

@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
+from app.step_detail import step_details
+
 GROUP_COLUMNS = ["group", "prompt", "reward mean", "reward std"]
 # The reward-model table: each column's header and the recorded metric it shows ("change" is after - before)
 RM_TABLE = (("iteration", "iteration"), ("step", "step"), ("rm/loss", "rm/loss"),
@@ -277,27 +279,71 @@ def _process_head(group: dict) -> str:
     return f" · process supervision: step rewards at each step end{source}"
 
 
-def _step_normaliser(samples: list[dict]):
-    """The process rule's normalisation over every step reward of the group (GRPO_SPEC: (r - mean) / std, the
-    population std; 0 when they are all equal), as a function of one reward."""
-    rewards = [r for s in samples for r in (s.get("step_rewards") or [])]
-    if not rewards:
-        return lambda r: 0.0
-    mean = sum(rewards) / len(rewards)
-    std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
-    return lambda r: (r - mean) / std if std > 0 else 0.0
+def _share_text(step: dict) -> str:
+    """A step's rules' label, with the share of its continuations that reached the answer where that says more
+    (a hard label; a soft one is the share itself): "1 · 0.75", "0.75", "1"; "–" for none.
 
-
-def _step_mark(k: int, reward: float | None, norm, source: str | None) -> str:
-    """The mark after step k's last token: its reward, and on hover its label's source and normalised reward.
-
-    >>> _step_mark(1, 1.0, lambda r: 0.5, "rollouts (N=4, hard)")
-    '<span class="step-end" data-tip="step 2: reward +1.000 from rollouts (N=4, hard); normalised +0.500">step 2 r=+1.00</span>'
+    >>> _share_text({"label": 1.0, "share": 0.75}), _share_text({"label": 0.75, "share": 0.75})
+    ('1 · 0.75', '0.75')
     """
+    label, share = step.get("label"), step.get("share")
+    if label is None:
+        return "–"
+    return f"{label:.3g}" if share is None or share == label else f"{label:.3g} · {share:.3g}"
+
+
+def _step_mark(step: dict, source: str | None) -> str:
+    """The mark after a step's last token: its reward, and on hover its reward's source, the normalised reward
+    and the rules' label (with the share of the step's continuations that reached the answer).
+
+    >>> _step_mark({"index": 1, "reward": 1.0, "normalised": 0.5, "label": None, "share": None}, "rollouts")
+    '<span class="step-end" data-tip="step 2: reward +1.000 from rollouts; normalised +0.500">step 2 r=+1.00</span>'
+    >>> tip = _step_mark({"index": 0, "reward": 0.8, "normalised": 1.0, "label": 1.0, "share": 0.75}, None)
+    >>> tip.split('"')[3]
+    'step 1: reward +0.800; normalised +1.000; label 1; share reaching the answer 0.75'
+    """
+    k, reward = step["index"], step["reward"]
     if reward is None:
         return f'<span class="step-end">step {k + 1}</span>'
-    tip = f"step {k + 1}: reward {reward:+.3f}{f' from {source}' if source else ''}; normalised {norm(reward):+.3f}"
+    tip = f"step {k + 1}: reward {reward:+.3f}{f' from {source}' if source else ''}"
+    tip += f"; normalised {step['normalised']:+.3f}"
+    if step["label"] is not None:
+        tip += f"; label {step['label']:.3g}"
+    if step["share"] is not None:
+        tip += f"; share reaching the answer {step['share']:.3g}"
     return f'<span class="step-end" data-tip="{html.escape(tip, quote=True)}">step {k + 1} r={reward:+.2f}</span>'
+
+
+def _step_table(steps: list[dict], rule: str | None) -> str:
+    """A process sample's steps as a table (folded open): step, text, the rules' label (its rule in the header),
+    the PRM's score (when a learned PRM scored the steps) and the reward with its normalised value."""
+    if not steps:
+        return ""
+    labels = any(st["label"] is not None for st in steps)
+    prm = any(st["prm_score"] is not None for st in steps)
+    rule_text = f' <span class="src">({html.escape(rule)})</span>' if rule else ""
+    head = ("<th>step</th><th>text</th>" + (f"<th>label{rule_text}</th>" if labels else "")
+            + ("<th>PRM score</th>" if prm else "") + "<th>reward (normalised)</th>")
+    rows = []
+    for st in steps:
+        text = html.escape(st["text"].strip()) or '<span class="ws">∅</span>'
+        cells = [f'<td class="num">{st["index"] + 1}</td>', f'<td class="text">{text}</td>']
+        if labels:
+            cells.append(f'<td class="num" data-col="label">{_share_text(st)}</td>')
+        if prm:
+            score = "–" if st["prm_score"] is None else f'{st["prm_score"]:.3f}'
+            cells.append(f'<td class="num" data-col="prm">{score}</td>')
+        reward = "–" if st["reward"] is None else f'{st["reward"]:+.2f} ({st["normalised"]:+.2f})'
+        cells.append(f'<td class="num" data-col="reward">{reward}</td>')
+        rows.append(f'<tr data-step="{st["index"]}">{"".join(cells)}</tr>')
+    return (f'<details class="steps" open><summary>{len(steps)} steps</summary>'
+            f'<table class="step-table"><tr>{head}</tr>{"".join(rows)}</table></details>')
+
+
+def _steps_of(samples: list[dict]) -> list[list[dict]]:
+    """Each sample's steps: /get_group's ``steps``, or for a dict without them the same computed here (no PRM)."""
+    computed = step_details(samples, prm=False)
+    return [s["steps"] if s.get("steps") is not None else c for s, c in zip(samples, computed)]
 
 
 def group_html(group: dict) -> str:
@@ -305,14 +351,15 @@ def group_html(group: dict) -> str:
 
     Each completion shows its raw reward and, when one reward per output was normalised (outcome
     supervision), the normalised one: the engine's advantage, the same on every token (each completion has
-    at least its end token); process supervision marks each step's end with its reward.
+    at least its end token); process supervision marks each step's end with its reward, and lists the steps
+    under the completion in a table (text, the rules' label, the PRM's score, the reward normalised).
     """
     samples = group["samples"]
     scale = max((abs(a) for s in samples for a in s["advantages"]), default=0.0)
     rewards = [s["reward"] for s in samples]
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     process = any(s.get("step_end_indices") is not None for s in samples)
-    norm = _step_normaliser(samples)
+    steps_of = _steps_of(samples)
     out = [
         f'<div class="group" data-group-id="{group["group_id"]}">',
         '<div class="group-head">',
@@ -322,31 +369,28 @@ def group_html(group: dict) -> str:
         _prompt_html(group),
         f'<div>Reference: <code>{html.escape(str(group.get("reference") or ""))}</code></div>',
         f'<div>Advantage: {-scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '
-        '(hover a token for its value)</div></div><div class="samples">',
+        f'(hover a token for its value)</div></div><div class="samples{" process" if process else ""}">',
     ]
-    for i, sample in enumerate(samples):
-        ends = sample.get("step_end_indices") or []
-        step_rewards = sample.get("step_rewards") or []
-        end_at = {t: k for k, t in enumerate(ends)}
+    for i, (sample, steps) in enumerate(zip(samples, steps_of)):
+        end_at = {t: k for k, t in enumerate(sample.get("step_end_indices") or [])}
         spans = []
         for t, (token, adv) in enumerate(zip(sample["tokens"], sample["advantages"])):
             spans.append(token_span(token, adv, scale))
             if t in end_at:
-                k = end_at[t]
-                spans.append(_step_mark(k, step_rewards[k] if k < len(step_rewards) else None, norm,
-                                        group.get("step_labels")))
+                spans.append(_step_mark(steps[end_at[t]], group.get("step_labels")))
             spans.append("<br>" * token.count("\n"))  # the line break after the token and its step mark
         if process:
-            reward_text = f'reward <b>{sample["reward"]:+.3f}</b> (mean of {len(step_rewards)} step rewards)'
+            count = len(sample.get("step_rewards") or [])
+            reward_text = f'reward <b>{sample["reward"]:+.3f}</b> (mean of {count} step rewards)'
         else:
             # outcome supervision: every token carries the reward the engine normalised within the group
-            norm = f'{sample["advantages"][0]:+.3f}' if sample["advantages"] else "n/a"
-            reward_text = f'reward <b>{sample["reward"]:+.3f}</b> · normalised <b class="norm">{norm}</b>'
+            normalised = f'{sample["advantages"][0]:+.3f}' if sample["advantages"] else "n/a"
+            reward_text = f'reward <b>{sample["reward"]:+.3f}</b> · normalised <b class="norm">{normalised}</b>'
         out.append(
             f'<div class="sample" data-sample-id="{sample["sample_id"]}" data-reward="{sample["reward"]:.6g}">'
             f'<div class="sample-head"><b>sample {i + 1}</b> · {reward_text} · {len(sample["tokens"])} tokens'
             f'<div class="verdicts">{_verdicts(sample.get("reward_components") or {})}</div></div>'
-            f'<div class="tokens">{"".join(spans)}</div></div>'
+            f'<div class="tokens">{"".join(spans)}</div>{_step_table(steps, group.get("step_label_rule"))}</div>'
         )
     out.append("</div></div>")
     return "".join(out)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app import api, datasets
-from app.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
+from app.launch_form import (APPLIES, DECIDING, PRESETS, SECTIONS, applicable, applies, label, preset_values,
+                             section_of)
 from app.render import upload_preview_html
 from app.render_runs import run_choices
 from app.tab_shared import PRIVATE, Shared
@@ -122,7 +123,7 @@ def _field_input(field):
 def _launch(*values):
     """Launch the form's run spec; on success open the Run tab on it (both run pickers), else say why not, mark
     the field the refusal names and open its section."""
-    spec = {field.name: value for field, value in zip(FIELDS, values)}
+    spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
     try:
         result = api.launch_run(spec)
     except api.ApiError as e:

@@ -101,11 +101,16 @@ class RunSpec:
     label_estimate: str = key("hard",
           "step_labels 'rollouts': 'hard' = a step is right (1) when any of its N continuations reaches the answer; "
           "'soft' = its label is the share that do.", choices=("hard", "soft"))
+    label_completer: str = key("",
+          "step_labels 'rollouts': the model that continues each step; empty = the current policy. Or a Hugging Face "
+          "model id or local directory with a causal LM (a stronger model of the task, frozen): it reads the question "
+          "through its own chat template and the output so far as text.")
     rm_data: str = key("",
-          "reward: model with process supervision only. PRM training data in Math-Shepherd's format instead of labels "
-          "from the step checker: a local .jsonl or .parquet file, or a Hugging Face dataset id such as "
+          "reward: model with process supervision only. A warm start for the PRM: step-labelled solutions in "
+          "Math-Shepherd's format, a local .jsonl or .parquet file, or a Hugging Face dataset id such as "
           "'peiyi9979/Math-Shepherd', whose rows hold 'input' (steps each ending in the tag 'ки') and 'label' (each tag "
-          "replaced by + or -). The first training and each refresh draw rm_samples rows not used before.")
+          "replaced by + or -). The PRM's first training takes rm_samples of its rows; each refresh trains on the "
+          "policy's own samples labelled by step_labels, replaying earlier data (rm_replay_ratio).")
     group_size: int = key(8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024)
     batch_size: int = key(8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096)
     clip_eps: float = key(0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True)
@@ -163,7 +168,7 @@ class RunSpec:
 
     @property
     def step_checker(self) -> str:
-        """The rule that labels steps: 'builtin' or 'arithmetic' (``step_labels`` 'auto' chosen by the dataset)."""
+        """What labels steps: 'builtin', 'arithmetic' or 'rollouts' (``step_labels`` 'auto' chosen by the dataset)."""
         if self.step_labels != "auto":
             return self.step_labels
         return "builtin" if self.dataset == BUILTIN_DATASET else "rollouts"
@@ -311,6 +316,29 @@ def _unknown_key_message(name: Any) -> str:
     return f"unknown key; valid keys are: {', '.join(FIELD_BY_NAME)}"
 
 
+def _check_step_labels(values: dict[str, Any]) -> None:
+    """Refuse step-label keys that cannot carry a signal or would not be read, naming the key: step labels
+    without process supervision, 'builtin' on another dataset, and the rollouts' keys when steps are not
+    labelled by rollouts (a value other than the default would silently do nothing)."""
+    labels, process = values["step_labels"], values["supervision"] == "process"
+    if labels != "auto" and not process:
+        raise SpecError("step_labels", f"labels reasoning steps: only used with supervision 'process' (got "
+                                       f"supervision {shown(values['supervision'])}); leave it 'auto'")
+    if labels == "builtin" and values["dataset"] != BUILTIN_DATASET:
+        raise SpecError("step_labels", f"'builtin' checks only the built-in task's questions, but dataset is "
+                                       f"{shown(values['dataset'])}: every step would be labelled wrong; use "
+                                       "'arithmetic' or 'rollouts' (or 'auto')")
+    checker = labels if labels != "auto" else ("builtin" if values["dataset"] == BUILTIN_DATASET else "rollouts")
+    if process and checker == "rollouts":
+        return
+    why = ("supervision is 'outcome'" if not process else f"steps are labelled by {shown(checker)}"
+           + (" (step_labels 'auto' on the built-in dataset)" if labels == "auto" else ""))
+    for name in ("label_rollouts", "label_estimate", "label_completer"):
+        if values[name] != FIELD_BY_NAME[name].default:
+            raise SpecError(name, f"is only used when steps are labelled by rollouts (supervision 'process', "
+                                  f"step_labels 'rollouts'), but {why}")
+
+
 def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     """Fill defaults and check every key; raise SpecError naming the first bad key.
 
@@ -336,10 +364,10 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         raise SpecError("reward_model", "is only used with reward 'model'; leave it empty with reward 'rule'")
     if values["rm_data"] and (values["reward"] != "model" or values["supervision"] != "process"):
         raise SpecError("rm_data", "is PRM training data: only used with reward 'model' and supervision 'process'")
-    if values["step_labels"] == "builtin" and values["dataset"] != BUILTIN_DATASET:
-        raise SpecError("step_labels", f"'builtin' checks only the built-in task's questions, but dataset is "
-                                       f"{shown(values['dataset'])}: every step would be labelled wrong; use "
-                                       "'arithmetic' (or 'auto')")
+    _check_step_labels(values)
+    if values["format_reward"] and values["supervision"] == "process":
+        raise SpecError("format_reward", "is added to outcome rewards, but supervision 'process' rewards each step by "
+                                         "its label: set it to 0 or use supervision 'outcome'")
     if values["batch_size"] % values["devices"]:
         raise SpecError("devices", f"batch_size {values['batch_size']} must be a multiple of devices "
                                    f"{values['devices']}: each process takes whole groups of an equal share of the questions")
@@ -347,7 +375,7 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         raise SpecError("steps_per_iteration", f"iterations x steps_per_iteration = "
                                                f"{values['iterations'] * values['steps_per_iteration']:,} steps, more "
                                                f"than {MAX_TOTAL_STEPS:,}")
-    if any(c.isspace() for c in values["reward_model"]):
-        raise SpecError("reward_model",
-                        f"must be a Hugging Face model id or a local directory, got {values['reward_model']!r}")
+    for name in ("reward_model", "label_completer"):
+        if any(c.isspace() for c in values[name]):
+            raise SpecError(name, f"must be a Hugging Face model id or a local directory, got {values[name]!r}")
     return RunSpec(**values)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from .config import SpecError, is_local_path
 
-HUB_KEYS = (("model", "model"), ("reward_model", "model"), ("dataset", "dataset"), ("rm_data", "dataset"))
+HUB_KEYS = (("model", "model"), ("reward_model", "model"), ("label_completer", "model"), ("dataset", "dataset"),
+            ("rm_data", "dataset"))
 BUILTIN = "builtin-arith"
 WITHOUT_THE_HUB = ("give a local directory instead, upload the dataset in the Launch tab, or download it on the "
                    "workers first (`hf download <id>`, add `--repo-type dataset` for a dataset) and set "

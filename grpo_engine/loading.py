@@ -22,6 +22,7 @@ from .parallel import Processes
 from .recorder import Recorder
 from .reward_model import RMExample, load_reward_model
 from .rm_training import RewardModelState
+from .rollout_labels import Completer
 from .step import Learner
 from .tokenization import end_token_ids, prompt_formatter
 
@@ -133,7 +134,8 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     building = building_progress(recorder)
     if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
         if procs.main:
-            for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else [])}:
+            for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else []),
+                         *([spec.label_completer] if spec.label_completer else [])}:
                 resolve_model_path(name, cache_dir, log=recorder.log, progress=building)
         procs.barrier()
     policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log, progress=building)
@@ -161,8 +163,20 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     learner = Learner(spec, accelerator, procs, policy, optimizer, params, reference, tokenizer,
                       prompt_formatter(tokenizer, spec.prompt_template), end_token_ids(policy, tokenizer),
                       decode_delimiter(spec.step_delimiter))
+    if spec.label_completer:  # validate_spec allows it only with rollout step labels
+        learner.completer = load_completer(spec.label_completer, recorder, cache_dir, dev, bf16)
     rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16) if spec.reward == "model" else None
     return learner, train_set, heldout, rm_state
+
+
+def load_completer(name: str, recorder: Recorder, cache_dir: Path, dev: torch.device, bf16: bool) -> Completer:
+    """The model that continues outputs for rollout step labels (``label_completer``): frozen, dropout off, in
+    bf16 when the run is, reading questions through its own chat template when it has one."""
+    recorder.phase("loading model")
+    model, tokenizer = load_policy(name, cache_dir, dev, log=recorder.log, progress=building_progress(recorder))
+    model = model.eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
+    recorder.log(f"label_completer {name!r}: {sum(p.numel() for p in model.parameters()):,} parameters, frozen")
+    return Completer(model, tokenizer, prompt_formatter(tokenizer, "auto"), end_token_ids(model, tokenizer))
 
 
 def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool) -> RewardModelState:

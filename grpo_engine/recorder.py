@@ -23,6 +23,8 @@ class SampleRecord:
     step_rewards: list[float] | None = None  # process supervision: one reward per step
     step_end_indices: list[int] | None = None  # 0-based token index where each step ends
     reward_components: dict[str, float] = field(default_factory=dict)  # e.g. {"correct": 1.0}
+    step_labels: list[float] | None = None  # process: the rules' label of each step (None when not labelled)
+    step_shares: list[float] | None = None  # step_labels 'rollouts': the share of each step's continuations that reached the answer
 
 
 @dataclass

@@ -15,7 +15,7 @@ from .model import no_progress
 from .reward_model import (FIT_BATCH, FIT_EPOCHS, RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit,
                            replay_mix)
 from .recorder import no_check
-from .rollout_labels import rollout_verdicts
+from .rollout_labels import Completer, rollout_verdicts
 from .sampling import generate
 from .step import encode_prompts, judge, rm_examples
 from .tokenization import completion_mask, end_token_ids
@@ -24,7 +24,7 @@ from .tokenization import completion_mask, end_token_ids
 @dataclass
 class RewardModelState:
     """A learned reward model's training: its examples so far (replayed at each refresh), its random stream,
-    and Math-Shepherd data when ``rm_data`` is given (pool, held out)."""
+    and Math-Shepherd data when ``rm_data`` is given (pool, held out: the first training's examples)."""
 
     name: str
     history: list[RMExample] = field(default_factory=list)
@@ -34,11 +34,11 @@ class RewardModelState:
 
 @torch.no_grad()
 def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunSpec, kind: str,
-                    device, check: Callable[[], None] = no_check) -> list[RMExample]:
+                    device, check: Callable[[], None] = no_check, completer: Completer | None = None) -> list[RMExample]:
     """One output per question from the current policy (sampled as in training), labelled without humans:
     by the verifier (ORM) or the run's step labels (PRM: RunSpec.step_checker; 'rollouts' continues each step
-    with the same policy). Generates B x G outputs at a time, calling ``check`` before each batch (it raises
-    to stop)."""
+    with the same policy, or with ``completer``). Generates B x G outputs at a time, calling ``check`` before
+    each batch (it raises to stop)."""
     policy.eval()
     out = []
     for i in range(0, len(questions), spec.batch_size * spec.group_size):
@@ -55,7 +55,8 @@ def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunS
             judged.verdicts = rollout_verdicts(
                 policy, tokenizer, prompts["input_ids"], prompts["attention_mask"], completions, judged.step_ends,
                 judged.texts, [e["answer"] for e in chunk], n=spec.label_rollouts, estimate=spec.label_estimate,
-                max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p, end_ids=end_ids)
+                max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p, end_ids=end_ids,
+                completer=completer, questions=[e["question"] for e in chunk], tokens=judged.tokens)
         out += rm_examples(judged, chunk, kind)
     return out
 
@@ -94,36 +95,38 @@ def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokeni
                        heldout: list[dict], spec: RunSpec, rng: random.Random, device,
                        data: tuple[list[RMExample], list[RMExample]] | None = None,
                        check: Callable[[], None] = no_check,
-                       progress: Callable[[int, int], None] = no_progress) -> dict[str, float]:
+                       progress: Callable[[int, int], None] = no_progress,
+                       completer: Completer | None = None) -> dict[str, float]:
     """Train the RM on fresh labelled samples of the current policy mixed with a replay of ``history``.
 
     The first call (empty history) is the RM's initial training on the initial policy's outputs; later
     calls are Algorithm 1's refresh, and also measure the RM's accuracy on held-out fresh policy
-    samples before it. Questions are drawn at random (with replacement). Appends the fresh samples to
-    ``history``; returns the rm/* metrics.
+    samples before it. Questions are drawn at random (with replacement); the samples are labelled by the
+    verifier (ORM) or the run's step labels (PRM, ``completer`` continuing them for rollouts: sample_labelled).
+    Appends the fresh samples to ``history``; returns the rm/* metrics.
 
-    ``data`` (rm_data: Math-Shepherd-labelled solutions, as (pool, held out)): the fresh examples are the
-    next rm_samples of the pool not used before (from the start again once all were used), and accuracy
-    is measured on the held-out ones, instead of sampling and labelling the policy's outputs.
+    ``data`` (rm_data: Math-Shepherd-labelled solutions, as (pool, held out)) is a warm start: the first
+    training's fresh examples are the first rm_samples of the pool, and its accuracy is measured on the held-out
+    ones. Every refresh trains on the current policy's samples, as Algorithm 1 says (with rm_data in the replay).
 
     ``check`` is called before every batch of sampling and of training: it raises (StopRequested) to stop the
     work half-way, leaving ``history`` as it was. ``progress(done, total)`` follows those batches (sampling
     and labelling first, then training), before each and once all are done.
     """
-    n_fresh = spec.rm_samples if data is None else min(spec.rm_samples, len(data[0]))
+    warm_start = data is not None and not history
+    n_fresh = min(spec.rm_samples, len(data[0])) if warm_start else spec.rm_samples
     n_replay = min(len(history), round(spec.rm_replay_ratio * n_fresh))  # as replay_mix draws them
     n_held = max(1, spec.rm_samples // 4)
-    n_sampling = 0 if data is not None else sampling_batches(n_held, spec) + sampling_batches(n_fresh, spec)
+    n_sampling = 0 if warm_start else sampling_batches(n_held, spec) + sampling_batches(n_fresh, spec)
     counter = BatchCounter(check, progress, n_sampling + fit_batches(n_fresh + n_replay))
-    if data is not None:
+    if warm_start:
         pool, held = data
-        start = len(history) % len(pool)  # every example drawn so far is in the history
-        fresh = (pool[start:] + pool[:start])[: spec.rm_samples]
+        fresh = pool[: spec.rm_samples]
     else:
         held = sample_labelled(policy, tokenizer, prompt, rng.choices(heldout, k=n_held), spec, rm.kind, device,
-                               counter)
+                               counter, completer)
         fresh = sample_labelled(policy, tokenizer, prompt, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind,
-                                device, counter)
+                                device, counter, completer)
     metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}  # before this (re)training
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
     counter.total = counter.done + fit_batches(len(mixed))  # the exact count, from the set replay_mix built

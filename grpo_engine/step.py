@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .builtin_task import STEP_DELIMITER, check_step
-from .rollout_labels import rollout_verdicts
+from .rollout_labels import Completer, labels_from_shares, rollout_shares
 from .step_check import step_equations_hold
 from .config import RunSpec
 from .data import format_prompt
@@ -47,7 +47,8 @@ class Learner:
     replaces them at each new iteration, see trainer.new_iteration); ``reference`` is None for LoRA (the base
     with the adapter off); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
     completion; ``prompt`` makes a question the prompt text (the run's prompt_template); ``rm`` the learned
-    reward model (reward: model)."""
+    reward model (reward: model); ``completer`` the model that continues outputs for rollout labels when it is
+    not the policy (label_completer)."""
 
     spec: RunSpec
     accelerator: Any
@@ -61,6 +62,7 @@ class Learner:
     end_ids: list[int]
     delimiter: str
     rm: RewardModel | None = None
+    completer: Completer | None = None
 
     @property
     def dev(self) -> torch.device:
@@ -106,6 +108,8 @@ class Scored:
     step_rewards: list[list[float] | None]  # process supervision: each output's step rewards
     step_ends: list[list[int] | None]  # process supervision: the token where each step ends
     labelling: float = 0.0  # seconds spent labelling steps by rollouts (step_labels 'rollouts')
+    step_labels: list[list[float] | None] = field(default_factory=list)  # process: the rules' label of each step
+    step_shares: list[list[float] | None] = field(default_factory=list)  # rollouts: each step's share reaching the answer
 
 
 @dataclass
@@ -157,9 +161,14 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     judged = judge(learner.tokenizer, sampled.completions, sampled.mask, sampled.ended, rows,
                    spec.supervision == "process", spec.format_reward, learner.delimiter, spec.step_checker)
     labelling = time.time()
+    shares: list[list[float] | None] = [None] * N
     if spec.supervision == "process" and rm is None and spec.step_checker == "rollouts":
-        judged.verdicts = label_by_rollouts(learner, sampled, judged, rows)
+        shares = label_by_rollouts(learner, sampled, judged, rows)
+        judged.verdicts = [labels_from_shares(s, spec.label_estimate) for s in shares]
     labelling = time.time() - labelling
+    # the rules' labels, shown beside the rewards; a learned PRM's steps are not labelled by rollouts at each step
+    labelled = spec.supervision == "process" and (rm is None or spec.step_checker != "rollouts")
+    labels: list[list[float] | None] = list(judged.verdicts) if labelled else [None] * N
     components = [dict(c) for _, c in judged.outcome]
     scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
     step_rewards: list[list[float] | None] = [None] * N
@@ -183,18 +192,19 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         for c, r in zip(components, rewards.tolist()):
             c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
     return Scored(judged.texts, judged.tokens, components, rewards, group_rewards, advantages.to(learner.dev),
-                  step_rewards, step_ends, labelling)
+                  step_rewards, step_ends, labelling, labels, shares)
 
 
 def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: list[dict]) -> list[list[float]]:
-    """Each step's label from the policy's continuations (rollout_labels.rollout_verdicts, the run's
-    label_rollouts and label_estimate)."""
+    """Each step's share of continuations that reach the answer (rollout_labels.rollout_shares: the run's
+    label_rollouts continuations, by the policy or the run's label_completer)."""
     spec = learner.spec
     learner.policy.eval()
-    return rollout_verdicts(learner.unwrapped(), learner.tokenizer, sampled.prompt_ids, sampled.prompt_attn,
-                            sampled.completions, judged.step_ends, judged.texts, [r["answer"] for r in rows],
-                            n=spec.label_rollouts, estimate=spec.label_estimate, max_new_tokens=spec.max_new_tokens,
-                            temperature=spec.temperature, top_p=spec.top_p, end_ids=learner.end_ids)
+    return rollout_shares(learner.unwrapped(), learner.tokenizer, sampled.prompt_ids, sampled.prompt_attn,
+                          sampled.completions, judged.step_ends, judged.texts, [r["answer"] for r in rows],
+                          n=spec.label_rollouts, max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
+                          top_p=spec.top_p, end_ids=learner.end_ids, completer=learner.completer,
+                          questions=[r["question"] for r in rows], tokens=judged.tokens)
 
 
 def micro_batches(n: int, size: int) -> list[slice]:
@@ -294,7 +304,8 @@ def group_records(s: Sampled, scored: Scored, G: int, prompt: Callable[[str], st
         samples = [SampleRecord(completion=scored.texts[i], tokens=scored.tokens[i], reward=float(scored.rewards[i]),
                                 advantages=[round(a, 6) for a in adv[i, : lengths[i]].tolist()],
                                 step_rewards=scored.step_rewards[i], step_end_indices=scored.step_ends[i],
-                                reward_components=scored.components[i])
+                                reward_components=scored.components[i], step_labels=scored.step_labels[i],
+                                step_shares=scored.step_shares[i])
                    for i in range(b * G, (b + 1) * G)]
         groups.append(GroupRecord(prompt=question["question"], reference=question["answer"], samples=samples,
                                   model_prompt=prompt(question["question"])))

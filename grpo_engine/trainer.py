@@ -118,7 +118,7 @@ class TrainingRun:
         if self.rm is not None:
             metrics = self.train_reward_model()
             source = (f"solutions of {self.spec.rm_data!r}" if self.rm_state.data
-                      else "labelled outputs of the initial policy")
+                      else f"outputs of the initial policy labelled by {self.label_source()}")
             self.recorder.log(f"{self.rm_state.name} trained on {len(self.rm_state.history)} {source}: "
                               f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_after']:.3f}")
         if self.spec.eval_every:
@@ -152,7 +152,8 @@ class TrainingRun:
             metrics.update(self.train_reward_model())
             self.recorder.log(
                 f"iteration {iteration}: {self.rm_state.name} refreshed on {metrics['rm/train_examples']:.0f} examples "
-                f"({metrics['rm/replayed']:.0f} replayed) in {time.time() - t_refresh:.1f}s: loss {metrics['rm/loss']:.3f}, "
+                f"(the policy's samples labelled by {self.label_source()}, {metrics['rm/replayed']:.0f} replayed) "
+                f"in {time.time() - t_refresh:.1f}s: loss {metrics['rm/loss']:.3f}, "
                 f"held-out accuracy {metrics['rm/accuracy_before']:.3f} -> {metrics['rm/accuracy_after']:.3f}")
         self.recorder.step(step, iteration, metrics)
         self.training_phase()
@@ -240,9 +241,20 @@ class TrainingRun:
         if self.procs.main:
             metrics = train_reward_model(self.rm, self.rm_state.history, learner.unwrapped(), learner.tokenizer,
                                          learner.prompt, self.train_set, self.heldout, self.spec, self.rm_state.rng,
-                                         learner.dev, self.rm_state.data, check, self.reward_model_progress)
+                                         learner.dev, self.rm_state.data, check, self.reward_model_progress,
+                                         learner.completer)
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)
+
+    def label_source(self) -> str:
+        """What labels the reward model's training samples, in words: the verifier (ORM) or the step labels (PRM)."""
+        spec = self.spec
+        if spec.supervision == "outcome":
+            return "the verifier"
+        if spec.step_checker != "rollouts":
+            return f"the {spec.step_checker} step checker"
+        return (f"{spec.label_rollouts} rollouts a step by {spec.label_completer!r}" if spec.label_completer
+                else f"{spec.label_rollouts} rollouts a step by the policy") + f", {spec.label_estimate} estimate"
 
     def reward_model_progress(self, done: int, total: int) -> None:
         """Report the "training reward model" phase: batches of its sampling and training done of their total."""

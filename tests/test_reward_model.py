@@ -164,7 +164,7 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
     assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 2, 2]
     refreshes = [m for m in rec.messages if "refreshed" in m]
     assert len(refreshes) == 1 and refreshes[0].startswith("iteration 1: ORM") and "->" in refreshes[0]
-    assert any("trained on 48 labelled outputs of the initial policy" in m for m in rec.messages)
+    assert any("trained on 48 outputs of the initial policy labelled by the verifier" in m for m in rec.messages)
 
     # r_i is the ORM's score; the verifier's verdict stays in the components and in correct_frac
     for step, groups in rec.group_log.items():
@@ -261,5 +261,8 @@ def test_a_prm_trains_on_math_shepherd_data(grpo_cache_dir, tmp_path):
     first, refresh = recorder.metrics[0], recorder.metrics[1]  # the refresh after iteration 1 (none after the last)
     assert first["step"] == 0 and first["rm/train_examples"] == 16 and 0.0 <= first["rm/accuracy_after"] <= 1.0
     assert refresh["rm/train_examples"] == 16 + round(0.1 * 16) and "rm/accuracy_before" in refresh
+    # rm_data is the warm start; the refresh trains on the policy's own samples, as Algorithm 1 says
+    assert any("refreshed on 18 examples (the policy's samples labelled by the builtin step checker, 2 replayed)" in m
+               for m in recorder.messages)
     with pytest.raises(SpecError, match="rm_data: is PRM training data"):
         validate_spec({"rm_data": str(data)})

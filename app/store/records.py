@@ -86,9 +86,13 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
         s.execute(insert(Sample), samples)
 
 
+def _floats(values) -> list[float] | None:
+    """A per-step list as floats; None (not recorded) stays None."""
+    return None if values is None else [float(v) for v in values]
+
+
 def _sample(position: int, sample: dict[str, Any]) -> dict[str, Any]:
     """The samples row of one ``SampleRecord`` dict."""
-    step_rewards = sample.get("step_rewards")
     step_end_indices = sample.get("step_end_indices")
     return dict(
         position=position,
@@ -96,8 +100,10 @@ def _sample(position: int, sample: dict[str, Any]) -> dict[str, Any]:
         tokens=[str(token) for token in sample["tokens"]],
         advantages=[float(a) for a in sample["advantages"]],
         reward=float(sample["reward"]),
-        step_rewards=None if step_rewards is None else [float(r) for r in step_rewards],
+        step_rewards=_floats(sample.get("step_rewards")),
         step_end_indices=None if step_end_indices is None else [int(i) for i in step_end_indices],
+        step_labels=_floats(sample.get("step_labels")),
+        step_shares=_floats(sample.get("step_shares")),
         reward_components={key: float(v) for key, v in (sample.get("reward_components") or {}).items()},
     )
 
@@ -135,7 +141,8 @@ def sample_dict(sample: Sample) -> dict[str, Any]:
     """A samples row as the API returns it (``/get_group``) and exports it."""
     return {"sample_id": sample.id, "sample_position": sample.position, "completion": sample.completion,
             "tokens": sample.tokens, "reward": sample.reward, "step_rewards": sample.step_rewards,
-            "step_end_indices": sample.step_end_indices, "advantages": sample.advantages,
+            "step_end_indices": sample.step_end_indices, "step_labels": sample.step_labels,
+            "step_shares": sample.step_shares, "advantages": sample.advantages,
             "reward_components": sample.reward_components}
 
 
@@ -156,7 +163,8 @@ def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
 
 EXPORT_COLUMNS = ("run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
                   "group_reward_std", "sample_id", "sample_position", "completion", "reward", "reward_components",
-                  "tokens", "advantages", "step_rewards", "step_end_indices")  # an export's columns, in order
+                  "tokens", "advantages", "step_rewards", "step_end_indices", "step_labels",
+                  "step_shares")  # an export's columns, in order
 
 
 def iter_sample_rows(s: Session, run_id: int, chunk: int = 200):
