@@ -251,12 +251,14 @@ def _verdicts(components: dict) -> str:
 
 def zero_spread_banner(groups: list[dict]) -> str:
     """A warning when most (over half) of a step's groups (app.api.list_groups rows) have the same reward for
-    every output: their advantages are 0, so they teach the policy nothing; empty otherwise."""
+    every output (every step, with process supervision: ``reward_std`` is over the step rewards): their
+    advantages are 0, so they teach the policy nothing; empty otherwise."""
     flat = sum(1 for g in groups if g["reward_std"] == 0)
     if not groups or 2 * flat <= len(groups):
         return ""
     return (f'<div class="zero-spread" data-flat="{flat}" data-groups="{len(groups)}"><b>{flat} of {len(groups)} '
-            'groups at this step have the same reward for every output</b>: they carry no gradient. Try a harder '
+            'groups at this step have the same reward for every output (or every step)</b>: they carry no '
+            'gradient. Try a harder '
             'or easier dataset, a larger group_size, or a higher temperature.</div>')
 
 
@@ -315,14 +317,14 @@ def _step_mark(step: dict, source: str | None) -> str:
 
 
 def _step_table(steps: list[dict], rule: str | None) -> str:
-    """A process sample's steps as a table (folded open): step, text, the rules' label (its rule in the header),
+    """A process sample's steps as a table (folded open; its rule named above it): step, text, the rules' label,
     the PRM's score (when a learned PRM scored the steps) and the reward with its normalised value."""
     if not steps:
         return ""
     labels = any(st["label"] is not None for st in steps)
     prm = any(st["prm_score"] is not None for st in steps)
-    rule_text = f' <span class="src">({html.escape(rule)})</span>' if rule else ""
-    head = ("<th>step</th><th>text</th>" + (f"<th>label{rule_text}</th>" if labels else "")
+    rule_text = f' · labels by <span class="src">{html.escape(rule)}</span>' if rule and labels else ""
+    head = ("<th>step</th><th>text</th>" + ("<th>label</th>" if labels else "")
             + ("<th>PRM score</th>" if prm else "") + "<th>reward (normalised)</th>")
     rows = []
     for st in steps:
@@ -336,7 +338,7 @@ def _step_table(steps: list[dict], rule: str | None) -> str:
         reward = "–" if st["reward"] is None else f'{st["reward"]:+.2f} ({st["normalised"]:+.2f})'
         cells.append(f'<td class="num" data-col="reward">{reward}</td>')
         rows.append(f'<tr data-step="{st["index"]}">{"".join(cells)}</tr>')
-    return (f'<details class="steps" open><summary>{len(steps)} steps</summary>'
+    return (f'<details class="steps" open><summary>{len(steps)} steps{rule_text}</summary>'
             f'<table class="step-table"><tr>{head}</tr>{"".join(rows)}</table></details>')
 
 

@@ -40,6 +40,21 @@ def step_texts(tokens: list[str], ends: list[int]) -> list[str]:
     return texts
 
 
+def trained_step_rewards(advantages: list[float], ends: list[int]) -> list[float] | None:
+    """Each step's normalised reward as the engine trained with it (whatever ``scale_rewards``), read back from the
+    stored per-token advantages: a token's advantage is the sum of the normalised rewards of its step and every
+    later one, so step k's is A[end_k] - A[end_k + 1] (0 past the end: the end token and padding carry none).
+    None when the advantages do not cover the steps.
+
+    >>> trained_step_rewards([0.5, 0.5, -0.25, 0.0], [1, 2])  # steps of normalised rewards +0.75 and -0.25
+    [0.75, -0.25]
+    """
+    if not ends or len(advantages) <= ends[-1]:
+        return None
+    after = lambda t: advantages[t] if t < len(advantages) else 0.0  # noqa: E731
+    return [round(advantages[e] - after(e + 1), 6) for e in ends]
+
+
 def _at(values: list | None, k: int):
     """values[k], or None where the list is missing or shorter."""
     return values[k] if values is not None and k < len(values) else None
@@ -50,16 +65,19 @@ def sample_steps(sample: dict, norm: Callable[[float], float], prm: bool) -> lis
 
     ``index`` is 0-based; ``label`` / ``share`` come from the sample's ``step_labels`` / ``step_shares`` (None
     where absent); ``prm_score`` is the step reward when ``prm`` (a learned PRM scored the steps), else None;
-    ``normalised`` is ``norm(reward)`` (see :func:`step_normaliser`). An outcome sample has no steps: [].
+    ``normalised`` is the reward as trained with, read from the advantages (:func:`trained_step_rewards`), or
+    ``norm(reward)`` where they hold none (see :func:`step_normaliser`). An outcome sample has no steps: [].
     """
     ends = sample.get("step_end_indices") or []
     rewards = sample.get("step_rewards")
+    trained = trained_step_rewards(sample.get("advantages") or [], ends)
     steps = []
     for k, text in enumerate(step_texts(sample["tokens"], ends)):
         reward = _at(rewards, k)
+        normalised = None if reward is None else trained[k] if trained is not None else norm(reward)
         steps.append({"index": k, "text": text, "label": _at(sample.get("step_labels"), k),
                       "share": _at(sample.get("step_shares"), k), "prm_score": reward if prm else None,
-                      "reward": reward, "normalised": None if reward is None else norm(reward)})
+                      "reward": reward, "normalised": normalised})
     return steps
 
 

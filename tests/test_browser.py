@@ -243,7 +243,7 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
     assert run["status"] == "completed", run["error"]
 
     # the API: every sample's steps, each with the PRM's score (a probability) and its end token
-    listed = client.predict(run_id, None, api_name="/list_groups")
+    listed = client.predict(run_id, None, "spread", api_name="/list_groups")  # the Groups tab's order
     assert [g["step"] for g in listed] == [2, 2]
     shown = client.predict(listed[0]["group_id"], api_name="/get_group")
     marks = 0
@@ -257,6 +257,13 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
                 sum(s["step_rewards"]) / len(s["step_rewards"]) if s["step_rewards"] else 0.0)
     marks = sum(len(s["step_end_indices"]) for s in shown["samples"])
     assert marks > 0
+    # each step: the PRM's score, and beside it the built-in task's exact checker's label (the rule the PRM learns)
+    for s in shown["samples"]:
+        assert [st["prm_score"] for st in s["steps"]] == s["step_rewards"] == [st["reward"] for st in s["steps"]]
+        assert [st["label"] for st in s["steps"]] == s["step_labels"] and set(s["step_labels"]) <= {0.0, 1.0}
+        if s["steps"]:  # the steps spell the output up to the last step's end
+            assert "".join(st["text"] for st in s["steps"]) == "".join(s["tokens"][:s["step_end_indices"][-1] + 1])
+    assert shown["step_label_rule"] == "the built-in task's exact step checker"
 
     # the UI: the Groups tab opens on the newest run's latest step, first group, steps marked with rewards
     page.set_default_timeout(30_000)
@@ -270,8 +277,16 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
     first = shown["samples"][0]
     if first["step_rewards"]:
         expect(step_marks.first).to_have_text(f"step 1 r={first['step_rewards'][0]:+.2f}")
+    table = page.locator("#group-view .step-table").first
+    expect(table).to_contain_text("PRM score")
+    expect(page.locator("#group-view details.steps summary").first).to_contain_text(
+        "labels by the built-in task's exact step checker")
+    expect(table.locator("tr[data-step]")).to_have_count(len(next(s for s in shown["samples"] if s["steps"])["steps"]))
     page.locator("#group-view").scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "group-view-prm.png"), full_page=True)
+    for width in (1280, 1600):
+        page.set_viewport_size({"width": width, "height": 1000})
+        assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing overflows sideways
+        page.screenshot(path=str(ARTIFACTS / f"group-view-prm-{width}.png"), full_page=True)
 
     # the Compare tab: pick the run, its curves and its config appear
     page.click("#tab-compare-button")

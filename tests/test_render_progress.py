@@ -117,9 +117,11 @@ def test_the_prompt_is_shown_as_the_model_saw_it():
 
 
 def test_step_marks_give_the_reward_its_source_and_the_normalised_value():
-    def sample(i, rewards):
+    def sample(i, rewards):  # the advantages the engine gives: each token, the normalised rewards of its step onwards
+        first, second = [(r - 0.75) / 0.4330127 for r in rewards]
         return {"sample_id": i, "completion": "a\nb", "tokens": ["a", "\n", "b", "<eos>"], "reward": sum(rewards) / 2,
-                "advantages": [0.0] * 4, "step_rewards": rewards, "step_end_indices": [1, 2], "reward_components": {}}
+                "advantages": [first + second] * 2 + [second, 0.0], "step_rewards": rewards, "step_end_indices": [1, 2],
+                "reward_components": {}}
     group = {"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1",
              "samples": [sample(1, [1.0, 1.0]), sample(2, [0.0, 1.0])], "step_labels": "rollouts, N=4, hard estimate"}
     page = group_html(group)  # R = {1, 1, 0, 1}: mean 0.75, std 0.4330 (GRPO_SPEC's worked example)

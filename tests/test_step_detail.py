@@ -23,12 +23,15 @@ UP, DOWN = 0.4 / STD, -0.6 / STD  # a reward of 1 and of 0, normalised: +0.8165 
 
 
 def hand_samples() -> list[dict]:
-    """Two process samples, as the store returns them: step rewards [1, 0] and [1, 1, 0]."""
+    """Two process samples, as the store returns them: step rewards [1, 0] and [1, 1, 0], and the advantages the
+    engine gives them (each token: the sum of the normalised rewards of its step and the later ones)."""
     first = {"sample_id": 1, "completion": "2+2=4\n4<eos>", "tokens": ["2", "+2", "=4", "\n", "4", "<eos>"],
-             "reward": 0.5, "advantages": [0.0] * 6, "step_rewards": [1.0, 0.0], "step_end_indices": [3, 4],
+             "reward": 0.5, "advantages": [UP + DOWN] * 4 + [DOWN, 0.0], "step_rewards": [1.0, 0.0],
+             "step_end_indices": [3, 4],
              "step_labels": [1.0, 0.0], "step_shares": [0.75, 0.0], "reward_components": {"correct": 0.0}}
     second = {"sample_id": 2, "completion": "a<b\nc\nd", "tokens": ["a<b", "\n", "c", "\n", "d"],
-              "reward": 2 / 3, "advantages": [0.0] * 5, "step_rewards": [1.0, 1.0, 0.0], "step_end_indices": [1, 3, 4],
+              "reward": 2 / 3, "advantages": [2 * UP + DOWN] * 2 + [UP + DOWN] * 2 + [DOWN],
+              "step_rewards": [1.0, 1.0, 0.0], "step_end_indices": [1, 3, 4],
               "step_labels": None, "step_shares": None, "reward_components": {}}
     return [first, second]
 
@@ -52,10 +55,21 @@ def test_a_learned_prm_scores_are_the_step_rewards():
     # {1, 0, 0.9, 0.6, 0.3}: mean 0.56; squared deviations 0.1936 + 0.3136 + 0.1156 + 0.0016 + 0.0676 = 0.692,
     # population variance 0.1384, std 0.37202; the last score normalises to -0.26 / 0.37202 = -0.6989
     samples[1]["step_rewards"] = [0.9, 0.6, 0.3]
+    for sample in samples:  # no advantages to read the trained rewards from: the group's normalisation is recomputed
+        sample["advantages"] = []
     first, second = step_details(samples, prm=True)
     assert [s["prm_score"] for s in first + second] == [1.0, 0.0, 0.9, 0.6, 0.3]
     assert [s["label"] for s in first] == [1.0, 0.0]  # the checker's verdicts beside the PRM's scores
     assert second[2]["normalised"] == pytest.approx(-0.26 / math.sqrt(0.1384)) == pytest.approx(-0.6989, abs=1e-4)
+
+
+def test_the_normalised_rewards_are_those_trained_with_whatever_the_scaling():
+    # scale_rewards 'none': rewards minus the group's mean (0.6), not divided by the std
+    samples = hand_samples()
+    samples[0]["advantages"] = [0.4 - 0.6] * 4 + [-0.6, 0.0]
+    samples[1]["advantages"] = [0.4 + 0.4 - 0.6] * 2 + [0.4 - 0.6] * 2 + [-0.6]
+    first, second = step_details(samples, prm=False)
+    assert [s["normalised"] for s in first + second] == pytest.approx([0.4, -0.6, 0.4, 0.4, -0.6])
 
 
 def test_equal_step_rewards_normalise_to_zero_and_outcome_samples_have_no_steps():
@@ -70,13 +84,13 @@ def test_equal_step_rewards_normalise_to_zero_and_outcome_samples_have_no_steps(
 def labelled_group() -> dict:
     """A GroupRecord dict through the engine's own records: rollout labels, a soft label, and a sample without."""
     samples = [
-        SampleRecord(completion="1\n2", tokens=["1", "\n", "2"], reward=0.5, advantages=[0.1, 0.2, 0.3],
+        SampleRecord(completion="1\n2", tokens=["1", "\n", "2"], reward=0.5, advantages=[UP + DOWN] * 2 + [DOWN],
                      step_rewards=[1.0, 0.0], step_end_indices=[1, 2], step_labels=[1.0, 0.0],
                      step_shares=[0.75, 0.0]),
-        SampleRecord(completion="x\ny", tokens=["x", "\n", "y"], reward=1.0, advantages=[0.0] * 3,
+        SampleRecord(completion="x\ny", tokens=["x", "\n", "y"], reward=1.0, advantages=[2 * UP] * 2 + [UP],
                      step_rewards=[1.0, 1.0], step_end_indices=[1, 2], step_labels=[1 / 3, 1.0],
                      step_shares=[1 / 3, 1.0]),
-        SampleRecord(completion="z", tokens=["z"], reward=0.0, advantages=[0.0], step_rewards=[0.0],
+        SampleRecord(completion="z", tokens=["z"], reward=0.0, advantages=[DOWN], step_rewards=[0.0],
                      step_end_indices=[0]),  # not labelled by rules: both stay None
     ]
     return GroupRecord(prompt="1+1?", reference="2", samples=samples).to_dict()
@@ -182,7 +196,7 @@ def test_a_rule_runs_step_table():
     page = group_html(group_dict(hand_samples(), prm=False, rule="rollouts, N=4, hard estimate"))
     assert page.count('<details class="steps" open>') == 2 and 'class="samples process"' in page
     assert table_rows(page, 1) == [
-        ["step", "text", "label (rollouts, N=4, hard estimate)", "reward (normalised)"],
+        ["step", "text", "label", "reward (normalised)"],
         ["1", "2+2=4", "1 · 0.75", "+1.00 (+0.82)"],
         ["2", "4", "0", "+0.00 (-1.22)"],
     ]
@@ -199,7 +213,10 @@ def test_a_prm_runs_step_table_sets_the_checker_beside_the_prm():
     samples = hand_samples()
     samples[0]["step_rewards"], samples[0]["step_shares"] = [0.875, 0.125], None  # the PRM's scores; 'builtin' labels
     page = group_html(group_dict(samples, prm=True, rule="the built-in task's exact step checker"))
-    assert table_rows(page, 1)[0] == ["step", "text", "label (the built-in task's exact step checker)", "PRM score",
+    assert "3 steps</summary>" in page  # no labels recorded for the second sample: no rule named above its table
+    rule = html.escape("the built-in task's exact step checker")
+    assert f'2 steps · labels by <span class="src">{rule}</span>' in page
+    assert table_rows(page, 1)[0] == ["step", "text", "label", "PRM score",
                                       "reward (normalised)"]
     assert [row[2:4] for row in table_rows(page, 1)[1:]] == [["1", "0.875"], ["0", "0.125"]]
     assert table_rows(page, 2)[0] == ["step", "text", "PRM score", "reward (normalised)"]

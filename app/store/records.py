@@ -66,13 +66,15 @@ def get_metrics(s: Session, run_id: int) -> list[dict[str, Any]]:
 def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any]]) -> None:
     """Store every group sampled at ``step`` (``GroupRecord.to_dict()`` each), replacing earlier ones.
 
-    Each group keeps the mean and population std of its G rewards, the numbers its
-    advantages were normalised with (outcome supervision).
+    Each group keeps the mean and population std of the rewards its advantages were normalised over: its G rewards
+    (outcome supervision), or every step reward of its outputs (process supervision; a group whose outputs' mean
+    rewards are equal may still teach through its steps).
     """
     s.execute(delete(Group).where(Group.run_id == run_id, Group.step == step))
     rows = []
     for position, group in enumerate(groups):
-        rewards = [float(sample["reward"]) for sample in group["samples"]]
+        steps = [float(r) for sample in group["samples"] for r in (sample.get("step_rewards") or [])]
+        rewards = steps or [float(sample["reward"]) for sample in group["samples"]]
         row = Group(run_id=run_id, step=step, position=position, prompt=group["prompt"],
                     model_prompt=group.get("model_prompt") or None, reference=group["reference"],
                     reward_mean=statistics.fmean(rewards),
