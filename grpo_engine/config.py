@@ -113,13 +113,30 @@ class RunSpec:
           "policy's own samples labelled by step_labels, replaying earlier data (rm_replay_ratio).")
     group_size: int = key(8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024)
     batch_size: int = key(8, "B: questions per step (each step samples B x G outputs).", min=1, max=4096)
-    clip_eps: float = key(0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps].", min=0.0, max=1.0, min_exclusive=True)
+    clip_eps: float = key(0.2, "epsilon: the ratio pi_theta/pi_old is clipped to [1-eps, 1+eps] (or 1+clip_eps_high above).",
+          min=0.0, max=1.0, min_exclusive=True)
+    clip_eps_high: float = key(0.0,
+          "DAPO's clip-higher: the ratio's upper clip bound is 1 + clip_eps_high, the lower stays 1 - clip_eps "
+          "(DAPO uses 0.28 with clip_eps 0.2); 0 = clip_eps, the paper's symmetric clip.", min=0.0, max=1.0)
     kl_coef: float = key(0.04, "beta: weight of the k3 KL penalty against the reference policy (in the loss, not the reward).", min=0.0, max=10.0)
     learning_rate: float = key(2e-4, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
           min=0.0, max=1.0, min_exclusive=True)
     iterations: int = key(1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000)
     steps_per_iteration: int = key(200, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000)
     policy_updates_per_batch: int = key(1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64)
+    loss_type: str = key("grpo",
+          "How per-token terms become the loss: 'grpo' = mean over each output's tokens, then over outputs (the "
+          "paper); 'bnpo' = token mean over each process's outputs; 'dapo' = token mean over the whole batch (DAPO); "
+          "'dr_grpo' = token sum / (batch_size x group_size x max_new_tokens) (Dr. GRPO; needs scale_rewards 'none'). "
+          "Micro-batches never change it.", choices=("grpo", "bnpo", "dapo", "dr_grpo"))
+    scale_rewards: str = key("group",
+          "What advantages are divided by: 'group' = the std of the group's rewards (the paper); 'batch' = the std of "
+          "all the step's rewards; 'none' = nothing, reward minus the group's mean (Dr. GRPO). Process supervision: "
+          "the same for the step rewards.", choices=("group", "batch", "none"))
+    ratio_level: str = key("token",
+          "The ratio pi_theta/pi_old: 'token' = one per token (the paper); 'sequence' = GSPO's, one per output: exp of "
+          "the mean log-ratio of its tokens, clipped per output (gradients still flow per token).",
+          choices=("token", "sequence"))
     micro_batch_size: int = key(0,
           "Outputs per forward / backward pass in the policy update and for the reference's log-probs; the gradient "
           "is accumulated over these micro-batches, so memory stays bounded whatever group_size x batch_size. "
@@ -165,6 +182,11 @@ class RunSpec:
     @property
     def total_steps(self) -> int:
         return self.iterations * self.steps_per_iteration
+
+    @property
+    def clip_eps_upper(self) -> float:
+        """The ratio's upper clip epsilon: ``clip_eps_high``, or ``clip_eps`` when that is 0."""
+        return self.clip_eps_high or self.clip_eps
 
     @property
     def step_checker(self) -> str:
@@ -365,6 +387,10 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     if values["rm_data"] and (values["reward"] != "model" or values["supervision"] != "process"):
         raise SpecError("rm_data", "is PRM training data: only used with reward 'model' and supervision 'process'")
     _check_step_labels(values)
+    if values["loss_type"] == "dr_grpo" and values["scale_rewards"] != "none":
+        raise SpecError("scale_rewards", f"must be 'none' with loss_type 'dr_grpo' (Dr. GRPO divides advantages by no "
+                                         f"standard deviation), got {shown(values['scale_rewards'])}; set "
+                                         "scale_rewards to 'none' or choose another loss_type")
     if values["format_reward"] and values["supervision"] == "process":
         raise SpecError("format_reward", "is added to outcome rewards, but supervision 'process' rewards each step by "
                                          "its label: set it to 0 or use supervision 'outcome'")

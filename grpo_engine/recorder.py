@@ -152,7 +152,8 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("eval/accuracy", "held-out greedy accuracy (exact final answer); at step 0, before training, and every "
            "eval_every steps", "accuracy", headline=True),
     Metric("kl", "mean over tokens of the k3 estimator of KL(pi_theta || pi_ref) (Eq. 4)", "KL and loss", headline=True),
-    Metric("loss", "policy loss -J_GRPO (Eq. 3), averaged over the mu updates", "KL and loss", headline=True),
+    Metric("loss", "policy loss -J_GRPO (Eq. 3), its per-token terms aggregated as loss_type says, averaged over "
+           "the mu updates", "KL and loss", headline=True),
     Metric("clip_frac", "share of tokens where the clipped ratio term was the active one (only > 0 when mu > 1)",
            "fractions"),
     Metric("entropy", "mean per-token entropy of the policy on the sampled outputs, in nats", "entropy (nats)"),

@@ -30,7 +30,7 @@ from .rollout_labels import Completer, labels_from_shares, rollout_shares
 from .step_check import step_equations_hold
 from .config import RunSpec
 from .data import format_prompt
-from .objective import grpo_loss, outcome_advantages, process_advantages
+from .objective import grpo_loss, loss_denominator, outcome_advantages, process_advantages
 from .parallel import Processes
 from .recorder import GroupRecord, SampleRecord
 from .reward_model import RewardModel, RMExample
@@ -176,14 +176,16 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     if spec.supervision == "outcome":
         flat = [s[0] for s in scores] if scores is not None else [r for r, _ in judged.outcome]
         rewards = torch.tensor(flat, device=learner.dev).view(-1, G)  # (B, G)
-        advantages = outcome_advantages(rewards).view(-1, 1) * sampled.mask  # every token of o_i gets A_i
+        adv = outcome_advantages(rewards, scale=spec.scale_rewards, batch_std=batch_std(learner, flat))  # (B, G)
+        advantages = adv.view(-1, 1) * sampled.mask  # every token of o_i gets A_i
         rewards = rewards.view(-1)
         group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(B)]
     else:
         step_rewards = scores if scores is not None else judged.verdicts
         step_ends = judged.step_ends
-        adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T)
-                    for b in range(B)]  # each (G, T)
+        std = batch_std(learner, [r for rs in step_rewards for r in rs])
+        adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T,
+                                       scale=spec.scale_rewards, batch_std=std) for b in range(B)]  # each (G, T)
         advantages = torch.cat(adv_rows).to(learner.dev) * sampled.mask
         rewards = torch.tensor([sum(r) / len(r) if r else 0.0 for r in step_rewards])
         # process advantages normalise over all step rewards of the group
@@ -193,6 +195,15 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
             c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
     return Scored(judged.texts, judged.tokens, components, rewards, group_rewards, advantages.to(learner.dev),
                   step_rewards, step_ends, labelling, labels, shares)
+
+
+def batch_std(learner: Learner, values: list[float]) -> float | None:
+    """scale_rewards 'batch': the population std of every process's ``values`` (rewards, or step rewards); None
+    for the other scales, which need no gather."""
+    if learner.spec.scale_rewards != "batch":
+        return None
+    every = learner.procs.gather(values)
+    return torch.tensor(every).std(unbiased=False).item() if every else 0.0
 
 
 def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: list[dict]) -> list[list[float]]:
@@ -230,15 +241,19 @@ def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[slice]
 
 
 def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[slice]) -> dict:
-    """4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches: the
-    loss is a mean over the N outputs, so a micro-batch's mean counts with its share of them. With several
-    processes the gradients are averaged across them once, at the last micro-batch (each process holds as many
-    outputs, so the average is the whole batch's mean).
+    """4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches: a
+    micro-batch's loss is its part of J's sum divided by the whole batch's denominator (objective.aggregate), so
+    they add up to the whole batch's loss. With several processes the gradients are averaged across them once, at
+    the last micro-batch; each process's denominator (objective.loss_denominator) makes that average the whole
+    batch's loss (loss_type 'dapo' counts every process's tokens: one sum across them before the updates).
 
     Returns this process's sums: ``per_update`` [loss, kl x tokens, clip x tokens] for each update, the last
     update's ``entropy`` summed over tokens, and the last ``grad_norm`` (before clipping)."""
     spec, policy, optimizer = learner.spec, learner.policy, learner.optimizer
-    N = len(s.completions)
+    tokens = s.mask.sum().item()
+    all_tokens = learner.procs.sum([tokens])[0] if spec.loss_type == "dapo" else tokens
+    denominator = loss_denominator(spec.loss_type, len(s.completions), tokens, all_tokens, learner.procs.n,
+                                   spec.max_new_tokens)
     policy.train()
     grad_norm, entropy_sum, per_update = 0.0, 0.0, []
     for _ in range(spec.policy_updates_per_batch):
@@ -250,12 +265,13 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
                                            spec.temperature)
                 old = old_logp[c] if old_logp is not None else logp.detach()
                 ref = ref_logp[c] if ref_logp is not None else logp.detach()
-                loss, stats = grpo_loss(logp, old, ref, advantages[c], s.mask[c], spec.clip_eps, spec.kl_coef)
-                share, tokens = (c.stop - c.start) / N, s.mask[c].sum().item()
-                learner.accelerator.backward(loss * share)
-            loss_sum += loss.item() * share
-            kl_sum += stats["kl"].item() * tokens  # the stats are token means: weight them by tokens
-            clip_sum += stats["clip_frac"].item() * tokens
+                loss, stats = grpo_loss(logp, old, ref, advantages[c], s.mask[c], spec.clip_eps, spec.kl_coef,
+                                        spec.clip_eps_upper, spec.ratio_level, spec.loss_type, denominator)
+                learner.accelerator.backward(loss)
+            loss_sum += loss.item()
+            chunk_tokens = s.mask[c].sum().item()
+            kl_sum += stats["kl"].item() * chunk_tokens  # the stats are token means: weight them by tokens
+            clip_sum += stats["clip_frac"].item() * chunk_tokens
             entropy_sum += (ent.detach() * s.mask[c]).sum().item()
         grad_norm = learner.accelerator.clip_grad_norm_(learner.params, 1.0).item()
         optimizer.step()
