@@ -18,7 +18,7 @@ from app import store
 from app.auth import mask_secrets, mask_url
 from app.broker import queue_for, send_run
 from app.db import session_scope
-from app.paths import check_spec_paths, is_local_path
+from app.paths import check_custom_rewards, check_spec_paths, is_local_path
 from app.settings import get_settings
 from app.step_detail import step_details
 from grpo_engine.config import SpecError, check_budget, shown, validate_spec
@@ -62,7 +62,8 @@ def launch_run(spec: dict | str | None) -> dict:
     """Validate a run spec, store the run (queued) and send it to the workers.
 
     ``spec`` is a JSON object, or its text. Returns ``{run_id, status}``. A refused spec (a bad value, a
-    local path outside GRPO_PATH_ROOTS or unusable, a bad dataset file, a local model too big for every
+    local path outside GRPO_PATH_ROOTS or unusable, a custom reward function without GRPO_ALLOW_CUSTOM_REWARDS,
+    a bad dataset file, a local model too big for every
     GPU of the live workers: :func:`check_fits_a_gpu`, a Hub id that is not cached and that the Hub does not
     confirm within GRPO_HUB_CHECK_SECONDS: grpo_engine.hub) stores nothing.
     """
@@ -78,6 +79,7 @@ def launch_run(spec: dict | str | None) -> dict:
         check_budget(validated, settings.max_tokens_per_step)  # what a step and an RM refresh may sample
         config = validated.to_dict()
         check_spec_paths(config, settings.path_roots)  # local paths: inside the roots, usable
+        check_custom_rewards(config, settings.path_roots, settings.allow_custom_rewards)  # user code: only if allowed
         check_gpu_worker(config)  # a 'gpu' run is not handed to workers that have no GPU
         check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
         check_hub_ids(config, settings.hub_check_seconds)  # Hub ids: cached here, or the Hub confirms them quickly
@@ -127,7 +129,7 @@ def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
         rm_counts = _local_counts(config["reward_model"]) if config["reward_model"] else counts
         rm_params = rm_counts[0] if rm_counts else 0
     return estimate_memory(params + adapter, adapter if rank else params, lora=rank > 0, bf16=bf16,
-                           rm_params=rm_params)
+                           rm_params=rm_params, reference=config["kl_coef"] > 0)
 
 
 def check_gpu_worker(config: dict) -> None:
@@ -247,7 +249,8 @@ def get_group(group_id: Any) -> dict:
     """One group with its G samples: tokens, rewards and per-token advantages; ``step_labels`` says where a
     process-supervised run's step rewards came from and ``step_label_rule`` which rule labels its steps (both
     None for outcome supervision). Each sample carries its ``steps`` (app.step_detail.sample_steps: text, the
-    rules' label and share, the PRM's score, the reward and its normalisation over the group; [] for outcome)."""
+    rules' label and share, the PRM's score, the reward and its normalisation over the group; [] for outcome).
+    ``reward_weights`` maps each named reward of the run's ``rewards`` to its weight ({} without any)."""
     group_id = as_id(group_id, "group_id")
     with session_scope() as s:
         group = store.get_group(s, group_id)
@@ -257,7 +260,8 @@ def get_group(group_id: Any) -> dict:
     config = run["config"] if run else {}
     steps = step_details(group["samples"], prm=config.get("reward") == "model")
     return {**group, "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps)],
-            "step_labels": step_label_source(config), "step_label_rule": step_label_rule(config)}
+            "step_labels": step_label_source(config), "step_label_rule": step_label_rule(config),
+            "reward_weights": {r["name"]: r["weight"] for r in config.get("rewards") or ()}}
 
 
 def step_label_source(config: dict) -> str | None:

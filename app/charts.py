@@ -1,7 +1,8 @@
 """The dashboard's charts: plotly figures drawn from a run's metric rows (app.api.get_metrics), nothing else.
 
 :func:`metrics_figure` is the Run tab's chart: one panel per group of metrics (the ``panel`` of each entry of
-grpo_engine.recorder.METRIC_REGISTRY; a recorded metric the registry does not name goes to "other"), two panels
+grpo_engine.recorder.METRIC_REGISTRY, where ``reward/<name>`` stands for every recorded ``reward/...`` metric; a
+recorded metric the registry does not name goes to "other"), two panels
 a row, each with its own legend to its right, all on one step axis. Only panels with something recorded are
 drawn; shares (metrics named ``*_frac`` or ``*accuracy*``) are drawn on a fixed 0 to 1 axis so that their height
 means the same in every run. Each series can be smoothed (:func:`ema`): the smoothed line bold, the raw values
@@ -15,7 +16,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from grpo_engine.recorder import METRIC_REGISTRY
+from grpo_engine.recorder import FAMILY, METRIC_REGISTRY
 
 # The Run tab's panels: (title, metric names), in registry order. A recorded metric in no panel goes to "other".
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
@@ -46,10 +47,21 @@ def is_share(name: str) -> bool:
     return name.endswith("_frac") or "accuracy" in name
 
 
+def expand_families(keys: tuple[str, ...], recorded: set[str]) -> tuple[str, ...]:
+    """A panel's metric names with each family (a name ending in ``<name>``, e.g. ``reward/<name>``) replaced by the
+    recorded metrics it stands for, sorted: ('reward_mean', 'reward/<name>') with reward/length recorded gives
+    ('reward_mean', 'reward/length')."""
+    out: list[str] = []
+    for key in keys:
+        prefix = key[: -len(FAMILY)] if key.endswith(FAMILY) else None
+        out += sorted(k for k in recorded if k.startswith(prefix)) if prefix else [key]
+    return tuple(out)
+
+
 def recorded_metrics(metrics: list[dict]) -> list[str]:
     """The metric names with at least one value in ``metrics``, in panel order (then the others, sorted)."""
     recorded = {k for m in metrics for k, v in m.items() if v is not None} - {"step", "iteration"}
-    known = [k for _, keys in PANELS for k in keys]
+    known = [k for _, keys in PANELS for k in expand_families(keys, recorded)]
     return [k for k in known if k in recorded] + sorted(recorded - set(known))
 
 
@@ -58,8 +70,9 @@ def chart_panels(metrics: list[dict], picked: list[str] | None = None) -> list[t
     with ``picked`` (a non-empty list of metric names), only those metrics (else all but UNCHARTED)."""
     recorded = set(recorded_metrics(metrics))
     recorded = recorded & set(picked) if picked else recorded - UNCHARTED
-    known = {k for _, keys in PANELS for k in keys}
-    panels = [*PANELS, (OTHER, tuple(sorted(recorded - known)))]
+    placed = [(title, expand_families(keys, recorded)) for title, keys in PANELS]
+    known = {k for _, keys in placed for k in keys}
+    panels = [*placed, (OTHER, tuple(sorted(recorded - known)))]
     return [(title, kept) for title, keys in panels if (kept := tuple(k for k in keys if k in recorded))]
 
 

@@ -2,8 +2,8 @@
 
 ``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/get_logs``, ``/wait_run``, ``/list_groups``,
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
-and the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` wrap app.api (and
-app.manage_api, app.exports, app.datasets) one to one; a refused request reaches the client as gr.Error with
+``/preview_rewards`` and the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` wrap
+app.api (and app.manage_api, app.exports, app.datasets, app.reward_preview) one to one; a refused request reaches the client as gr.Error with
 its reason. app.ui registers :data:`ENDPOINTS` under their function names.
 
 No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
@@ -18,7 +18,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from app import api, auth, datasets, exports, manage_api
+from app import api, auth, datasets, exports, manage_api, reward_preview
 
 
 def call_api(fn, *args):
@@ -149,7 +149,14 @@ def preview_dataset(dataset: str, question_field: str | None = None, answer_fiel
     return call_api(datasets.preview_dataset, dataset, question_field, answer_field, solution_field)
 
 
+def preview_rewards(spec: dict) -> dict:
+    """Score the first rows of the run spec's dataset with its rewards, each row's reference solution as the
+    completion (in a subprocess). Returns {names, weights, rows}, each row {row, question, completion, components,
+    reward, step_rewards}; custom rewards need GRPO_ALLOW_CUSTOM_REWARDS=1."""
+    return call_api(reward_preview.preview_rewards, spec)
+
+
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, get_logs, wait_run, list_groups, get_group, cancel_run,
-             compare_runs, export_run, upload_dataset, preview_dataset, rename_run, annotate_run, archive_run,
-             delete_run)
+             compare_runs, export_run, upload_dataset, preview_dataset, preview_rewards, rename_run, annotate_run,
+             archive_run, delete_run)

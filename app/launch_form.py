@@ -25,8 +25,9 @@ SECTIONS = (
             ("dataset_config", "dataset_split", "eval_split", "question_field", "answer_field", "solution_field")),
     Section("Algorithm", ("group_size", "batch_size", "steps_per_iteration", "learning_rate", "max_new_tokens"),
             ("iterations", "policy_updates_per_batch", "clip_eps", "kl_coef", "temperature", "top_p", "seed",
-             "loss_type", "scale_rewards", "clip_eps_high", "ratio_level")),
-    Section("Reward", ("supervision", "reward", "format_reward"),
+             "loss_type", "scale_rewards", "clip_eps_high", "ratio_level", "lr_warmup_steps", "lr_schedule",
+             "skip_zero_spread", "max_resample", "mask_truncated", "overlong_penalty", "overlong_buffer")),
+    Section("Reward", ("supervision", "reward", "format_reward", "rewards"),
             ("step_labels", "label_rollouts", "label_estimate", "label_completer", "step_delimiter", "reward_model", "rm_data",
              "rm_samples", "rm_learning_rate", "rm_replay_ratio")),
     Section("Runtime & saving", ("device", "precision", "lora_rank"),
@@ -40,8 +41,12 @@ LABELS = {
     "group_size": "Group size G", "batch_size": "Questions per step B", "steps_per_iteration": "Steps per iteration M",
     "max_new_tokens": "Max new tokens", "iterations": "Iterations I", "policy_updates_per_batch": "Policy updates mu",
     "clip_eps": "Clip epsilon", "kl_coef": "KL coefficient beta", "top_p": "Top-p", "format_reward": "Format reward",
+    "rewards": "Named rewards (JSON list)",
     "loss_type": "Loss aggregation", "scale_rewards": "Advantage scaling", "clip_eps_high": "Upper clip epsilon",
-    "ratio_level": "Ratio level (token or sequence)",
+    "ratio_level": "Ratio level (token or sequence)", "lr_warmup_steps": "Warm-up steps",
+    "lr_schedule": "Learning-rate schedule", "skip_zero_spread": "Drop groups with equal rewards (dynamic sampling)",
+    "max_resample": "Extra draws per step", "mask_truncated": "Leave truncated outputs out of the loss",
+    "overlong_penalty": "Overlong penalty", "overlong_buffer": "Overlong buffer Lc",
     "step_labels": "Step labels", "label_rollouts": "Rollouts per step N", "label_estimate": "Rollout estimate",
     "label_completer": "Rollout completer",
     "reward_model": "Reward model start", "rm_data": "PRM training data", "rm_samples": "Reward model samples",
@@ -85,15 +90,18 @@ APPLIES = {
     "dataset_config": _hub_dataset, "dataset_split": _hub_dataset, "eval_split": _hub_dataset,
     "question_field": _hub_dataset, "answer_field": _hub_dataset, "solution_field": _hub_dataset,
     "format_reward": lambda v: v.get("supervision") != "process",
+    "rewards": lambda v: v.get("reward") != "model",
     "step_delimiter": lambda v: v.get("supervision") == "process",
     "step_labels": lambda v: v.get("supervision") == "process",
     "label_rollouts": _rollouts, "label_estimate": _rollouts, "label_completer": _rollouts,
     "reward_model": _learned_reward, "rm_samples": _learned_reward, "rm_learning_rate": _learned_reward,
     "rm_replay_ratio": _learned_reward,
     "rm_data": lambda v: _learned_reward(v) and v.get("supervision") == "process",
+    "max_resample": lambda v: bool(v.get("skip_zero_spread")),
+    "overlong_buffer": lambda v: bool(v.get("overlong_penalty")),
 }
 # The keys whose value decides whether another key applies: the form re-checks when one of them changes.
-DECIDING = ("dataset", "supervision", "reward", "step_labels")
+DECIDING = ("dataset", "supervision", "reward", "step_labels", "skip_zero_spread", "overlong_penalty")
 
 
 def applies(key: str, values: dict) -> bool:

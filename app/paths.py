@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpo_engine.config import SpecError, is_local_path  # noqa: F401 (is_local_path: used here, and by app.api)
 from grpo_engine.data import check_dataset_file
+from grpo_engine.reward_functions import check_custom_allowed, file_reference
 
 PATH_KEYS = ("model", "reward_model", "label_completer", "dataset", "rm_data")  # the run-spec keys that may name a local path
 DATA_DIR_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow")  # what a Hugging Face dataset directory holds
@@ -88,3 +89,18 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
                 raise SpecError(key, str(e)) from None
         elif not (path / "config.json").is_file():
             raise SpecError(key, f"{value!r} is not a model directory: it has no config.json")
+
+
+def check_custom_rewards(config: dict, roots: list[Path] | tuple[Path, ...], allowed: bool) -> None:
+    """Refuse a run spec's custom reward functions (``rewards``), SpecError naming ``rewards``: any of them when
+    ``allowed`` is False (GRPO_ALLOW_CUSTOM_REWARDS is not set), an entry point no installed package declares, and
+    a file (``/path/file.py:function``) outside every root, missing, or not a .py file."""
+    rewards = config.get("rewards") or ()
+    try:
+        check_custom_allowed(rewards, allowed)
+    except ValueError as e:
+        raise SpecError("rewards", str(e)) from None
+    for r in rewards:
+        where = file_reference(r["name"])
+        if where is not None and not resolve_inside("rewards", where[0], roots).is_file():
+            raise SpecError("rewards", f"{where[0]!r} is not a file")

@@ -228,10 +228,12 @@ _COMPONENT_WORDS = {"correct": ("verifier: correct ✓", "verifier: wrong ✗"),
                     "formatted": ("final answer found", "no final answer found")}
 
 
-def _verdicts(components: dict) -> str:
+def _verdicts(components: dict, weights: dict | None = None) -> str:
     """The reward's components in words: the verifier's verdict, whether a final answer was found, the
-    format reward's share and, where a learned reward model scored the output, its score; any other
-    component by its key."""
+    format reward's share and, where a learned reward model scored the output, its score; a named reward of the
+    run's ``rewards`` (``weights``: name -> weight) as its value times its weight ("length 0.42 × 0.5"), then
+    their weighted total; any other component by its key."""
+    weights = weights or {}
     parts = []
     for key, (yes, no) in _COMPONENT_WORDS.items():
         if key in components:
@@ -244,8 +246,12 @@ def _verdicts(components: dict) -> str:
         parts.append(f'<span class="rm-score" data-component="rm_score">reward model score '
                      f'{components["rm_score"]:.3f}</span>')
     rest = {k: v for k, v in components.items() if k not in (*_COMPONENT_WORDS, "format", "rm_score")}
-    parts += [f'<span class="component" data-component="{html.escape(k)}">{html.escape(k)} {v:g}</span>'
-              for k, v in rest.items()]
+    parts += [f'<span class="component" data-component="{html.escape(k)}">{html.escape(k)} {v:.3g}'
+              f'{f" × {weights[k]:g}" if k in weights else ""}</span>' for k, v in rest.items()]
+    named = [k for k in weights if k in components]
+    if named:
+        total = sum(components[k] * weights[k] for k in named)
+        parts.append(f'<span class="component" data-component="weighted-total">weighted total {total:.3g}</span>')
     return " ".join(parts)
 
 
@@ -362,6 +368,7 @@ def group_html(group: dict) -> str:
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     process = any(s.get("step_end_indices") is not None for s in samples)
     steps_of = _steps_of(samples)
+    weights = group.get("reward_weights") or {}  # the run's named rewards: name -> weight
     out = [
         f'<div class="group" data-group-id="{group["group_id"]}">',
         '<div class="group-head">',
@@ -391,7 +398,7 @@ def group_html(group: dict) -> str:
         out.append(
             f'<div class="sample" data-sample-id="{sample["sample_id"]}" data-reward="{sample["reward"]:.6g}">'
             f'<div class="sample-head"><b>sample {i + 1}</b> · {reward_text} · {len(sample["tokens"])} tokens'
-            f'<div class="verdicts">{_verdicts(sample.get("reward_components") or {})}</div></div>'
+            f'<div class="verdicts">{_verdicts(sample.get("reward_components") or {}, weights)}</div></div>'
             f'<div class="tokens">{"".join(spans)}</div>{_step_table(steps, group.get("step_label_rule"))}</div>'
         )
     out.append("</div></div>")

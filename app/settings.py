@@ -21,6 +21,7 @@ Infrastructure only; training settings are the run spec (grpo_engine.config).
 | GRPO_ALLOWED_ORIGINS | (none) | other web origins (comma-separated `scheme://host[:port]`) whose pages may call the dashboard with a user's session; its own origin is always allowed, every other is refused |
 | GRPO_SESSION_IDLE_MINUTES | 720 | a login session unused for this long ends (the next request asks for the login again) |
 | GRPO_MAX_TOKENS_PER_STEP | 1048576 | the most tokens a run may sample in one step (batch_size x group_size x max_new_tokens), checked at launch and by the worker (which may set its own); a reward model's (re)training may sample 8 steps' worth; size it to the workers' memory |
+| GRPO_ALLOW_CUSTOM_REWARDS | 0 | 1 lets run specs name custom reward functions in `rewards` (an installed package's entry point in `grpo_dashboard.rewards`, or a .py file inside GRPO_PATH_ROOTS): they run user code on the workers, and the Launch tab's "Test rewards" runs them in a subprocess of the dashboard; set it on the dashboard and on every worker (a worker without it fails such a run) |
 | GRPO_LOGIN_FREE_ATTEMPTS | 5 | failed logins allowed per client address and per user before each further attempt must wait (1 s, doubling up to 5 minutes; a success clears the count) |
 """
 from __future__ import annotations
@@ -99,6 +100,7 @@ class Settings:
     max_tokens_per_step: int = 2**20
     worker_memory_gb: float | None = None  # a worker's cap on its own memory (RLIMIT_DATA); None: no cap
     hub_check_seconds: float = 5.0  # how long launch and workers wait for the Hub to confirm an id; 0: no check
+    allow_custom_rewards: bool = False  # run specs may name custom reward functions (user code on the workers)
 
     @property
     def uploads_dir(self) -> Path:
@@ -137,4 +139,5 @@ def get_settings() -> Settings:
         max_tokens_per_step=int(_positive(env, "GRPO_MAX_TOKENS_PER_STEP", 2**20)),
         worker_memory_gb=_positive(env, "GRPO_WORKER_MEMORY_GB", None),
         hub_check_seconds=_number(env, "GRPO_HUB_CHECK_SECONDS", 5.0, at_least_zero=True),
+        allow_custom_rewards=_flag(env.get("GRPO_ALLOW_CUSTOM_REWARDS") or ""),
     )

@@ -2,14 +2,16 @@
 runtime & saving), each showing its essential keys and folding the rest under "More options"; keys that do not
 apply to the chosen options are hidden. A bar at the top holds the presets and the Launch button; a refused launch
 marks the field it names and opens its section. The dataset upload and the dataset's first rows sit next to the
-'dataset' field. Launch opens the Run tab on the new run."""
+'dataset' field; "Test rewards" scores the dataset's first rows with the form's named rewards. Launch opens the Run
+tab on the new run."""
 import html
+import json
 import re
 from dataclasses import dataclass
 
 import gradio as gr
 
-from app import api, datasets
+from app import api, datasets, reward_preview
 from app.launch_form import (APPLIES, DECIDING, PRESETS, SECTIONS, applicable, applies, label, preset_values,
                              section_of)
 from app.render import upload_preview_html
@@ -52,6 +54,10 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
                     upload_info, dataset_upload = _model_and_data(inputs)
                 else:
                     _rows(section.essential, inputs)
+                if section.title == "Reward":
+                    with gr.Row():
+                        test_rewards = gr.Button("Test rewards", elem_id="test-rewards", scale=0, min_width=160)
+                    rewards_preview = gr.HTML(elem_id="rewards-preview")
                 with gr.Accordion("More options", open=False, elem_classes=["launch-more"]) as fold:
                     _rows(section.more, inputs)
                 folds.append(fold)
@@ -59,7 +65,8 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
 
     launch_button.click(_launch, form, [launch_result, shared.tabs, shared.run_select, shared.groups_run_select,
                                         *form, *folds], **PRIVATE).then(None, js=SHOW_INVALID)
-    preset.input(preset_values, preset, form, **PRIVATE)
+    preset.input(lambda name: form_values(preset_values(name)), preset, form, **PRIVATE)
+    test_rewards.click(_test_rewards, form, rewards_preview, **PRIVATE)
     dependent = [inputs[k] for k in APPLIES]
     deciding = [inputs[k] for k in DECIDING]
     for box in deciding:  # a preset or "Launch again" changes them too: .change, not .input
@@ -106,14 +113,23 @@ def _visibility(*deciding):
     return [gr.update(visible=applies(key, values)) for key in APPLIES]
 
 
+def form_values(values: list) -> list:
+    """Run-spec values (in FIELDS order) as the form's inputs hold them: a list as its JSON text."""
+    return [json.dumps(list(v)) if f.type is list and not isinstance(v, str) else v for f, v in zip(FIELDS, values)]
+
+
 def _field_input(field):
-    """The form input of one run-spec field: radio for choices, a checkbox for booleans, text for strings, else a
-    number."""
+    """The form input of one run-spec field: radio for choices, a checkbox for booleans, text for strings and (as
+    JSON) lists, else a number."""
     if field.choices:
         return gr.Radio(list(field.choices), value=field.default, label=label(field.name), info=field.help,
                         elem_id=f"spec-{field.name}")
     if field.type is bool:
         return gr.Checkbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
+    if field.type is list:
+        return gr.Textbox(value=json.dumps(list(field.default)), label=label(field.name), info=field.help, lines=2,
+                          placeholder='[{"name": "accuracy", "weight": 1.0}, {"name": "length", "weight": 0.5}]',
+                          elem_id=f"spec-{field.name}")
     if field.type is str:
         return gr.Textbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
     # no min/max/precision on the component: validate_spec is the one judge and names the key
@@ -141,6 +157,15 @@ def _launch(*values):
             gr.Dropdown(choices=choices, value=run_id),
             gr.Dropdown(choices=choices, value=run_id),
             *[gr.update(elem_classes=[]) for _ in FIELDS], *[gr.skip() for _ in SECTIONS])
+
+
+def _test_rewards(*values):
+    """The form's named rewards on the dataset's first rows (app.reward_preview), as a table, or why not."""
+    spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
+    try:
+        return reward_preview.preview_html(reward_preview.preview_rewards(spec))
+    except api.ApiError as e:
+        return f'<div class="error">{html.escape(str(e))}</div>'
 
 
 def _upload(path):

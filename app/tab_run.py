@@ -13,7 +13,7 @@ from app import api, exports
 from app.charts import metrics_figure, recorded_metrics
 from app.endpoints import call_api
 from app.render import progress_html, rm_refresh_frame
-from app.tab_launch import LaunchForm
+from app.tab_launch import LaunchForm, form_values
 from app.tab_shared import PRIVATE, QUIET, Shared
 from grpo_engine.config import FIELDS
 
@@ -87,7 +87,7 @@ def _relaunch(run_id):
     except api.ApiError as e:
         return [gr.skip()] * len(FIELDS) + [gr.skip(), f'<div class="error">{html.escape(str(e))}</div>']
     config = {**run["config"], "name": next_name(run["config"].get("name") or run["name"])}
-    values = [config.get(f.name, f.default) for f in FIELDS]
+    values = form_values([config.get(f.name, f.default) for f in FIELDS])
     return values + [gr.Tabs(selected="launch"),
                      f'<div class="ok">The form holds the config of run {run_id}: change what you like, '
                      'then Launch.</div>']

@@ -25,7 +25,7 @@ from grpo_engine.data import load_dataset
 from grpo_engine.model import load_policy
 from grpo_engine.rollout_labels import rollout_verdicts
 from grpo_engine.sampling import generate
-from grpo_engine.step import encode_prompts, judge
+from grpo_engine.outputs import encode_prompts, judge
 from grpo_engine.tokenization import completion_mask, end_token_ids, prompt_formatter
 
 

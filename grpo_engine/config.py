@@ -11,10 +11,12 @@ that names the key.
 from __future__ import annotations
 
 import difflib
-import math
-from dataclasses import dataclass, field, fields as dc_fields
+from dataclasses import MISSING, dataclass, field, fields as dc_fields
 from pathlib import Path
 from typing import Any, get_type_hints
+
+from .reward_functions import check_rewards_apply
+from .spec_values import MAX_TEXT, Field, SpecError, _check_range, _coerce, shown
 
 BUILTIN_MODEL = "builtin-arith"
 BUILTIN_DATASET = "builtin-arith"
@@ -34,15 +36,17 @@ def is_local_path(value: str) -> bool:
             or Path(value).exists())
 
 
-MAX_TEXT = 4096  # the longest text value a key takes (paths, ids, field names); ``name`` takes 200
 
 
 def key(default: Any, help: str, *, min: float | None = None, max: float | None = None,
         choices: tuple | None = None, min_exclusive: bool = False, max_length: int = MAX_TEXT):
     """One run-spec key of :class:`RunSpec`: its default, and in the field's metadata its one-line help, inclusive
     bounds (``min_exclusive``: the value must be > min), allowed values and, for text, its longest length."""
-    return field(default=default, metadata={"help": help, "min": min, "max": max, "choices": choices,
-                                            "min_exclusive": min_exclusive, "max_length": max_length})
+    metadata = {"help": help, "min": min, "max": max, "choices": choices, "min_exclusive": min_exclusive,
+                "max_length": max_length}
+    if isinstance(default, list):  # a list default: each spec gets its own copy
+        return field(default_factory=default.copy, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,11 @@ class RunSpec:
     format_reward: float = key(0.0,
           "Outcome reward added when an output states a final answer in the expected form ('#### <answer>' or "
           "\\boxed{...}), right or wrong; 0 = none.", min=0.0, max=10.0)
+    rewards: list = key([],
+          "Named rewards, each {\"name\", \"weight\"}: an output's reward is the weighted sum. Built-ins (outcome): "
+          "'accuracy' (the verifier), 'format', 'length' (cosine-scaled), 'repetition' (n-gram penalty); or a custom "
+          "function 'module:function' or '/path/file.py:function' (GRPO_ALLOW_CUSTOM_REWARDS); with supervision "
+          "'process', only custom functions returning one number per step. Empty = the verifier plus format_reward.")
     step_delimiter: str = key("\\n",
           "Process supervision: the text that ends a reasoning step in an output, with \\n for a newline (the "
           "default) and \\t for a tab; e.g. Math-Shepherd's step tag 'ки'.")
@@ -118,9 +127,18 @@ class RunSpec:
     clip_eps_high: float = key(0.0,
           "DAPO's clip-higher: the ratio's upper clip bound is 1 + clip_eps_high, the lower stays 1 - clip_eps "
           "(DAPO uses 0.28 with clip_eps 0.2); 0 = clip_eps, the paper's symmetric clip.", min=0.0, max=1.0)
-    kl_coef: float = key(0.04, "beta: weight of the k3 KL penalty against the reference policy (in the loss, not the reward).", min=0.0, max=10.0)
+    kl_coef: float = key(0.04,
+          "beta: weight of the k3 KL penalty against the reference policy (in the loss, not the reward); 0 = no KL "
+          "term, and no reference model is loaded (less memory, no reference forward pass).", min=0.0, max=10.0)
     learning_rate: float = key(2e-4, "Policy learning rate (AdamW). The default suits the built-in tiny model; use ~1e-6 for 7B models.",
           min=0.0, max=1.0, min_exclusive=True)
+    lr_warmup_steps: int = key(0,
+          "Steps over which the learning rate rises linearly to learning_rate (the k-th step of the warm-up trains at "
+          "learning_rate x k / lr_warmup_steps); 0 = none. Must be less than the run's total steps.", min=0, max=1_000_000)
+    lr_schedule: str = key("constant",
+          "The learning rate after the warm-up: 'constant' = learning_rate (the paper); 'linear' = decays linearly "
+          "towards 0 at the end of the run; 'cosine' = along half a cosine towards 0.",
+          choices=("constant", "linear", "cosine"))
     iterations: int = key(1, "I: outer iterations; the reference is reset to the policy at the start of each.", min=1, max=1000)
     steps_per_iteration: int = key(200, "M: GRPO steps per iteration (total steps = I x M).", min=1, max=1_000_000)
     policy_updates_per_batch: int = key(1, "mu: policy updates on each sampled batch (the clip only binds when mu > 1).", min=1, max=64)
@@ -137,6 +155,25 @@ class RunSpec:
           "The ratio pi_theta/pi_old: 'token' = one per token (the paper); 'sequence' = GSPO's, one per output: exp of "
           "the mean log-ratio of its tokens, clipped per output (gradients still flow per token).",
           choices=("token", "sequence"))
+    skip_zero_spread: bool = key(False,
+          "DAPO's dynamic sampling: drop the groups whose rewards are all equal (process supervision: all step "
+          "rewards; their advantages are 0) and sample groups for more questions instead, up to max_resample extra "
+          "draws a step, so each update has batch_size groups that teach something when it can; false = the paper, "
+          "every group is trained on.")
+    max_resample: int = key(4,
+          "skip_zero_spread only: the most extra draws a step makes, each for as many fresh questions as groups are "
+          "missing; still short after them, the step trains on the groups it found (none: no update).", min=0, max=64)
+    mask_truncated: bool = key(False,
+          "Leave outputs cut at max_new_tokens (no end token) out of the loss entirely (DAPO's overlong filtering); "
+          "they still count in the rewards, their group's advantages and the reward metrics, and kl, clip_frac and "
+          "entropy are then over the tokens the loss counts. false = the paper: every output is trained on.")
+    overlong_penalty: float = key(0.0,
+          "DAPO's soft overlong punishment: an output longer than max_new_tokens - overlong_buffer tokens gets a "
+          "reward that falls linearly from 0 to -overlong_penalty at max_new_tokens, added to its reward before the "
+          "advantages (process supervision: to its last step's reward); 0 = off.", min=0.0, max=10.0)
+    overlong_buffer: int = key(8,
+          "overlong_penalty only: Lc, the last tokens before max_new_tokens over which the penalty ramps down; must be "
+          "less than max_new_tokens.", min=1, max=32768)
     micro_batch_size: int = key(0,
           "Outputs per forward / backward pass in the policy update and for the reference's log-probs; the gradient "
           "is accumulated over these micro-batches, so memory stays bounded whatever group_size x batch_size. "
@@ -199,101 +236,11 @@ class RunSpec:
         return {f.name: getattr(self, f.name) for f in dc_fields(self)}
 
 
-@dataclass(frozen=True)
-class Field:
-    """One run-spec key as the launch form, validation and docs read it: its type, default, bounds and help."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    min: float | None = None  # inclusive lower bound
-    max: float | None = None  # inclusive upper bound
-    choices: tuple | None = None
-    min_exclusive: bool = False  # if True, the value must be > min
-    max_length: int = MAX_TEXT  # text: the longest value
-
-
 _TYPES = get_type_hints(RunSpec)
-FIELDS: tuple[Field, ...] = tuple(Field(f.name, _TYPES[f.name], f.default, **f.metadata) for f in dc_fields(RunSpec))
+FIELDS: tuple[Field, ...] = tuple(Field(f.name, _TYPES[f.name], f.default if f.default_factory is MISSING else
+                                        f.default_factory(), **f.metadata) for f in dc_fields(RunSpec))
 
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
-
-
-class SpecError(ValueError):
-    """A run spec was refused. ``key`` names the offending key (None for the spec as a whole)."""
-
-    def __init__(self, key: str | None, message: str):
-        self.key = key
-        super().__init__(f"{key}: {message}" if key else message)
-
-
-def decode_delimiter(value: str) -> str:
-    """A ``step_delimiter`` as text: the escapes \\n and \\t (as a form or JSON holds them) made real."""
-    return value.replace("\\n", "\n").replace("\\t", "\t")
-
-
-def shown(value: Any) -> str:
-    """A value in an error message: its repr, cut to 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _coerce(field: Field, value: Any) -> Any:
-    """Convert a JSON value to the field's type, or raise SpecError naming the key."""
-    want = field.type
-    if want is bool:
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        if not isinstance(value, bool):
-            raise SpecError(field.name, f"must be true or false, got {type(value).__name__} {shown(value)}")
-        return value
-    if want is str:
-        if not isinstance(value, str):
-            raise SpecError(field.name, f"must be a string, got {type(value).__name__} {shown(value)}")
-        if len(value) > field.max_length:
-            raise SpecError(field.name, f"must be at most {field.max_length} characters, got {len(value)}")
-        if "\x00" in value:
-            raise SpecError(field.name, "must not contain a NUL character")
-        return value.strip()
-    if isinstance(value, bool):  # bool is an int subclass: refuse it for numbers
-        raise SpecError(field.name, f"must be a number, got a boolean {shown(value)}")
-    if want is int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, str):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                raise SpecError(field.name, f"must be an integer, got {shown(value)}") from None
-        if not isinstance(value, int):
-            raise SpecError(field.name, f"must be an integer, got {type(value).__name__} {shown(value)}")
-        return value
-    if want is float:
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise SpecError(field.name, f"must be a number, got {shown(value)}") from None
-        if not isinstance(value, (int, float)):
-            raise SpecError(field.name, f"must be a number, got {type(value).__name__} {shown(value)}")
-        value = float(value)
-        if not math.isfinite(value):
-            raise SpecError(field.name, f"must be a finite number, got {shown(value)}")
-        return value
-    raise TypeError(f"unsupported field type {want}")  # pragma: no cover
-
-
-def _check_range(field: Field, value: Any) -> None:
-    if field.choices is not None and value not in field.choices:
-        raise SpecError(field.name, f"must be one of {', '.join(map(repr, field.choices))}, got {shown(value)}")
-    if field.min is not None:
-        if field.min_exclusive and not value > field.min:
-            raise SpecError(field.name, f"must be greater than {field.min:g}, got {shown(value)}")
-        if not field.min_exclusive and value < field.min:
-            raise SpecError(field.name, f"must be at least {field.min:g}, got {shown(value)}")
-    if field.max is not None and value > field.max:
-        raise SpecError(field.name, f"must be at most {field.max:g}, got {shown(value)}")
 
 
 MAX_TOTAL_STEPS = 1_000_000  # iterations x steps_per_iteration
@@ -351,14 +298,33 @@ def _check_step_labels(values: dict[str, Any]) -> None:
                                        f"{shown(values['dataset'])}: every step would be labelled wrong; use "
                                        "'arithmetic' or 'rollouts' (or 'auto')")
     checker = labels if labels != "auto" else ("builtin" if values["dataset"] == BUILTIN_DATASET else "rollouts")
-    if process and checker == "rollouts":
+    if process and checker == "rollouts" and not values["rewards"]:
         return
-    why = ("supervision is 'outcome'" if not process else f"steps are labelled by {shown(checker)}"
+    why = ("supervision is 'outcome'" if not process else "the steps are rewarded by the run's rewards"
+           if values["rewards"] else f"steps are labelled by {shown(checker)}"
            + (" (step_labels 'auto' on the built-in dataset)" if labels == "auto" else ""))
     for name in ("label_rollouts", "label_estimate", "label_completer"):
         if values[name] != FIELD_BY_NAME[name].default:
             raise SpecError(name, f"is only used when steps are labelled by rollouts (supervision 'process', "
                                   f"step_labels 'rollouts'), but {why}")
+
+
+def _check_knobs(values: dict[str, Any]) -> None:
+    """Refuse, naming the key, a dynamic-sampling, overlong or learning-rate key that cannot work or would not be
+    read: max_resample without skip_zero_spread, overlong_buffer without overlong_penalty (a value other than the
+    default would silently do nothing) or not below max_new_tokens, a warm-up as long as the run."""
+    if values["max_resample"] != FIELD_BY_NAME["max_resample"].default and not values["skip_zero_spread"]:
+        raise SpecError("max_resample", "is only used with skip_zero_spread true; leave it out or turn that on")
+    buffer, longest = values["overlong_buffer"], values["max_new_tokens"]
+    if values["overlong_penalty"] and buffer >= longest:
+        raise SpecError("overlong_buffer", f"must be less than max_new_tokens {longest} (the penalty ramps down over "
+                                           f"the last overlong_buffer tokens before it), got {buffer}")
+    if buffer != FIELD_BY_NAME["overlong_buffer"].default and not values["overlong_penalty"]:
+        raise SpecError("overlong_buffer", "is only used with overlong_penalty > 0; leave it out or set a penalty")
+    total = values["iterations"] * values["steps_per_iteration"]
+    if values["lr_warmup_steps"] >= total:
+        raise SpecError("lr_warmup_steps", f"must be less than the run's {total:,} steps (iterations x "
+                                           f"steps_per_iteration), got {values['lr_warmup_steps']:,}")
 
 
 def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
@@ -387,6 +353,10 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     if values["rm_data"] and (values["reward"] != "model" or values["supervision"] != "process"):
         raise SpecError("rm_data", "is PRM training data: only used with reward 'model' and supervision 'process'")
     _check_step_labels(values)
+    try:
+        check_rewards_apply(values["rewards"], values["supervision"], values["reward"], values["format_reward"])
+    except ValueError as e:
+        raise SpecError("rewards", str(e)) from None
     if values["loss_type"] == "dr_grpo" and values["scale_rewards"] != "none":
         raise SpecError("scale_rewards", f"must be 'none' with loss_type 'dr_grpo' (Dr. GRPO divides advantages by no "
                                          f"standard deviation), got {shown(values['scale_rewards'])}; set "
@@ -404,4 +374,5 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     for name in ("reward_model", "label_completer"):
         if any(c.isspace() for c in values[name]):
             raise SpecError(name, f"must be a Hugging Face model id or a local directory, got {values[name]!r}")
+    _check_knobs(values)
     return RunSpec(**values)

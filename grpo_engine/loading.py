@@ -1,8 +1,8 @@
 """Everything a run needs before its first step, and the reference reset between iterations.
 
 ``load_learner`` places the run (Accelerate: device, mixed precision, data-parallel processes), loads the
-policy (fp32, dropout off, LoRA when asked), the dataset, the frozen reference and the optimizer, logs the
-memory estimate (and refuses a run too big for its GPU), and loads the learned reward model
+policy (fp32, dropout off, LoRA when asked), the dataset, the frozen reference (none with kl_coef 0) and the
+optimizer, logs the memory estimate (and refuses a run too big for its GPU), and loads the learned reward model
 (``reward: model``, with its Math-Shepherd data when ``rm_data`` is given). ``new_iteration`` is Algorithm 1's reference reset.
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .config import RunSpec, decode_delimiter
+from .config import RunSpec
+from .spec_values import decode_delimiter
 from .data import load_dataset
 from .math_shepherd import load_math_shepherd
 from .memory import estimate_memory, memory_limit, too_big_message
@@ -98,7 +99,8 @@ def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_p
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     if rm_params is None:
         rm_params = params - trainable * (spec.lora_rank > 0) if spec.reward == "model" and not spec.reward_model else 0
-    estimate = estimate_memory(params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params)
+    estimate = estimate_memory(params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params,
+                               reference=spec.kl_coef > 0)
     log(f"memory estimate (activations not included): {estimate.describe()}")
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
@@ -152,8 +154,8 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     if spec.lora_rank > 0:
         policy = wrap_lora(policy, spec.lora_rank)
     check_memory(policy, spec, bf16, dev, recorder.log)
-    if spec.lora_rank > 0:
-        reference = None  # the base model with the adapter disabled
+    if spec.lora_rank > 0 or spec.kl_coef == 0:
+        reference = None  # LoRA: the base model with the adapter disabled; kl_coef 0: no KL term, no reference
     else:  # frozen: in bf16 under bf16 autocast, where its forward passes run in bf16 anyway
         recorder.phase("loading reference model")
         reference = copy.deepcopy(policy).eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
@@ -213,7 +215,10 @@ def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Pat
 def new_iteration(learner: Learner) -> None:
     """Algorithm 1's reference reset at the start of iterations 2, 3, ...: the reference becomes the policy.
     LoRA: the adapter is folded into the base (the new reference) and a fresh adapter is trained, with a new
-    optimizer."""
+    optimizer (trainer.TrainingRun.next_step sets the scheduled learning rate on it). kl_coef 0: there is no
+    reference, nothing to reset."""
+    if learner.spec.kl_coef == 0:
+        return
     if learner.reference is not None:
         learner.reference.load_state_dict(learner.unwrapped().state_dict())
         return

@@ -6,7 +6,7 @@ A GRPO run holds, on each of its devices (a data-parallel run holds all of it on
   gradients     one fp32 gradient per trainable parameter
   optimizer     AdamW's two fp32 moments per trainable parameter
   reference     the frozen reference policy (bf16 when the run is bf16); none with LoRA, where the
-                reference is the base model with the adapter switched off
+                reference is the base model with the adapter switched off, nor with kl_coef 0 (no KL term)
   reward_model  reward: model only: the RM's trained backbone with its gradients and AdamW state, and
                 the frozen copy of its starting weights that gives the likelihood prior
 
@@ -41,7 +41,7 @@ class MemoryEstimate:
     policy: int  # the policy's weights: 4 bytes per parameter (fp32 weights; LoRA: base + adapter)
     gradients: int  # 4 bytes per trainable parameter
     optimizer: int  # AdamW: two fp32 moments, 8 bytes per trainable parameter
-    reference: int  # the frozen reference: 0 with LoRA, else 2 bytes per parameter when bf16, else 4
+    reference: int  # the frozen reference: 0 with LoRA or kl_coef 0, else 2 bytes per parameter when bf16, else 4
     reward_model: int  # reward: model only: trained backbone + its gradients and AdamW + frozen prior copy
 
     @property
@@ -63,18 +63,20 @@ def gigabytes(n: int, scale: int | None = None) -> str:
     return f"{n / 1e9:.2f} GB" if (n if scale is None else scale) >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
-def estimate_memory(params: int, trainable: int, *, lora: bool, bf16: bool, rm_params: int = 0) -> MemoryEstimate:
+def estimate_memory(params: int, trainable: int, *, lora: bool, bf16: bool, rm_params: int = 0,
+                    reference: bool = True) -> MemoryEstimate:
     """The memory of a run's weights, gradients, optimizer state, reference and reward model.
 
     params: the policy's parameters (LoRA: base + adapter); trainable: those the optimizer updates (all of
     them in a full fine-tune, the adapter's with LoRA); lora: whether the run trains a LoRA adapter (then
     the reference costs nothing); bf16: whether the frozen copies are kept in bf16; rm_params: the learned
-    reward model's backbone (0 with reward: rule).
+    reward model's backbone (0 with reward: rule); reference: False when the run keeps no reference at all
+    (kl_coef 0).
 
       policy       = 4 * params
       gradients    = 4 * trainable
       optimizer    = 8 * trainable                          (AdamW: 2 fp32 moments)
-      reference    = 0 (LoRA), else (2 if bf16 else 4) * params
+      reference    = 0 (LoRA, or no reference), else (2 if bf16 else 4) * params
       reward_model = (4 + 4 + 8) * rm_params + (2 if bf16 else 4) * rm_params
 
     Example: 494,032,768 parameters, full fine-tune, bf16, no RM: 1.98 + 1.98 + 3.95 + 0.99 = 8.89 GB;
@@ -85,7 +87,7 @@ def estimate_memory(params: int, trainable: int, *, lora: bool, bf16: bool, rm_p
         policy=FP32 * params,
         gradients=FP32 * trainable,
         optimizer=ADAMW_STATES * FP32 * trainable,
-        reference=0 if lora else frozen * params,
+        reference=0 if lora or not reference else frozen * params,
         reward_model=(FP32 + FP32 + ADAMW_STATES * FP32 + frozen) * rm_params,
     )
 

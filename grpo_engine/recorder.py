@@ -146,6 +146,8 @@ class Metric:
 METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("reward_mean", "mean reward of the step's B x G sampled outputs", "reward", headline=True),
     Metric("reward_std", "standard deviation (population) of those rewards", "reward"),
+    Metric("reward/<name>", "one metric per named reward of the run spec's rewards: the mean of its own (unweighted) "
+           "value over the step's outputs (process supervision: of each output's mean step value)", "reward"),
     Metric("correct_frac", "share of sampled outputs whose final answer the verifier accepts", "accuracy"),
     Metric("zero_std_frac", "share of groups whose rewards are all equal (their advantages are 0: they teach nothing)",
            "fractions"),
@@ -161,6 +163,10 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("truncated_frac", "share of completions cut at max_new_tokens without an EOS", "fractions"),
     Metric("grad_norm", "policy gradient norm before clipping (last of the mu updates)", "gradient norm"),
     Metric("learning_rate", "policy learning rate used at this step", "learning rate"),
+    Metric("sampling/drawn", "groups sampled at this step: batch_size, and with skip_zero_spread its extra draws too",
+           "groups per step"),
+    Metric("sampling/dropped", "groups whose rewards were all equal that skip_zero_spread dropped at this step (0 "
+           "without it)", "groups per step"),
     Metric("time/sampling", "seconds spent generating the G outputs per question", "timing (s)"),
     Metric("time/scoring", "seconds spent on rewards, advantages and reference log-probs", "timing (s)"),
     Metric("time/labelling", "seconds spent labelling steps by rollouts (step_labels 'rollouts', else 0; not in "
@@ -184,8 +190,10 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
            "(rm_replay_ratio x fresh)", None),
 )
 RM_PREFIX = "rm/"  # the reward model's metrics: recorded only with ``reward: model``
+FAMILY = "<name>"  # a registry name ending so stands for a family of metrics: reward/<name> is reward/length, ...
 
 # name -> meaning: the metrics of every training step (``eval/accuracy`` and ``time/eval`` on evaluation steps)
-METRICS: dict[str, str] = {m.name: m.meaning for m in METRIC_REGISTRY if not m.name.startswith(RM_PREFIX)}
+METRICS: dict[str, str] = {m.name: m.meaning for m in METRIC_REGISTRY
+                           if not m.name.startswith(RM_PREFIX) and not m.name.endswith(FAMILY)}
 # name -> meaning: the reward model's (re)trainings, on the steps described above
 RM_METRICS: dict[str, str] = {m.name: m.meaning for m in METRIC_REGISTRY if m.name.startswith(RM_PREFIX)}

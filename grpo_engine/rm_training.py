@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import RunSpec, decode_delimiter
+from .config import RunSpec
+from .spec_values import decode_delimiter
 from .model import no_progress
 from .reward_model import (FIT_BATCH, FIT_EPOCHS, RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit,
                            replay_mix)
 from .recorder import no_check
 from .rollout_labels import Completer, rollout_verdicts
 from .sampling import generate
-from .step import encode_prompts, judge, rm_examples
+from .outputs import encode_prompts, judge, rm_examples
 from .tokenization import completion_mask, end_token_ids
 
 

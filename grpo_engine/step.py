@@ -23,29 +23,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from .builtin_task import STEP_DELIMITER, check_step
 from .rollout_labels import Completer, labels_from_shares, rollout_shares
-from .step_check import step_equations_hold
 from .config import RunSpec
-from .data import format_prompt
+from .dynamic_sampling import UPDATE_METRICS, Filled, informative_batch, no_update
 from .objective import grpo_loss, loss_denominator, outcome_advantages, process_advantages
+from .overlong import loss_mask, penalise_overlong
 from .parallel import Processes
 from .recorder import GroupRecord, SampleRecord
-from .reward_model import RewardModel, RMExample
-from .rewards import outcome_reward
+from .reward_functions import named_rewards, reward_means
+from .reward_model import RewardModel
 from .sampling import generate
-from .tokenization import completion_mask, step_boundaries, token_pieces
-
-ENTROPY_CHUNK = 8  # completion positions whose entropy is computed at once
+from .tokenization import completion_mask
+from .outputs import Judged, encode_prompts, judge, rm_examples, token_logprobs
 
 
 @dataclass
 class Learner:
     """What a run trains and samples with. ``policy`` and ``optimizer`` are Accelerate-prepared (a LoRA run
     replaces them at each new iteration, see trainer.new_iteration); ``reference`` is None for LoRA (the base
-    with the adapter off); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
+    with the adapter off) and with kl_coef 0 (no KL term: no reference is kept); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
     completion; ``prompt`` makes a question the prompt text (the run's prompt_template); ``rm`` the learned
     reward model (reward: model); ``completer`` the model that continues outputs for rollout labels when it is
     not the policy (label_completer)."""
@@ -120,22 +117,42 @@ class StepResult:
     groups: list[GroupRecord]
 
 
-def grpo_step(learner: Learner, batch: list[dict], record: bool) -> StepResult:
-    """Steps 1-5 on this process's ``batch`` of questions. Every process calls it at every step (it gathers)."""
-    t0 = time.time()
-    sampled = sample(learner, batch)
-    t1 = time.time()
-    scored = score(learner, sampled)
-    chunks = micro_batches(len(sampled.completions), learner.spec.micro_batch_size)
-    ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks)
+def grpo_step(learner: Learner, batch: list[dict], record: bool,
+              more: Callable[[int], list[dict]] | None = None) -> StepResult:
+    """Steps 1-5 on this process's ``batch`` of questions. Every process calls it at every step (it gathers).
+    With skip_zero_spread, groups whose rewards are all equal give way to groups for fresh questions, ``more(m)``
+    giving m of them (dynamic_sampling.informative_batch); when no process has a group left, no update is made."""
+    spec, t0 = learner.spec, time.time()
+    sampled, scored, sampling = sample_scored(learner, batch)
+    filled = Filled(sampled, scored, float(spec.batch_size), 0.0, True, sampling)
+    if spec.skip_zero_spread:
+        filled = informative_batch((sampled, scored, sampling), lambda m: sample_scored(learner, more(m)), len(batch),
+                                   spec.max_resample, spec.group_size, learner.procs, learner.tokenizer.pad_token_id)
+    sampled, scored = filled.sampled, filled.scored
+    chunks = micro_batches(len(sampled.completions), spec.micro_batch_size)
+    ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks) if filled.trains else (None, None)
     t2 = time.time()
-    sums = update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks)
+    sums = (update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks) if filled.trains
+            else no_update(spec.policy_updates_per_batch))
     t3 = time.time()
     metrics = step_metrics(learner, sampled, scored, sums)
-    metrics.update({"time/sampling": t1 - t0, "time/scoring": t2 - t1 - scored.labelling,
-                    "time/labelling": scored.labelling, "time/update": t3 - t2})
+    if not filled.trains:  # no update: none of its metrics
+        metrics = {k: v for k, v in metrics.items() if k not in UPDATE_METRICS}
+    metrics.update({"time/sampling": filled.sampling, "time/scoring": t2 - t0 - filled.sampling - scored.labelling,
+                    "time/labelling": scored.labelling, "time/update": t3 - t2,
+                    "sampling/drawn": filled.drawn, "sampling/dropped": filled.dropped})
+    if learner.spec.rewards:  # reward/<name>: each named reward's mean over the whole batch
+        metrics.update(reward_means(learner.procs.gather(scored.components), learner.spec.rewards))
     groups = group_records(sampled, scored, learner.spec.group_size, learner.prompt) if record else []
     return StepResult(metrics, groups)
+
+
+def sample_scored(learner: Learner, batch: list[dict]) -> tuple[Sampled, Scored, float]:
+    """Steps 1 and 2 on ``batch``: its outputs, their rewards and advantages, and the seconds sampling took."""
+    t = time.time()
+    sampled = sample(learner, batch)
+    t = time.time() - t
+    return sampled, score(learner, sampled), t
 
 
 @torch.no_grad()
@@ -162,19 +179,23 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
                    spec.supervision == "process", spec.format_reward, learner.delimiter, spec.step_checker)
     labelling = time.time()
     shares: list[list[float] | None] = [None] * N
-    if spec.supervision == "process" and rm is None and spec.step_checker == "rollouts":
+    if spec.supervision == "process" and rm is None and spec.step_checker == "rollouts" and not spec.rewards:
         shares = label_by_rollouts(learner, sampled, judged, rows)
         judged.verdicts = [labels_from_shares(s, spec.label_estimate) for s in shares]
     labelling = time.time() - labelling
-    # the rules' labels, shown beside the rewards; a learned PRM's steps are not labelled by rollouts at each step
-    labelled = spec.supervision == "process" and (rm is None or spec.step_checker != "rollouts")
+    # the rules' labels, shown beside the rewards; rollouts label the steps only when their labels are the rewards
+    labelled = spec.supervision == "process" and (
+        spec.step_checker != "rollouts" or (rm is None and not spec.rewards))
     labels: list[list[float] | None] = list(judged.verdicts) if labelled else [None] * N
+    if spec.rewards:  # the run's named rewards (reward_functions) replace the rule's: outcome rewards or step rewards
+        judged.outcome, judged.verdicts = named_rewards(spec, judged, rows, sampled.mask.sum(dim=1).long().tolist())
     components = [dict(c) for _, c in judged.outcome]
     scores = rm.score(rm_examples(judged, rows, rm.kind, labelled=False)) if rm is not None else None
     step_rewards: list[list[float] | None] = [None] * N
     step_ends: list[list[int] | None] = [None] * N
     if spec.supervision == "outcome":
         flat = [s[0] for s in scores] if scores is not None else [r for r, _ in judged.outcome]
+        flat = penalise_overlong(spec, flat, sampled.mask, components)  # overlong_penalty: DAPO's length penalty
         rewards = torch.tensor(flat, device=learner.dev).view(-1, G)  # (B, G)
         adv = outcome_advantages(rewards, scale=spec.scale_rewards, batch_std=batch_std(learner, flat))  # (B, G)
         advantages = adv.view(-1, 1) * sampled.mask  # every token of o_i gets A_i
@@ -182,6 +203,7 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(B)]
     else:
         step_rewards = scores if scores is not None else judged.verdicts
+        step_rewards = penalise_overlong(spec, step_rewards, sampled.mask, components)  # on each last step
         step_ends = judged.step_ends
         std = batch_std(learner, [r for rs in step_rewards for r in rs])
         adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T,
@@ -247,13 +269,16 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
     the last micro-batch; each process's denominator (objective.loss_denominator) makes that average the whole
     batch's loss (loss_type 'dapo' counts every process's tokens: one sum across them before the updates).
 
-    Returns this process's sums: ``per_update`` [loss, kl x tokens, clip x tokens] for each update, the last
-    update's ``entropy`` summed over tokens, and the last ``grad_norm`` (before clipping)."""
+    The loss counts the tokens of overlong.loss_mask: every real token, or with mask_truncated only those of the
+    outputs that ended (a truncated output is then in neither the sums nor the denominators). Returns this process's sums: ``per_update`` [loss, kl x tokens, clip x tokens] for each
+    update, the last update's ``entropy`` summed over tokens, the last ``grad_norm`` (before clipping), and the
+    ``tokens`` the loss counted."""
     spec, policy, optimizer = learner.spec, learner.policy, learner.optimizer
-    tokens = s.mask.sum().item()
+    mask = loss_mask(s.mask, s.ended, spec.mask_truncated)  # (N, T)
+    tokens = mask.sum().item()
+    outputs = max(1, int((mask.sum(dim=1) > 0).sum().item()))  # those the loss counts: N unless mask_truncated
     all_tokens = learner.procs.sum([tokens])[0] if spec.loss_type == "dapo" else tokens
-    denominator = loss_denominator(spec.loss_type, len(s.completions), tokens, all_tokens, learner.procs.n,
-                                   spec.max_new_tokens)
+    denominator = loss_denominator(spec.loss_type, outputs, tokens, all_tokens, learner.procs.n, spec.max_new_tokens)
     policy.train()
     grad_norm, entropy_sum, per_update = 0.0, 0.0, []
     for _ in range(spec.policy_updates_per_batch):
@@ -265,25 +290,25 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
                                            spec.temperature)
                 old = old_logp[c] if old_logp is not None else logp.detach()
                 ref = ref_logp[c] if ref_logp is not None else logp.detach()
-                loss, stats = grpo_loss(logp, old, ref, advantages[c], s.mask[c], spec.clip_eps, spec.kl_coef,
+                loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef,
                                         spec.clip_eps_upper, spec.ratio_level, spec.loss_type, denominator)
                 learner.accelerator.backward(loss)
             loss_sum += loss.item()
-            chunk_tokens = s.mask[c].sum().item()
+            chunk_tokens = mask[c].sum().item()
             kl_sum += stats["kl"].item() * chunk_tokens  # the stats are token means: weight them by tokens
             clip_sum += stats["clip_frac"].item() * chunk_tokens
-            entropy_sum += (ent.detach() * s.mask[c]).sum().item()
+            entropy_sum += (ent.detach() * mask[c]).sum().item()
         grad_norm = learner.accelerator.clip_grad_norm_(learner.params, 1.0).item()
         optimizer.step()
         per_update += [loss_sum, kl_sum, clip_sum]
-    return {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm}
+    return {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm, "tokens": tokens}
 
 
 def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> dict[str, float]:
     """5. the step's metrics (recorder.METRICS); with several processes, over the whole batch (values gathered
     in rank order, sums added up)."""
     procs, mu = learner.procs, learner.spec.policy_updates_per_batch
-    totals = procs.sum(sums["per_update"] + [sums["entropy"], s.mask.sum().item()])
+    totals = procs.sum(sums["per_update"] + [sums["entropy"], sums["tokens"]])
     n_tokens = max(totals[-1], 1.0)
     losses = [totals[3 * u] / procs.n for u in range(mu)]
     kls = [totals[3 * u + 1] / n_tokens for u in range(mu)]
@@ -326,113 +351,3 @@ def group_records(s: Sampled, scored: Scored, G: int, prompt: Callable[[str], st
         groups.append(GroupRecord(prompt=question["question"], reference=question["answer"], samples=samples,
                                   model_prompt=prompt(question["question"])))
     return groups
-
-
-# ---- decoding and judging the outputs ---------------------------------------------------------------
-
-def encode_prompts(tokenizer, questions: list[str], device, prompt=format_prompt) -> dict[str, torch.Tensor]:
-    """Left-padded prompt batch: input_ids and attention_mask, both (B, P). ``prompt`` makes a question the
-    prompt text (the run's: tokenization.prompt_formatter; default the plain template without BOS)."""
-    enc = tokenizer([prompt(q) for q in questions], return_tensors="pt", padding=True, add_special_tokens=False)
-    return {k: v.to(device) for k, v in enc.items()}
-
-
-def token_logprobs(model, prompt_ids, prompt_attn, completions, mask,
-                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(o_t | q, o_<t) of each completion token under the distribution it was sampled from, and the
-    per-token entropy of that distribution. Both (N, T).
-
-    Outputs are drawn from softmax(logits / T) with T the sampling temperature, so the ratio to pi_old and
-    the KL to pi_ref are taken between those distributions: log pi(o_t) = log_softmax(logits / T)[o_t].
-    Example: logits [2, 0] at T = 2 -> log_softmax([1, 0]) = [-0.3133, -1.3133] (at T = 1: [-0.1269, -2.1269]).
-    """
-    ids = torch.cat([prompt_ids, completions], dim=1)  # (N, P+T)
-    attn = torch.cat([prompt_attn, mask.long()], dim=1)  # (N, P+T)
-    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # left padding: positions start at each prompt
-    T = completions.shape[1]
-    # only the T + 1 last positions go through the output layer (those before the prompt's last predict nothing)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
-                   logits_to_keep=T + 1).logits  # (N, T+1, V)
-    logits = logits[:, :-1].float()  # (N, T, V): the logits that predict o_t
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)  # (N, T, V)
-    logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
-    with torch.no_grad():  # entropy is reported, not trained on; a few positions at a time bound the memory
-        entropy = torch.cat([-(chunk.exp() * chunk).sum(-1) for chunk in logp_all.split(ENTROPY_CHUNK, dim=1)], dim=1)
-    return logp, entropy
-
-
-def completion_texts(tokenizer, completions, mask, ended) -> list[str]:
-    """Each completion's text: its tokens up to its end token (not included), special tokens left out."""
-    content = (mask.sum(dim=1).long() - ended.long()).tolist()  # (N,) tokens before the end token
-    return tokenizer.batch_decode([row[:n] for row, n in zip(completions.tolist(), content)], skip_special_tokens=True)
-
-
-def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
-    """The text of each token id decoded alone, as the group view shows end tokens (a handful of ids a step)."""
-    ordered = sorted(ids)
-    return dict(zip(ordered, tokenizer.batch_decode([[t] for t in ordered])))
-
-
-@dataclass
-class Judged:
-    """N decoded outputs and the rules' verdicts on them, each list one entry per output."""
-
-    texts: list[str]
-    tokens: list[list[str]]  # each token's text in context (token_pieces: they spell the text), then the end token's
-    outcome: list[tuple[float, dict[str, float]]]  # the verifier's (reward, components)
-    steps: list[list[str]] = field(default_factory=list)  # process: the reasoning steps cut from the text
-    step_ends: list[list[int]] = field(default_factory=list)  # process: 0-based token index of each step's end
-    verdicts: list[list[float]] = field(default_factory=list)  # process: the step checker's, 1.0 / 0.0 per step
-
-
-def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
-          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER, checker: str = "builtin") -> Judged:
-    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
-    With ``process``, each output is also cut into steps (the end token is no step) and each step checked by
-    ``checker`` (RunSpec.step_checker: :func:`step_verdicts`); 'rollouts' leaves the verdicts empty for the
-    caller to sample (rollout_labels.rollout_verdicts)."""
-    lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
-    ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
-    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
-    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended) if e})
-    texts = ["".join(p) for p in pieces]
-    out = Judged(texts, [], [])
-    for i, ex in enumerate(examples):
-        out.tokens.append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
-        out.outcome.append(outcome_reward(texts[i], ex["answer"], format_weight))
-        if process:
-            steps, ends = step_boundaries(pieces[i], delimiter)
-            out.steps.append(steps)
-            out.step_ends.append(ends)
-            out.verdicts.append([] if checker == "rollouts" else  # sampled afterwards: label_by_rollouts
-                                step_verdicts(steps, ex["question"], out.outcome[-1][1]["correct"] > 0, checker))
-    return out
-
-
-def step_verdicts(steps: list[str], question: str, answer_right: bool, checker: str) -> list[float]:
-    """1.0 or 0.0 for each step of one output. 'builtin': the built-in task's exact checker (each step the next
-    operation, the last the answer line); 'arithmetic': every equation in a step holds
-    (step_check.step_equations_hold; a step with none counts as right) and the last step also needs the
-    verifier's right final answer (``answer_right``).
-
-    >>> step_verdicts(["48/2 = 24 clips", "24 + 48 = 70", "#### 72"], "How many?", True, "arithmetic")
-    [1.0, 0.0, 1.0]
-    >>> step_verdicts(["3*4=12", "2+12=14", "#### 14"], "2+3*4", True, "builtin")
-    [1.0, 1.0, 1.0]
-    """
-    if checker == "builtin":
-        return [float(check_step(s, question, steps[:j])) for j, s in enumerate(steps)]
-    last = len(steps) - 1
-    return [float(step_equations_hold(s) and (j < last or answer_right)) for j, s in enumerate(steps)]
-
-
-def rm_examples(judged: Judged, examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:
-    """The reward model's view of judged outputs: ORM the whole output labelled by the verifier,
-    PRM its steps labelled by the step checker (``labelled=False``: no labels, for scoring only)."""
-    if kind == "orm":
-        return [RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
-                for ex, text, (_, comps) in zip(examples, judged.texts, judged.outcome)]
-    return [RMExample(ex["question"], steps, verdicts if labelled else [])
-            for ex, steps, verdicts in zip(examples, judged.steps, judged.verdicts)]

@@ -36,8 +36,10 @@ from .recorder import Recorder, StopRequested, no_check, stop_check
 from .reward_model import RMExample
 from .rewards import outcome_reward
 from .rm_training import RewardModelState, train_reward_model
+from .schedule import learning_rate_at, set_learning_rate
 from .sampling import generate
-from .step import Learner, completion_texts, encode_prompts, grpo_step
+from .outputs import completion_texts, encode_prompts
+from .step import Learner, grpo_step
 from .tokenization import completion_mask, end_token_ids
 
 EVAL_BATCH = 256
@@ -134,9 +136,12 @@ class TrainingRun:
         spec, step = self.spec, self.step + 1
         self.step = step
         t0 = time.time()
-        # B questions, the same on every process, each of which keeps its share (whole groups)
         record = bool(spec.record_every) and (step % spec.record_every == 0 or step == spec.total_steps)
-        result = grpo_step(self.learner, self.procs.share(self.rng.sample(self.train_set, spec.batch_size)), record)
+        # this step's scheduled learning rate, from its number alone (a resumed run, LoRA's new optimizer)
+        set_learning_rate(self.learner.optimizer, learning_rate_at(step - 1, spec.total_steps, spec.learning_rate,
+                                                                   spec.lr_warmup_steps, spec.lr_schedule))
+        # B questions, the same on every process, each of which keeps its share (whole groups)
+        result = grpo_step(self.learner, self.questions(spec.batch_size // self.procs.n), record, self.questions)
         metrics = self.metrics = result.metrics
         if record:
             self.recorder.groups(step, self.procs.gather(result.groups))
@@ -163,6 +168,11 @@ class TrainingRun:
         if self.checkpointing and step % spec.checkpoint_every == 0 and step < spec.total_steps:
             self.save_checkpoint(iteration)
             self.training_phase()
+
+    def questions(self, m: int) -> list[dict]:
+        """m fresh questions for this process: m x processes drawn from the training set (the same on every
+        process), of which each keeps its share."""
+        return self.procs.share(self.rng.sample(self.train_set, m * self.procs.n))
 
     def training_phase(self) -> None:
         """Report the "training" phase: steps done of the run's total."""

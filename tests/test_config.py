@@ -155,6 +155,8 @@ PROCESS = {"supervision": "process"}
     ({**PROCESS, "step_labels": "rollouts", "label_completer": "my model"}, "label_completer",
      "must be a Hugging Face model id or a local directory"),
     ({**PROCESS, "format_reward": 0.1}, "format_reward", "supervision 'process' rewards each step by its label"),
+    ({**PROCESS, "dataset": "/data/gsm8k.jsonl", "rewards": [{"name": "/data/my_rewards.py:steps", "weight": 1}],
+      "label_rollouts": 8}, "label_rollouts", "but the steps are rewarded by the run's rewards"),
     ({**PROCESS, "step_labels": "builtin", "dataset": "/data/gsm8k.jsonl"}, "step_labels",
      "use 'arithmetic' or 'rollouts' (or 'auto')"),
 ])

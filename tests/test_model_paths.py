@@ -22,7 +22,7 @@ from grpo_engine.recorder import MemoryRecorder
 from grpo_engine.reward_model import RewardModel
 from grpo_engine.sampling import generate
 from grpo_engine.tokenization import completion_mask, end_token_ids, step_boundaries, token_pieces
-from grpo_engine.step import encode_prompts as _encode_prompts, token_logprobs
+from grpo_engine.outputs import encode_prompts as _encode_prompts, token_logprobs
 from grpo_engine.trainer import train
 from tests.device_guard import DeviceGuard, DeviceMixError
 from tests.test_real_models import write_dataset
@@ -321,7 +321,7 @@ def test_a_reward_model_from_another_checkpoint_is_counted_once_loaded(grpo_cach
 
 def test_the_group_view_shows_each_tokens_text_in_context():
     """What judge() records as a sample's tokens: the pieces that spell the completion, then the end token."""
-    from grpo_engine.step import judge
+    from grpo_engine.outputs import judge
 
     for tokenizer, text in ((sentencepiece_style_tokenizer(), "Natalia sold 48 clips\n#### 72"),
                             (byte_level_tokenizer(), "the café sold 中文\n#### 72")):

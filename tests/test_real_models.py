@@ -64,7 +64,8 @@ def test_short_runs_on_each_architecture_and_file_format(models, tmp_path, grpo_
     dataset = write_dataset(tmp_path / f"data{suffix}")
     spec = validate_spec({"model": str(models[arch]), "dataset": str(dataset), "supervision": supervision,
                           "steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "max_new_tokens": 12,
-                          "eval_every": 1, "learning_rate": 1e-3, "format_reward": 0.1})
+                          "eval_every": 1, "learning_rate": 1e-3,
+                          "format_reward": 0.1 if supervision == "outcome" else 0.0})  # process rewards steps only
     recorder = MemoryRecorder()
     result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "ckpt")
     assert result["status"] == "completed"

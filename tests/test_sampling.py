@@ -11,7 +11,7 @@ from grpo_engine.data import load_dataset
 from grpo_engine.model import load_policy
 from grpo_engine.sampling import generate, next_tokens, top_p_filter
 from grpo_engine.tokenization import completion_mask
-from grpo_engine.step import encode_prompts as _encode_prompts
+from grpo_engine.outputs import encode_prompts as _encode_prompts
 
 
 def test_top_p_keeps_the_smallest_nucleus():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from app import broker, store
 from app.db import session_scope
-from app.paths import check_spec_paths
+from app.paths import check_custom_rewards, check_spec_paths
 from app.settings import get_settings
 from grpo_engine.config import check_budget, validate_spec
 from grpo_engine.hub import check_hub_ids
@@ -121,6 +121,7 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
                 spec = validate_spec(run["config"])
                 check_budget(spec, settings.max_tokens_per_step)  # this worker's budget, as at launch
                 check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
+                check_custom_rewards(run["config"], settings.path_roots, settings.allow_custom_rewards)  # its switch
                 check_hub_ids(run["config"], settings.hub_check_seconds)  # this machine's cache and network
                 if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
                     result = run_processes(run_id, spec, worker, recorder)

@@ -1,0 +1,140 @@
+"""Named rewards (grpo_engine.reward_functions): each built-in on hand-computed numbers, the weighted sum, the
+``rewards`` key's refusals (each naming ``rewards``), the reward/<name> metrics and where the charts draw them, and
+the group view's words for named rewards."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.charts import chart_panels
+from app.render import _verdicts
+from grpo_engine.config import SpecError, validate_spec
+from grpo_engine.recorder import METRICS
+from grpo_engine.reward_functions import (BUILTINS, accuracy_reward, format_reward, length_reward, named_rewards,
+                                          repetition_reward, reward_means, score_outputs)
+
+
+def test_accuracy_is_the_verifier():
+    assert accuracy_reward("2+3*4", "3*4=12\n2+12=14\n#### 14", "14") == 1.0
+    assert accuracy_reward("q", "so \\boxed{\\frac{1}{2}}", "0.5") == 1.0  # math-verify
+    assert accuracy_reward("q", "#### 15", "#### 14") == 0.0
+    assert accuracy_reward("q", "#### 15", "14", correct=1.0) == 1.0  # the engine's verdict when given
+
+
+def test_format_rewards_a_stated_final_answer_right_or_wrong():
+    assert format_reward("q", "blah\n#### 99", "14") == 1.0
+    assert format_reward("q", "the answer is 14", "14") == 0.0
+
+
+@pytest.mark.parametrize("tokens, right, expected", [
+    (0, True, 1.0), (8, True, 0.5 + 0.25 * (1 + math.cos(math.pi / 4))), (16, True, 0.75), (32, True, 0.5),
+    (64, True, 0.5), (0, False, -1.0), (8, False, -0.5 - 0.25 * (1 + math.cos(math.pi / 4))), (32, False, -0.5)])
+def test_length_is_cosine_scaled(tokens, right, expected):
+    completion = "#### 14" if right else "#### 15"
+    value = length_reward("q", completion, "14", completion_tokens=tokens, max_new_tokens=32)
+    assert value == pytest.approx(expected)
+    if tokens == 8:
+        assert value == pytest.approx(0.9268 if right else -0.9268, abs=1e-4)
+
+
+def test_length_without_a_token_count_counts_characters_over_four():
+    # 64 characters = 16 "tokens" of 32: halfway, cos(pi/2) = 0, right: 0.5 + 0.25 = 0.75
+    completion = "x" * 56 + "\n#### 14"
+    assert len(completion) == 64
+    assert length_reward("q", completion, "14", max_new_tokens=32) == pytest.approx(0.75)
+
+
+def test_repetition_penalises_repeated_trigrams():
+    assert repetition_reward("q", "a b a b a b", "x") == pytest.approx(-0.5)  # 2 unique 3-grams of 4
+    assert repetition_reward("q", "one two three four", "x") == 0.0  # all unique
+    assert repetition_reward("q", "x x x x x x", "x") == pytest.approx(-0.75)  # 1 unique of 4
+    assert repetition_reward("q", "two words", "x") == 0.0  # fewer than 3 words
+    assert repetition_reward("q", "A b a B a b", "x") == pytest.approx(-0.5)  # lower-cased
+
+
+def test_weighted_sum_and_unweighted_components():
+    out = {"question": "q", "completion": "a b a b a b\n#### 14", "reference": "14",
+           "row": {"completion_tokens": 16, "max_new_tokens": 32}}
+    rewards = [{"name": "accuracy", "weight": 1.0}, {"name": "length", "weight": 0.5},
+               {"name": "repetition", "weight": 2.0}, {"name": "format", "weight": 0.1}]
+    total, parts = score_outputs(rewards, [out])[0]
+    # 3-grams of "a b a b a b #### 14": aba bab aba bab ab#### b####14 -> 4 unique of 6: -(1 - 4/6) = -1/3
+    assert parts == pytest.approx({"accuracy": 1.0, "length": 0.75, "repetition": -1 / 3, "format": 1.0})
+    assert total == pytest.approx(1.0 + 0.5 * 0.75 + 2.0 * (-1 / 3) + 0.1 * 1.0)
+
+
+class _Judged:
+    """The parts of step.Judged that named_rewards reads."""
+
+    def __init__(self, texts, correct, steps=None):
+        self.texts = texts
+        self.outcome = [(c, {"correct": c, "formatted": 1.0}) for c in correct]
+        self.steps = steps or [[] for _ in texts]
+        self.verdicts = [[1.0] * len(s) for s in self.steps]
+
+
+def test_named_rewards_keep_the_verifier_and_add_the_named_components():
+    spec = validate_spec({"rewards": [{"name": "accuracy"}, {"name": "length", "weight": 0.5}], "max_new_tokens": 32})
+    judged = _Judged(["#### 14", "#### 15"], [1.0, 0.0])
+    rows = [{"question": "q", "answer": "14", "solution": ""}] * 2
+    outcome, verdicts = named_rewards(spec, judged, rows, [8, 32])
+    (r0, c0), (r1, c1) = outcome
+    assert c0["correct"] == 1.0 and c1["correct"] == 0.0  # correct_frac still has its verdict
+    assert c0["length"] == pytest.approx(0.9268, abs=1e-4) and c1["length"] == pytest.approx(-0.5)
+    assert r0 == pytest.approx(1.0 + 0.5 * c0["length"]) and r1 == pytest.approx(0.0 + 0.5 * -0.5)
+    assert verdicts is judged.verdicts
+    assert reward_means([c0, c1], spec.rewards) == pytest.approx(
+        {"reward/accuracy": 0.5, "reward/length": (c0["length"] - 0.5) / 2})
+
+
+@pytest.mark.parametrize("rewards, words", [
+    ([{"name": "brevity"}], "unknown reward 'brevity': the built-ins are accuracy, format, length, repetition"),
+    ([{"name": "length", "weight": "heavy"}], "weight must be a finite number"),
+    ([{"name": "length", "weight": float("inf")}], "weight must be a finite number"),
+    ([{"name": "length", "weight": True}], "weight must be a finite number"),
+    ([{"name": "length"}, {"name": "length", "weight": 2}], "'length' is given twice"),
+    ([{"name": "length", "scale": 2}], "must be an object"),
+    (["length"], "must be an object"),
+    ({"name": "length"}, "must be a list"),
+    ("[{'name': 'length'}]", "not JSON"),
+])
+def test_bad_rewards_are_refused_naming_the_key(rewards, words):
+    with pytest.raises(SpecError) as refused:
+        validate_spec({"rewards": rewards})
+    assert refused.value.key == "rewards" and words in str(refused.value)
+
+
+def test_rewards_that_would_not_be_used_as_asked_are_refused():
+    with pytest.raises(SpecError, match='rewards: replaces format_reward.*"name": "format", "weight": 0.1'):
+        validate_spec({"rewards": [{"name": "accuracy"}], "format_reward": 0.1})
+    with pytest.raises(SpecError, match="rewards: 'length' is an outcome reward.*only hold custom functions"):
+        validate_spec({"rewards": [{"name": "length"}], "supervision": "process"})
+    with pytest.raises(SpecError, match="rewards: .*with reward 'model'"):
+        validate_spec({"rewards": [{"name": "accuracy"}], "reward": "model"})
+    # custom names pass the spec's checks (launch checks the switch and the places), with process too
+    spec = validate_spec({"rewards": [{"name": "/data/r.py:steps"}], "supervision": "process"})
+    assert spec.rewards == [{"name": "/data/r.py:steps", "weight": 1.0}]
+
+
+def test_rewards_from_the_form_as_json_text_and_round_trip():
+    spec = validate_spec({"rewards": '[{"name": "length", "weight": 0.5}, {"name": "accuracy"}]'})
+    assert spec.rewards == [{"name": "length", "weight": 0.5}, {"name": "accuracy", "weight": 1.0}]
+    assert validate_spec(spec.to_dict()) == spec
+    assert validate_spec({"rewards": ""}).rewards == [] == validate_spec({}).rewards
+    assert set(BUILTINS) == {"accuracy", "format", "length", "repetition"}
+
+
+def test_reward_metrics_are_charted_in_the_reward_panel_and_not_required_every_step():
+    assert not any(name.startswith("reward/") for name in METRICS)  # only runs with rewards record them
+    rows = [{"step": 1, "iteration": 1, "reward_mean": 0.5, "reward/length": 0.3, "reward/accuracy": 1.0, "kl": 0.1}]
+    panels = dict(chart_panels(rows))
+    assert panels["reward"] == ("reward_mean", "reward/accuracy", "reward/length") and "other" not in panels
+
+
+def test_group_view_shows_each_named_reward_with_its_weight_and_the_total():
+    page = _verdicts({"correct": 1.0, "formatted": 1.0, "accuracy": 1.0, "length": 0.42},
+                     {"accuracy": 1.0, "length": 0.5})
+    assert "verifier: correct ✓" in page and "accuracy 1 × 1" in page and "length 0.42 × 0.5" in page
+    assert "weighted total 1.21" in page
+    assert "length 0.42" in _verdicts({"length": 0.42}) and "×" not in _verdicts({"length": 0.42})
