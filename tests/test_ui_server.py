@@ -295,7 +295,7 @@ def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
     assert titles == ["reward", "KL and loss", "timing (s)", "other"]  # the panels with something recorded
     assert [title for title, _ in PANELS] == ["reward", "accuracy", "fractions", "KL and loss", "entropy (nats)",
                                               "completion length (tokens)", "gradient norm", "learning rate",
-                                              "timing (s)", "reward model"]
+                                              "groups per step", "timing (s)", "reward model"]
 
 
 def test_rm_refresh_table_has_one_row_per_training():
