@@ -54,10 +54,10 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
                     upload_info, dataset_upload = _model_and_data(inputs)
                 else:
                     _rows(section.essential, inputs)
-                if section.title == "Reward":
-                    with gr.Row():
+                if section.title == "Reward":  # shown with the rewards key (not for a learned reward model)
+                    with gr.Column(elem_id="test-rewards-box") as test_box:
                         test_rewards = gr.Button("Test rewards", elem_id="test-rewards", scale=0, min_width=160)
-                    rewards_preview = gr.HTML(elem_id="rewards-preview")
+                        rewards_preview = gr.HTML(elem_id="rewards-preview")
                 with gr.Accordion("More options", open=False, elem_classes=["launch-more"]) as fold:
                     _rows(section.more, inputs)
                 folds.append(fold)
@@ -67,7 +67,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
                                         *form, *folds], **PRIVATE).then(None, js=SHOW_INVALID)
     preset.input(lambda name: form_values(preset_values(name)), preset, form, **PRIVATE)
     test_rewards.click(_test_rewards, form, rewards_preview, **PRIVATE)
-    dependent = [inputs[k] for k in APPLIES]
+    dependent = [inputs[k] for k in APPLIES] + [test_box]
     deciding = [inputs[k] for k in DECIDING]
     for box in deciding:  # a preset or "Launch again" changes them too: .change, not .input
         box.change(_visibility, deciding, dependent, **PRIVATE)
@@ -108,9 +108,10 @@ def _rows(keys: tuple[str, ...], inputs: dict, per_row: int = 3) -> None:
 
 
 def _visibility(*deciding):
-    """Each key that applies only under some options: shown when it applies to the form's current values."""
+    """Each key that applies only under some options: shown when it applies to the form's current values; then the
+    "Test rewards" box, shown with the rewards key."""
     values = dict(zip(DECIDING, deciding))
-    return [gr.update(visible=applies(key, values)) for key in APPLIES]
+    return [gr.update(visible=applies(key, values)) for key in APPLIES] + [gr.update(visible=applies("rewards", values))]
 
 
 def form_values(values: list) -> list:

@@ -38,6 +38,14 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
             expect(page.locator("#spec-format_reward")).to_be_visible()  # outcome, rule reward: no RM keys
             expect(rm_samples).to_be_hidden()
             expect(page.locator("#spec-step_delimiter")).to_be_hidden()
+            # "Test rewards" scores the dataset's first rows with the named rewards, as they would be in a run
+            page.locator("#spec-rewards textarea, #spec-rewards input").first.fill(
+                '[{"name": "accuracy", "weight": 1}, {"name": "length", "weight": 0.5}]')
+            page.click("#test-rewards")
+            expect(page.locator("#rewards-preview table")).to_contain_text("length")
+            expect(page.locator("#rewards-preview table tr")).to_have_count(6)  # the header and 5 rows
+            page.locator("#test-rewards-box").screenshot(path=str(ARTIFACTS / "launch-test-rewards.png"))
+            page.locator("#spec-rewards textarea, #spec-rewards input").first.fill("")
 
             page.locator("#launch-preset input").click()
             page.get_by_role("option", name="Process supervision with a learned PRM (built-in)").click()
@@ -46,6 +54,7 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
             expect(page.locator("#spec-format_reward")).to_be_hidden()  # process supervision
             page.locator(".launch-section").nth(2).get_by_text("More options").click()  # Reward's folded keys
             expect(rm_samples).to_be_visible()  # reward: model
+            expect(page.locator("#test-rewards")).to_be_hidden()  # a learned reward model: no named rewards
             expect(page.locator("#spec-rm_samples input")).to_have_value("1024")
 
             page.locator("#spec-rm_samples input").fill("1")  # too few: refused, naming rm_samples
