@@ -27,15 +27,16 @@ def step_normaliser(samples: list[dict]) -> Callable[[float], float]:
 
 
 def step_texts(tokens: list[str], ends: list[int]) -> list[str]:
-    """The text of each step: step k spans tokens (end_{k-1}, end_k], the first from token 0; tokens after the
-    last step's end (the end token) belong to no step.
+    """The text of each step: step k spans tokens (end_{k-1}, end_k], the first from token 0, without the whitespace
+    around it (the step delimiter, a newline by default, belongs to no step, as the engine cuts steps); tokens after
+    the last step's end (the end token) belong to no step.
 
-    >>> step_texts(["2", "+2", "=4", "\\n", " so", " 4", "<eos>"], [3, 5])
-    ['2+2=4\\n', ' so 4']
+    >>> step_texts(["2", "+2", "=4", "\\n", "3", "*2", "=6", "<eos>"], [2, 6])
+    ['2+2=4', '3*2=6']
     """
     texts, start = [], 0
     for end in ends:
-        texts.append("".join(tokens[start:end + 1]))
+        texts.append("".join(tokens[start:end + 1]).strip())
         start = end + 1
     return texts
 
@@ -92,9 +93,9 @@ def step_details(samples: list[dict], prm: bool) -> list[list[dict]]:
     >>> b = {"tokens": ["x", "\\n", "y", "\\n", "z"], "step_end_indices": [1, 3, 4], "step_rewards": [1.0, 1.0, 0.0]}
     >>> first, second = step_details([a, b], prm=False)
     >>> [(s["text"], s["label"], s["share"], s["prm_score"], round(s["normalised"], 3)) for s in first]
-    [('1\\n', 1.0, 0.75, None, 0.816), ('2', 0.0, 0.0, None, -1.225)]
+    [('1', 1.0, 0.75, None, 0.816), ('2', 0.0, 0.0, None, -1.225)]
     >>> [(s["index"], s["text"], s["label"], round(s["normalised"], 3)) for s in second]
-    [(0, 'x\\n', None, 0.816), (1, 'y\\n', None, 0.816), (2, 'z', None, -1.225)]
+    [(0, 'x', None, 0.816), (1, 'y', None, 0.816), (2, 'z', None, -1.225)]
     >>> [s["prm_score"] for s in step_details([a, b], prm=True)[1]]  # a learned PRM's scores are the step rewards
     [1.0, 1.0, 0.0]
     >>> step_details([{"tokens": ["4"], "step_end_indices": None, "step_rewards": None}], prm=False)  # outcome

@@ -261,8 +261,9 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
     for s in shown["samples"]:
         assert [st["prm_score"] for st in s["steps"]] == s["step_rewards"] == [st["reward"] for st in s["steps"]]
         assert [st["label"] for st in s["steps"]] == s["step_labels"] and set(s["step_labels"]) <= {0.0, 1.0}
-        if s["steps"]:  # the steps spell the output up to the last step's end
-            assert "".join(st["text"] for st in s["steps"]) == "".join(s["tokens"][:s["step_end_indices"][-1] + 1])
+        if s["steps"]:  # the steps spell the output up to the last step's end, the delimiters left out
+            spelled = "".join(s["tokens"][:s["step_end_indices"][-1] + 1])
+            assert "".join("".join(st["text"] for st in s["steps"]).split()) == "".join(spelled.split())
     assert shown["step_label_rule"] == "the built-in task's exact step checker"
 
     # the UI: the Groups tab opens on the newest run's latest step, first group, steps marked with rewards

@@ -41,7 +41,7 @@ def hand_samples() -> list[dict]:
 
 def test_steps_on_hand_numbers():
     first, second = step_details(hand_samples(), prm=False)
-    assert [s["text"] for s in first] == ["2+2=4\n", "4"] and [s["text"] for s in second] == ["a<b\n", "c\n", "d"]
+    assert [s["text"] for s in first] == ["2+2=4", "4"] and [s["text"] for s in second] == ["a<b", "c", "d"]
     assert [s["index"] for s in second] == [0, 1, 2]
     assert [(s["label"], s["share"]) for s in first] == [(1.0, 0.75), (0.0, 0.0)]
     assert all(s["label"] is None and s["share"] is None and s["prm_score"] is None for s in second)
@@ -127,7 +127,7 @@ def test_get_group_returns_each_step(db_url, monkeypatch, reward):
     assert first["step_labels"] == [1.0, 0.0] and first["step_shares"] == [0.75, 0.0]
     # the step rewards {1, 0, 1, 1, 0}: mean 0.6, population std sqrt(0.24)
     assert first["steps"] == [
-        {"index": 0, "text": "1\n", "label": 1.0, "share": 0.75, "prm_score": 1.0 if reward == "model" else None,
+        {"index": 0, "text": "1", "label": 1.0, "share": 0.75, "prm_score": 1.0 if reward == "model" else None,
          "reward": 1.0, "normalised": pytest.approx(UP)},
         {"index": 1, "text": "2", "label": 0.0, "share": 0.0, "prm_score": 0.0 if reward == "model" else None,
          "reward": 0.0, "normalised": pytest.approx(DOWN)},
