@@ -212,9 +212,9 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         rewards = torch.tensor([sum(r) / len(r) if r else 0.0 for r in step_rewards])
         # process advantages normalise over all step rewards of the group
         group_rewards = [[r for i in range(b * G, (b + 1) * G) for r in step_rewards[i]] for b in range(B)]
-    if scores is not None:
-        for c, r in zip(components, rewards.tolist()):
-            c["rm_score"] = r  # ORM: its score; PRM: the mean of its step scores
+    if scores is not None:  # the RM's own score (before any overlong penalty): ORM its score, PRM its steps' mean
+        for c, s in zip(components, scores):
+            c["rm_score"] = sum(s) / len(s) if s else 0.0
     return Scored(judged.texts, judged.tokens, components, rewards, group_rewards, advantages.to(learner.dev),
                   step_rewards, step_ends, labelling, labels, shares)
 

@@ -253,6 +253,15 @@ def test_mask_truncated_and_overlong_penalty_run(grpo_cache_dir):
     assert all(math.isfinite(v) for m in rec.metrics for v in m.values())
 
 
+def test_a_learned_orms_score_is_recorded_without_the_overlong_penalty(grpo_cache_dir):
+    result, rec, _ = run(grpo_cache_dir, reward="model", rm_samples=16, overlong_penalty=0.5, overlong_buffer=8,
+                         max_new_tokens=20, steps_per_iteration=1)
+    assert result["status"] == "completed"
+    for s in (s for groups in rec.group_log.values() for g in groups for s in g.samples):
+        assert 0.0 < s.reward_components["rm_score"] < 1.0  # the ORM's own score, a probability
+        assert s.reward == pytest.approx(s.reward_components["rm_score"] + s.reward_components["overlong"])
+
+
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_kl_coef_zero_keeps_no_reference_over_two_iterations(grpo_cache_dir, lora_rank):
     result, rec, learner = run(grpo_cache_dir, kl_coef=0.0, iterations=2, steps_per_iteration=2, lora_rank=lora_rank)
