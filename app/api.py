@@ -58,6 +58,17 @@ def require_run(s, run_id: int) -> dict:
     return run
 
 
+def parse_spec(spec: Any) -> Any:
+    """A run spec given as JSON text made an object (empty text: ``{}``); anything else as it is, for validate_spec
+    to judge. Text that is not JSON is refused (ApiError)."""
+    if not isinstance(spec, str):
+        return spec
+    try:
+        return json.loads(spec) if spec.strip() else {}
+    except json.JSONDecodeError as e:
+        raise ApiError(f"the run spec is not valid JSON: {e}") from None
+
+
 def launch_run(spec: dict | str | None) -> dict:
     """Validate a run spec, store the run (queued) and send it to the workers.
 
@@ -68,11 +79,7 @@ def launch_run(spec: dict | str | None) -> dict:
     confirm within GRPO_HUB_CHECK_SECONDS: grpo_engine.hub) stores nothing.
     """
     # 1. parse and validate (missing keys take defaults; a bad key is named)
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec) if spec.strip() else {}
-        except json.JSONDecodeError as e:
-            raise ApiError(f"the run spec is not valid JSON: {e}") from None
+    spec = parse_spec(spec)
     settings = get_settings()
     try:
         validated = validate_spec(spec)

@@ -349,9 +349,10 @@ def _step_table(steps: list[dict], rule: str | None) -> str:
 
 
 def _steps_of(samples: list[dict]) -> list[list[dict]]:
-    """Each sample's steps: /get_group's ``steps``, or for a dict without them the same computed here (no PRM)."""
-    computed = step_details(samples, prm=False)
-    return [s["steps"] if s.get("steps") is not None else c for s, c in zip(samples, computed)]
+    """Each sample's steps: /get_group's ``steps``, or, for dicts without them, the same computed here (no PRM)."""
+    if all(s.get("steps") is not None for s in samples):
+        return [s["steps"] for s in samples]
+    return step_details(samples, prm=False)
 
 
 def group_html(group: dict) -> str:

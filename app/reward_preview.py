@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Any
 
-from app.api import ApiError
+from app.api import ApiError, parse_spec
 from app.datasets import preview_dataset
 from app.paths import check_custom_rewards
 from app.settings import get_settings
@@ -30,14 +30,9 @@ def preview_rewards(spec: dict | str | None) -> dict:
     sum; process supervision: ``step_rewards`` each step's weighted sum and ``reward`` their mean). An invalid spec,
     empty ``rewards``, custom rewards that are not allowed, a dataset that is not previewed, and a reward that fails
     are refused (ApiError) with the reason."""
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec) if spec.strip() else {}
-        except json.JSONDecodeError as e:
-            raise ApiError(f"the run spec is not valid JSON: {e}") from None
     settings = get_settings()
     try:
-        config = validate_spec(spec).to_dict()
+        config = validate_spec(parse_spec(spec)).to_dict()
         if not config["rewards"]:
             raise SpecError("rewards", 'is empty: name the rewards to test, e.g. [{"name": "accuracy", "weight": 1}]')
         check_custom_rewards(config, settings.path_roots, settings.allow_custom_rewards)

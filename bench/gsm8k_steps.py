@@ -34,13 +34,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from grpo_engine.builtin_task import PRECEDENCE_SHAPES, builtin_examples, solve  # noqa: E402
 from grpo_engine.config import RunSpec, validate_spec  # noqa: E402
 from grpo_engine.data import load_dataset  # noqa: E402
-from grpo_engine.model import BUILTIN_ARCH, _sft_batch, build_tokenizer  # noqa: E402
+from grpo_engine.model import BUILTIN_ARCH, build_tokenizer, train_from_scratch  # noqa: E402
 from grpo_engine.recorder import MemoryRecorder  # noqa: E402
 from grpo_engine.trainer import train  # noqa: E402
 
@@ -165,36 +163,12 @@ def warmup_examples(questions: list[tuple], n: int, seed: int) -> list[dict]:
 
 
 def create_worded_model(out_dir: Path, questions: list[tuple]) -> None:
-    """Warm-start the worded policy from scratch (the built-in recipe: its tokenizer, AdamW with a one-cycle
-    schedule, loss on the completion only) on ``questions`` and save it to ``out_dir``."""
-    torch.manual_seed(WARMUP["seed"])
-    rng = random.Random(WARMUP["seed"])
-    tokenizer = build_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=True, **ARCH)
-    model = LlamaForCausalLM(config)
-    data = warmup_examples(questions, WARMUP["examples"], WARMUP["seed"])
-    opt = torch.optim.AdamW(model.parameters(), lr=WARMUP["lr"], weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=WARMUP["lr"], total_steps=WARMUP["steps"], pct_start=0.1)
-    model.train()
-    start = time.time()
-    for step in range(1, WARMUP["steps"] + 1):
-        input_ids, attention, labels = _sft_batch(tokenizer, rng.sample(data, WARMUP["batch_size"]))
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if step % 50 == 0:
-            print(f"  warm start: step {step}/{WARMUP['steps']} loss {loss.item():.3f} ({time.time() - start:.0f}s)",
-                  flush=True)
-    model.eval()
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    """Warm-start the worded policy from scratch (the built-in recipe: model.train_from_scratch) on ``questions`` and
+    save it to ``out_dir``."""
+    examples = warmup_examples(questions, WARMUP["examples"], WARMUP["seed"])
+    train_from_scratch(out_dir, examples, ARCH, steps=WARMUP["steps"], batch_size=WARMUP["batch_size"],
+                       lr=WARMUP["lr"], seed=WARMUP["seed"], log=lambda line: print(f"  {line}", flush=True),
+                       name="worded model")
 
 
 def worded_model_dir(cache_dir: Path, questions: list[tuple]) -> Path:

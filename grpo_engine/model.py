@@ -75,31 +75,39 @@ def no_progress(done: int, total: int) -> None:
 def create_builtin_model(out_dir: Path, log=print, progress=no_progress) -> None:
     """Warm-start the built-in policy from scratch and save it to ``out_dir``. ``progress(done, total)`` is
     called with the warm-up steps done, before the first and after each one."""
-    torch.manual_seed(WARMUP["seed"])
-    rng = random.Random(WARMUP["seed"])
+    examples = warmup_examples(WARMUP["examples"], WARMUP["wrong_share"], WARMUP["seed"])
+    train_from_scratch(out_dir, examples, BUILTIN_ARCH, steps=WARMUP["steps"], batch_size=WARMUP["batch_size"],
+                       lr=WARMUP["lr"], seed=WARMUP["seed"], log=log, progress=progress, name="built-in model")
+
+
+def train_from_scratch(out_dir: Path, examples: list[dict], arch: dict, *, steps: int, batch_size: int, lr: float,
+                       seed: int, log=print, progress=no_progress, name: str = "model") -> None:
+    """A Llama of ``arch`` with the built-in tokenizer, trained from random weights on ``examples`` (``{question,
+    solution}``: the loss on the solution only) for ``steps`` batches of ``batch_size`` with AdamW under a one-cycle
+    schedule peaking at ``lr``, then saved to ``out_dir`` with its tokenizer. ``progress(done, total)`` follows the
+    steps; every 100 the loss is logged as the ``name``'s warm start."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
     tokenizer = build_tokenizer()
     config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=True,
-                         **BUILTIN_ARCH)
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=True, **arch)
     model = LlamaForCausalLM(config)
-    data = warmup_examples(WARMUP["examples"], WARMUP["wrong_share"], WARMUP["seed"])
-    opt = torch.optim.AdamW(model.parameters(), lr=WARMUP["lr"], weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=WARMUP["lr"], total_steps=WARMUP["steps"], pct_start=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()
     start = time.time()
-    progress(0, WARMUP["steps"])
-    for step in range(1, WARMUP["steps"] + 1):
-        input_ids, attention, labels = _sft_batch(tokenizer, rng.sample(data, WARMUP["batch_size"]))
+    progress(0, steps)
+    for step in range(1, steps + 1):
+        input_ids, attention, labels = _sft_batch(tokenizer, rng.sample(examples, batch_size))
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        progress(step, WARMUP["steps"])
+        progress(step, steps)
         if step % 100 == 0:
-            log(f"built-in model warm start: step {step}/{WARMUP['steps']} loss {loss.item():.3f} "
-                f"({time.time() - start:.0f}s)")
+            log(f"{name} warm start: step {step}/{steps} loss {loss.item():.3f} ({time.time() - start:.0f}s)")
     model.eval()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
