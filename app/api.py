@@ -20,6 +20,7 @@ from app.broker import queue_for, send_run
 from app.db import session_scope
 from app.paths import check_custom_rewards, check_spec_paths, is_local_path
 from app.settings import get_settings
+from app.run_health import run_warnings
 from app.step_detail import step_details
 from grpo_engine.config import SpecError, check_budget, shown, validate_spec
 from grpo_engine.hub import check_hub_ids
@@ -202,10 +203,12 @@ def list_runs() -> list[dict]:
 
 
 def get_run(run_id: Any) -> dict:
-    """One run: status, config, progress, error and timestamps."""
+    """One run: status, config, progress, error and timestamps, and its health ``warnings`` (app.run_health: each
+    {rule, title, message, steps, metrics, severity}; [] while nothing looks wrong)."""
     run_id = as_id(run_id)
     with session_scope() as s:
-        return require_run(s, run_id)
+        run = require_run(s, run_id)
+        return {**run, "warnings": run_warnings(s, run)}
 
 
 def get_metrics(run_id: Any) -> list[dict]:
@@ -257,7 +260,8 @@ def get_group(group_id: Any) -> dict:
     process-supervised run's step rewards came from and ``step_label_rule`` which rule labels its steps (both
     None for outcome supervision). Each sample carries its ``steps`` (app.step_detail.sample_steps: text, the
     rules' label and share, the PRM's score, the reward and its normalisation over the group; [] for outcome).
-    ``reward_weights`` maps each named reward of the run's ``rewards`` to its weight ({} without any)."""
+    ``reward_weights`` maps each named reward of the run's ``rewards`` to its weight ({} without any).
+    ``rm_version``: with a learned reward model, the version that scored the group (:func:`rm_version`; else None)."""
     group_id = as_id(group_id, "group_id")
     with session_scope() as s:
         group = store.get_group(s, group_id)
@@ -268,7 +272,22 @@ def get_group(group_id: Any) -> dict:
     steps = step_details(group["samples"], prm=config.get("reward") == "model")
     return {**group, "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps)],
             "step_labels": step_label_source(config), "step_label_rule": step_label_rule(config),
-            "reward_weights": {r["name"]: r["weight"] for r in config.get("rewards") or ()}}
+            "reward_weights": {r["name"]: r["weight"] for r in config.get("rewards") or ()},
+            "rm_version": rm_version(config, group["step"])}
+
+
+def rm_version(config: dict, step: int) -> int | None:
+    """With ``reward: model``, the version of the reward model that scored the groups of ``step``: 1 is its first
+    training (before step 1), k + 1 its refresh after iteration k (at the last step of the iteration, once that
+    step's groups were scored); None without a learned reward model.
+
+    >>> rm_version({"reward": "model", "steps_per_iteration": 10}, 10), rm_version({"reward": "model",
+    ...     "steps_per_iteration": 10}, 11), rm_version({"reward": "rule"}, 3)
+    (1, 2, None)
+    """
+    if config.get("reward") != "model":
+        return None
+    return 1 + (max(step, 1) - 1) // max(int(config.get("steps_per_iteration") or 1), 1)
 
 
 def step_label_source(config: dict) -> str | None:

@@ -44,7 +44,21 @@ def ema(values: list[float], weight: float) -> list[float]:
 
 def is_share(name: str) -> bool:
     """Whether a metric is a share between 0 and 1 (drawn on a fixed 0 to 1 axis)."""
-    return name.endswith("_frac") or "accuracy" in name
+    return name.endswith("_frac") or "accuracy" in name or name.startswith("tokens/adv_") or name == "repetition"
+
+
+RM_PANEL = "reward model"
+POLICY_ACCURACY = "eval/accuracy"  # drawn in the reward model's panel too: its accuracy beside the policy's
+REFRESH = "rm/accuracy_after"  # recorded at each training of the reward model: step 0 and every refresh
+
+
+def rm_refresh_steps(metrics: list[dict]) -> list[int]:
+    """The steps after which the learned reward model was refreshed (its trainings after step 0), ascending.
+
+    >>> rm_refresh_steps([{"step": 0, "rm/accuracy_after": 0.9}, {"step": 5}, {"step": 10, "rm/accuracy_after": 0.8}])
+    [10]
+    """
+    return [m["step"] for m in metrics if m.get(REFRESH) is not None and m["step"] > 0]
 
 
 def expand_families(keys: tuple[str, ...], recorded: set[str]) -> tuple[str, ...]:
@@ -73,7 +87,9 @@ def chart_panels(metrics: list[dict], picked: list[str] | None = None) -> list[t
     placed = [(title, expand_families(keys, recorded)) for title, keys in PANELS]
     known = {k for _, keys in placed for k in keys}
     panels = [*placed, (OTHER, tuple(sorted(recorded - known)))]
-    return [(title, kept) for title, keys in panels if (kept := tuple(k for k in keys if k in recorded))]
+    drawn = [(title, kept) for title, keys in panels if (kept := tuple(k for k in keys if k in recorded))]
+    return [(title, keys + (POLICY_ACCURACY,) if title == RM_PANEL and POLICY_ACCURACY in recorded else keys)
+            for title, keys in drawn]
 
 
 def _points(metrics: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -156,6 +172,7 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
         yaxis = fig.get_subplot(row, col).yaxis
         legends[legend] = dict(x=xaxis.domain[1] + 0.01, y=yaxis.domain[1], xanchor="left", yanchor="top",
                                font=dict(size=10), itemwidth=30, bgcolor="rgba(0,0,0,0)", tracegroupgap=2)
+    _refresh_lines(fig, rm_refresh_steps(metrics), len(panels))
     for col in (1, 2):  # the lowest panel of each column names the x axis
         bottom = max((i // 2 + 1 for i in range(len(panels)) if i % 2 + 1 == col), default=None)
         if bottom is not None:
@@ -168,6 +185,17 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
                       showlegend=True, paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
                       uirevision="metrics", **legends)
     return fig
+
+
+def _refresh_lines(fig: go.Figure, steps: list[int], panels: int) -> None:
+    """The reward model's refreshes as dashed vertical lines on every panel, named on the first ("RM v2" is the
+    version trained at that step, which scores the steps after it)."""
+    for version, step in enumerate(steps, start=2):
+        for i in range(panels):
+            fig.add_vline(x=step, row=i // 2 + 1, col=i % 2 + 1, line=dict(color="#9333ea", width=1, dash="dash"),
+                          opacity=0.6)
+        fig.add_annotation(x=step, y=1, xref="x", yref="paper", text=f"RM v{version}", showarrow=False,
+                           yanchor="bottom", font=dict(size=10, color="#9333ea"))
 
 
 def compare_figure(compared: dict, metric_keys: list[str]) -> go.Figure:

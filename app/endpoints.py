@@ -2,8 +2,9 @@
 
 ``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/get_logs``, ``/wait_run``, ``/list_groups``,
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
-``/preview_rewards`` and the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` wrap
-app.api (and app.manage_api, app.exports, app.datasets, app.reward_preview) one to one; a refused request reaches the client as gr.Error with
+``/preview_rewards``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
+the diagnosis ``/search_samples``, ``/question_history`` wrap app.api (and app.manage_api, app.exports,
+app.datasets, app.reward_preview, app.diagnose_api) one to one; a refused request reaches the client as gr.Error with
 its reason. app.ui registers :data:`ENDPOINTS` under their function names.
 
 No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
@@ -18,7 +19,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from app import api, auth, datasets, exports, manage_api, reward_preview
+from app import api, auth, datasets, diagnose_api, exports, manage_api, reward_preview
 
 
 def call_api(fn, *args):
@@ -156,7 +157,33 @@ def preview_rewards(spec: dict) -> dict:
     return call_api(reward_preview.preview_rewards, spec)
 
 
+def search_samples(run_id: int, reward_min: float | None = None, reward_max: float | None = None,
+                   outcome: str = "any", spread_min: float | None = None, spread_max: float | None = None,
+                   length_min: int | None = None, length_max: int | None = None, step_min: int | None = None,
+                   step_max: int | None = None, contains: str = "", kind: str = "any", sort: str = "step",
+                   descending: bool = False, page: int = 1, page_size: int = 50) -> dict:
+    """Find samples across a run: one page of those that pass every filter. Bounds are inclusive, None leaves one
+    out: reward, spread (the group's reward std), length (tokens, the end token included), step. outcome: any,
+    correct, wrong (an answer found, but wrong), no_answer or truncated; kind (the group's): any, all_right,
+    all_wrong, mixed or zero_spread; contains: a case-insensitive substring of the completion; sort: step, reward,
+    length or spread (then by sample id), descending; page from 1, page_size 1 to 200. Returns {run_id, total,
+    page, page_size, pages, rows}, each row {sample_id, group_id, step, question, completion (cut to 300
+    characters), reward, correct, answer_found, truncated, length, spread, kind}."""
+    return call_api(diagnose_api.search_samples, run_id, reward_min, reward_max, outcome, spread_min, spread_max,
+                    length_min, length_max, step_min, step_max, contains, kind, sort, descending, page, page_size)
+
+
+def question_history(run_id: int, question: str, other_runs: bool = True) -> dict:
+    """One question through time: every group sampled for the question (its exact text) in the run, by step, and
+    with other_runs in up to 10 other runs on the same dataset, newest first. Returns {question, question_key,
+    dataset, runs}, this run first; each run {run_id, name, status, archived, groups_total, groups,
+    correct_share_first, correct_share_last} with its latest 200 groups, each {group_id, step, reward_mean,
+    reward_std, kind, correct_share, samples}, each sample {sample_id, completion (cut to 300 characters), reward,
+    correct, truncated, length}."""
+    return call_api(diagnose_api.question_history, run_id, question, other_runs)
+
+
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, get_logs, wait_run, list_groups, get_group, cancel_run,
              compare_runs, export_run, upload_dataset, preview_dataset, preview_rewards, rename_run, annotate_run,
-             archive_run, delete_run)
+             archive_run, delete_run, search_samples, question_history)

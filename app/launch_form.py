@@ -32,7 +32,7 @@ SECTIONS = (
              "rm_samples", "rm_learning_rate", "rm_replay_ratio")),
     Section("Runtime & saving", ("device", "precision", "lora_rank"),
             ("micro_batch_size", "gradient_checkpointing", "devices", "eval_every", "checkpoint_every",
-             "checkpoint_keep", "record_every")),
+             "checkpoint_keep", "record_every", "report_to")),
 )
 
 # Labels where the key, spaced and capitalised, would not say it (the key is shown beside every label).
@@ -53,7 +53,7 @@ LABELS = {
     "rm_learning_rate": "Reward model learning rate", "rm_replay_ratio": "Reward model replay ratio",
     "lora_rank": "LoRA rank", "micro_batch_size": "Micro-batch size", "devices": "Processes (data-parallel)",
     "eval_every": "Evaluate every", "checkpoint_every": "Checkpoint every", "checkpoint_keep": "Checkpoints kept",
-    "record_every": "Record groups every",
+    "record_every": "Record groups every", "report_to": "Also report to (tensorboard, mlflow, wandb)",
 }
 
 

@@ -5,7 +5,8 @@ The schema itself is created and changed only by the Alembic migrations in
 
 runs 1-n metrics     one row per finished step: {step, iteration, values: {metric: float}}
 runs 1-n groups      the G outputs sampled for one question at one step, with reward mean/std
-groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards, step labels
+groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards, step labels, the
+                     columns a search filters on (run, step, length, verdicts), per-token log-probs / ratio / KL
 runs 1-n run_logs    human-readable lines from the worker / engine
 Deleting a run deletes everything under it (ON DELETE CASCADE).
 workers              each worker process's queues and GPUs, and when it last reported
@@ -15,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, String, Text, UniqueConstraint, false
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, LargeBinary, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -106,7 +107,8 @@ class Group(Base):
     """The G outputs sampled for one question at one step."""
 
     __tablename__ = "groups"
-    __table_args__ = (Index("ix_groups_run_id_step", "run_id", "step"),)
+    __table_args__ = (Index("ix_groups_run_id_step", "run_id", "step"),
+                      Index("ix_groups_question_key", "question_key"))
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -117,6 +119,8 @@ class Group(Base):
     reference: Mapped[str] = mapped_column(Text)
     reward_mean: Mapped[float] = mapped_column(Float)
     reward_std: Mapped[float] = mapped_column(Float)  # population std of the G rewards
+    kind: Mapped[str | None] = mapped_column(String(16))  # 'all_right' / 'all_wrong' / 'mixed' (the verifier's)
+    question_key: Mapped[str | None] = mapped_column(String(40))  # sha1 of prompt: one question across steps, runs
 
     samples: Mapped[list[Sample]] = relationship(
         order_by="Sample.position", cascade="all, delete-orphan", passive_deletes=True
@@ -124,12 +128,18 @@ class Group(Base):
 
 
 class Sample(Base):
-    """One output of a group: its text, tokens, per-token advantages and rewards."""
+    """One output of a group: its text, tokens, per-token advantages and rewards; the columns a search filters on;
+    per-token arrays of what the update saw (float32 / uint8 bytes, ``records.pack`` / ``unpack``)."""
 
     __tablename__ = "samples"
+    __table_args__ = (Index("ix_samples_run_id_step", "run_id", "step"),
+                      Index("ix_samples_run_id_reward", "run_id", "reward"),
+                      Index("ix_samples_run_id_length", "run_id", "length"))
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     group_id: Mapped[int] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[int | None]  # the group's run and step, copied: a run's samples are searched by index alone
+    step: Mapped[int | None]
     position: Mapped[int]  # i in 0..G-1
     completion: Mapped[str] = mapped_column(Text)
     tokens: Mapped[list[str]] = mapped_column(JSON)  # decoded text of each completion token
@@ -142,6 +152,17 @@ class Sample(Base):
     step_labels: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
     step_shares: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))
     reward_components: Mapped[dict[str, float]] = mapped_column(JSON)
+    length: Mapped[int | None]  # completion tokens, the end token included
+    correct: Mapped[bool | None]  # the verifier accepted the final answer
+    answer_found: Mapped[bool | None]  # a final answer was found at all
+    truncated: Mapped[bool | None]  # cut at max_new_tokens without an end token
+    # per token (null when not recorded): log pi_old at sampling, log pi_ref, the ratio and k3 KL at the last update
+    # (little-endian float32 each), and whether the clip bound it (uint8)
+    logprobs: Mapped[bytes | None] = mapped_column(LargeBinary)
+    ref_logprobs: Mapped[bytes | None] = mapped_column(LargeBinary)
+    ratios: Mapped[bytes | None] = mapped_column(LargeBinary)
+    kls: Mapped[bytes | None] = mapped_column(LargeBinary)
+    clipped: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class RunLog(Base):

@@ -1,16 +1,14 @@
 """The dashboard's renderers: plain functions from app.api's dicts to what the browser shows.
 
 Tables as pandas frames (runs, groups, reward-model refreshes) and HTML strings (run progress with its phase
-and key numbers, a group's completions coloured token by token, a banner over steps whose groups carry no
-gradient, config differences, a dataset preview). The charts are app.charts'. Nothing here calls the store
-or imports Gradio.
+and key numbers, config differences, a dataset preview). One group's view is app.render_group's, the charts are
+app.charts'. Nothing here calls the store or imports Gradio.
 """
 import html
 from datetime import datetime, timezone
 
 import pandas as pd
 
-from app.step_detail import step_details
 
 GROUP_COLUMNS = ["group", "prompt", "reward mean", "reward std"]
 # The reward-model table: each column's header and the recorded metric it shows ("change" is after - before)
@@ -194,213 +192,23 @@ def upload_preview_html(result: dict, uploaded: bool = True) -> str:
             f'<table class="upload-preview"><tr><th>question</th><th>answer</th><th>solution</th></tr>{rows}</table>')
 
 
-def _visible(token: str) -> str:
-    """HTML for a token's text: escaped, with spaces, tabs and newlines drawn as marks."""
-    if token == "":
-        return '<span class="ws">∅</span>'
-    text = html.escape(token)
-    return (text.replace(" ", '<span class="ws">·</span>')
-                .replace("\t", '<span class="ws">→</span>')
-                .replace("\r", '<span class="ws">␍</span>')
-                .replace("\n", '<span class="ws">↵</span>'))
+def health_html(warnings: list[dict]) -> str:
+    """The Run tab's health badge: "✓ no warnings", or "⚠ n warnings" unfolding into each warning (app.health: its
+    title, message and the steps of its evidence); a click on one draws the metrics that show it (``data-rule``).
 
-
-def token_span(token: str, advantage: float, scale: float) -> str:
-    """One token on a background tinted red (A < 0) or green (A > 0), clear at A = 0, and its text and
-    advantage in a tooltip (``data-tip``, shown by the stylesheet on hover).
-
-    With f = |A| / scale (scale: the largest |A| in the group), the tint's opacity is 0.12 + 0.88 f for A != 0
-    (the floor keeps small advantages visible, on a dark page too) and 0 for A = 0. The tint lies over the
-    page's own background, so the page's text colour stays readable on the faint tints in light and dark
-    themes; the strong tints (f over 0.6) carry white text.
+    >>> health_html([])
+    '<div class="health ok" data-warnings="0">✓ health: no warnings</div>'
     """
-    f = min(abs(advantage) / scale, 1.0) if scale > 0 else 0.0
-    alpha = 0.12 + 0.88 * f if f > 0 else 0.0
-    r, g, b = (220, 38, 38) if advantage < 0 else (22, 163, 74)
-    strong = " strong" if f > 0.6 else ""
-    tip = html.escape(f"{token!r}  A = {advantage:+.4f}", quote=True)
-    return (f'<span class="token{strong}" data-adv="{advantage:.6g}" data-tip="{tip}" '
-            f'style="background:rgba({r},{g},{b},{alpha:.3f})">{_visible(token)}</span>')
+    if not warnings:
+        return '<div class="health ok" data-warnings="0">✓ health: no warnings</div>'
+    items = "".join(
+        f'<li data-rule="{html.escape(w["rule"], quote=True)}" title="Click: chart {html.escape(", ".join(w["metrics"]), quote=True)}">'
+        f'<b>{html.escape(w["title"])}</b> (steps {w["steps"][0]}–{w["steps"][1]}): {html.escape(w["message"])} '
+        f'<span class="evidence">show {html.escape(", ".join(w["metrics"]))} ›</span></li>'
+        for w in warnings)
+    n = len(warnings)
+    return (f'<details class="health warn" data-warnings="{n}"><summary>⚠ {n} health warning{"s" if n > 1 else ""}: '
+            f'{html.escape(", ".join(w["title"] for w in warnings))}</summary><ul>{items}</ul>'
+            '<div class="health-note">Each rule and its threshold: README, "Health warnings". A click on a warning '
+            'charts its metrics.</div></details>')
 
-
-# the reward components' names in words: key -> (text for a true / nonzero value, text for 0)
-_COMPONENT_WORDS = {"correct": ("verifier: correct ✓", "verifier: wrong ✗"),
-                    "formatted": ("final answer found", "no final answer found")}
-
-
-def _verdicts(components: dict, weights: dict | None = None) -> str:
-    """The reward's components in words: the verifier's verdict, whether a final answer was found, the
-    format reward's share and, where a learned reward model scored the output, its score; a named reward of the
-    run's ``rewards`` (``weights``: name -> weight) as its value times its weight ("length 0.42 × 0.5"), then
-    their weighted total; any other component by its key."""
-    weights = weights or {}
-    parts = []
-    for key, (yes, no) in _COMPONENT_WORDS.items():
-        if key in components:
-            cls = ("ok" if components[key] else "bad") if key == "correct" else "component"
-            words = yes if components[key] else no
-            parts.append(f'<span class="verdict {cls}" data-component="{key}">{words}</span>')
-    if "format" in components:
-        parts.append(f'<span class="component" data-component="format">format reward {components["format"]:+g}</span>')
-    if "rm_score" in components:
-        parts.append(f'<span class="rm-score" data-component="rm_score">reward model score '
-                     f'{components["rm_score"]:.3f}</span>')
-    rest = {k: v for k, v in components.items() if k not in (*_COMPONENT_WORDS, "format", "rm_score")}
-    parts += [f'<span class="component" data-component="{html.escape(k)}">{html.escape(k)} {v:.3g}'
-              f'{f" × {weights[k]:g}" if k in weights else ""}</span>' for k, v in rest.items()]
-    named = [k for k in weights if k in components]
-    if named:
-        total = sum(components[k] * weights[k] for k in named)
-        parts.append(f'<span class="component" data-component="weighted-total">weighted total {total:.3g}</span>')
-    return " ".join(parts)
-
-
-def zero_spread_banner(groups: list[dict]) -> str:
-    """A warning when most (over half) of a step's groups (app.api.list_groups rows) have the same reward for
-    every output (every step, with process supervision: ``reward_std`` is over the step rewards): their
-    advantages are 0, so they teach the policy nothing; empty otherwise."""
-    flat = sum(1 for g in groups if g["reward_std"] == 0)
-    if not groups or 2 * flat <= len(groups):
-        return ""
-    return (f'<div class="zero-spread" data-flat="{flat}" data-groups="{len(groups)}"><b>{flat} of {len(groups)} '
-            'groups at this step have the same reward for every output (or every step)</b>: they carry no '
-            'gradient. Try a harder '
-            'or easier dataset, a larger group_size, or a higher temperature.</div>')
-
-
-def _prompt_html(group: dict) -> str:
-    """The prompt as the model saw it (after the run's prompt template: a chat template's turns, a BOS token), and
-    the question on its own when the two differ; the question alone for groups recorded without it, or when the
-    template only added white space."""
-    question = f'<pre class="prompt">{html.escape(group["prompt"])}</pre>'
-    seen = group.get("model_prompt")
-    if not seen or seen.strip() == group["prompt"].strip():  # the plain template only adds a line break
-        return f"<div>Prompt:</div>{question}"
-    return (f'<div>Prompt as the model saw it (the run\'s prompt template applied):</div>'
-            f'<pre class="prompt model-prompt">{html.escape(seen)}</pre>'
-            f'<details class="question"><summary>the question alone</summary>{question}</details>')
-
-
-def _process_head(group: dict) -> str:
-    """The group head's words on process supervision, with where the step rewards came from."""
-    source = f" (from {html.escape(group['step_labels'])})" if group.get("step_labels") else ""
-    return f" · process supervision: step rewards at each step end{source}"
-
-
-def _share_text(step: dict) -> str:
-    """A step's rules' label, with the share of its continuations that reached the answer where that says more
-    (a hard label; a soft one is the share itself): "1 · 0.75", "0.75", "1"; "–" for none.
-
-    >>> _share_text({"label": 1.0, "share": 0.75}), _share_text({"label": 0.75, "share": 0.75})
-    ('1 · 0.75', '0.75')
-    """
-    label, share = step.get("label"), step.get("share")
-    if label is None:
-        return "–"
-    return f"{label:.3g}" if share is None or share == label else f"{label:.3g} · {share:.3g}"
-
-
-def _step_mark(step: dict, source: str | None) -> str:
-    """The mark after a step's last token: its reward, and on hover its reward's source, the normalised reward
-    and the rules' label (with the share of the step's continuations that reached the answer).
-
-    >>> _step_mark({"index": 1, "reward": 1.0, "normalised": 0.5, "label": None, "share": None}, "rollouts")
-    '<span class="step-end" data-tip="step 2: reward +1.000 from rollouts; normalised +0.500">step 2 r=+1.00</span>'
-    >>> tip = _step_mark({"index": 0, "reward": 0.8, "normalised": 1.0, "label": 1.0, "share": 0.75}, None)
-    >>> tip.split('"')[3]
-    'step 1: reward +0.800; normalised +1.000; label 1; share reaching the answer 0.75'
-    """
-    k, reward = step["index"], step["reward"]
-    if reward is None:
-        return f'<span class="step-end">step {k + 1}</span>'
-    tip = f"step {k + 1}: reward {reward:+.3f}{f' from {source}' if source else ''}"
-    tip += f"; normalised {step['normalised']:+.3f}"
-    if step["label"] is not None:
-        tip += f"; label {step['label']:.3g}"
-    if step["share"] is not None:
-        tip += f"; share reaching the answer {step['share']:.3g}"
-    return f'<span class="step-end" data-tip="{html.escape(tip, quote=True)}">step {k + 1} r={reward:+.2f}</span>'
-
-
-def _step_table(steps: list[dict], rule: str | None) -> str:
-    """A process sample's steps as a table (folded open; its rule named above it): step, text, the rules' label,
-    the PRM's score (when a learned PRM scored the steps) and the reward with its normalised value."""
-    if not steps:
-        return ""
-    labels = any(st["label"] is not None for st in steps)
-    prm = any(st["prm_score"] is not None for st in steps)
-    rule_text = f' · labels by <span class="src">{html.escape(rule)}</span>' if rule and labels else ""
-    head = ("<th>step</th><th>text</th>" + ("<th>label</th>" if labels else "")
-            + ("<th>PRM score</th>" if prm else "") + "<th>reward (normalised)</th>")
-    rows = []
-    for st in steps:
-        text = html.escape(st["text"].strip()) or '<span class="ws">∅</span>'
-        cells = [f'<td class="num">{st["index"] + 1}</td>', f'<td class="text">{text}</td>']
-        if labels:
-            cells.append(f'<td class="num" data-col="label">{_share_text(st)}</td>')
-        if prm:
-            score = "–" if st["prm_score"] is None else f'{st["prm_score"]:.3f}'
-            cells.append(f'<td class="num" data-col="prm">{score}</td>')
-        reward = "–" if st["reward"] is None else f'{st["reward"]:+.2f} ({st["normalised"]:+.2f})'
-        cells.append(f'<td class="num" data-col="reward">{reward}</td>')
-        rows.append(f'<tr data-step="{st["index"]}">{"".join(cells)}</tr>')
-    return (f'<details class="steps" open><summary>{len(steps)} steps{rule_text}</summary>'
-            f'<table class="step-table"><tr>{head}</tr>{"".join(rows)}</table></details>')
-
-
-def _steps_of(samples: list[dict]) -> list[list[dict]]:
-    """Each sample's steps: /get_group's ``steps``, or, for dicts without them, the same computed here (no PRM)."""
-    if all(s.get("steps") is not None for s in samples):
-        return [s["steps"] for s in samples]
-    return step_details(samples, prm=False)
-
-
-def group_html(group: dict) -> str:
-    """The prompt, the reference and the G completions side by side, tokens coloured by advantage.
-
-    Each completion shows its raw reward and, when one reward per output was normalised (outcome
-    supervision), the normalised one: the engine's advantage, the same on every token (each completion has
-    at least its end token); process supervision marks each step's end with its reward, and lists the steps
-    under the completion in a table (text, the rules' label, the PRM's score, the reward normalised).
-    """
-    samples = group["samples"]
-    scale = max((abs(a) for s in samples for a in s["advantages"]), default=0.0)
-    rewards = [s["reward"] for s in samples]
-    mean = sum(rewards) / len(rewards) if rewards else 0.0
-    process = any(s.get("step_end_indices") is not None for s in samples)
-    steps_of = _steps_of(samples)
-    weights = group.get("reward_weights") or {}  # the run's named rewards: name -> weight
-    out = [
-        f'<div class="group" data-group-id="{group["group_id"]}">',
-        '<div class="group-head">',
-        f'<b>Group {group["group_id"]}</b> · run {group["run_id"]} · step {group["step"]} · '
-        f'{len(samples)} samples · reward mean {mean:.3f}'
-        f'{_process_head(group) if process else ""}',
-        _prompt_html(group),
-        f'<div>Reference: <code>{html.escape(str(group.get("reference") or ""))}</code></div>',
-        f'<div>Advantage: {-scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '
-        f'(hover a token for its value)</div></div><div class="samples{" process" if process else ""}">',
-    ]
-    for i, (sample, steps) in enumerate(zip(samples, steps_of)):
-        end_at = {t: k for k, t in enumerate(sample.get("step_end_indices") or [])}
-        spans = []
-        for t, (token, adv) in enumerate(zip(sample["tokens"], sample["advantages"])):
-            spans.append(token_span(token, adv, scale))
-            if t in end_at:
-                spans.append(_step_mark(steps[end_at[t]], group.get("step_labels")))
-            spans.append("<br>" * token.count("\n"))  # the line break after the token and its step mark
-        if process:
-            count = len(sample.get("step_rewards") or [])
-            reward_text = f'reward <b>{sample["reward"]:+.3f}</b> (mean of {count} step rewards)'
-        else:
-            # outcome supervision: every token carries the reward the engine normalised within the group
-            normalised = f'{sample["advantages"][0]:+.3f}' if sample["advantages"] else "n/a"
-            reward_text = f'reward <b>{sample["reward"]:+.3f}</b> · normalised <b class="norm">{normalised}</b>'
-        out.append(
-            f'<div class="sample" data-sample-id="{sample["sample_id"]}" data-reward="{sample["reward"]:.6g}">'
-            f'<div class="sample-head"><b>sample {i + 1}</b> · {reward_text} · {len(sample["tokens"])} tokens'
-            f'<div class="verdicts">{_verdicts(sample.get("reward_components") or {}, weights)}</div></div>'
-            f'<div class="tokens">{"".join(spans)}</div>{_step_table(steps, group.get("step_label_rule"))}</div>'
-        )
-    out.append("</div></div>")
-    return "".join(out)

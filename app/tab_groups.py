@@ -1,15 +1,21 @@
 """The Groups tab: a run's recorded steps on a slider (at its right end it follows the latest step), the
 step's groups in a sortable table (largest reward spread first, by default: the groups that teach the most),
 a warning when most of them have the same reward for every output, and one group's G completions side by
-side, each token coloured by its advantage."""
+side, each token tinted by its advantage, its KL to the reference or its surprise (every per-token number on
+hover). Between the table and the group, "Find samples" searches the whole run; under the group, "This question
+through time" follows its question (app.tab_groups_find). A group opened from Find samples or from the Run tab's
+gradient chart stays shown while a running run records new steps, until the slider, the order or a row is used."""
 import html
 
 import gradio as gr
 
 from app import api
-from app.render import group_html, groups_frame, zero_spread_banner
+from app.render import groups_frame
+from app.render_group import COLOURINGS, group_html, zero_spread_banner
+from app.tab_groups_find import build_find, build_history, wire_find, wire_history
 from app.tab_shared import PRIVATE, QUIET, Shared
 
+TINTS = tuple((words, key) for key, (words, _, _) in COLOURINGS.items())  # the tint picker's (label, value)
 GROUP_ORDERS = (("sampling order", "position"), ("reward spread (largest first)", "spread"),
                 ("reward mean (highest first)", "mean"), ("reward mean (lowest first)", "mean_asc"))
 
@@ -27,17 +33,30 @@ def build_groups_tab(shared: Shared) -> None:
         banner = gr.HTML(elem_id="groups-banner", visible=False)
         groups_table = gr.Dataframe(groups_frame([]), interactive=False, elem_id="groups-table",
                                     label="Groups at this step (click a row to show it)")
+        find = build_find()
+        tint = gr.Radio(list(TINTS), value="advantage", label="Tint tokens by", elem_id="group-tint",
+                        info="hover a token for its advantage, log-probs, ratio, KL and clip")
         group_view = gr.HTML(elem_id="group-view")
+        shown_group = gr.State(None)  # the id of the group the view shows
+        pinned = gr.State(None)  # the run whose group the view shows, opened from Find samples or the chart: the
+        # slider's following that run's latest step leaves it shown
+        history_button, history_view = build_history()
         steps_seen = gr.State(None)  # (run_id, group steps) last offered
 
     run_select = shared.groups_run_select
     steps_io = ([run_select, step_slider, steps_seen], [step_slider, steps_seen])
     run_select.change(_refresh_steps, *steps_io, **PRIVATE)
     shared.timer.tick(_refresh_steps, *steps_io, **QUIET)
-    step_inputs = [run_select, step_slider, group_order, steps_seen]
-    step_slider.change(_show_step, step_inputs, [banner, groups_table, group_view], **PRIVATE)
-    group_order.change(_show_step, step_inputs, [banner, groups_table, group_view], **PRIVATE)
-    groups_table.select(_show_group, None, group_view, **PRIVATE)
+    step_inputs = [run_select, step_slider, group_order, steps_seen, tint]
+    step_out = [banner, groups_table, group_view, shown_group]
+    step_slider.change(_show_step, [*step_inputs, pinned], step_out, **PRIVATE)
+    step_slider.release(_show_step, step_inputs, step_out, **PRIVATE).then(lambda: None, None, pinned, **PRIVATE)
+    group_order.change(_show_step, step_inputs, step_out, **PRIVATE).then(lambda: None, None, pinned, **PRIVATE)
+    groups_table.select(_show_group, tint, [group_view, shown_group], **PRIVATE).then(
+        lambda: None, None, pinned, **PRIVATE)
+    tint.change(_retint, [shown_group, tint], group_view, **PRIVATE)
+    wire_find(shared, find, group_view, shown_group, tint, pinned)
+    wire_history(shared, history_button, history_view, shown_group)
 
 
 def _nearest_step(steps: list[int], value) -> int | None:
@@ -72,26 +91,38 @@ def _refresh_steps(run_id, value, seen):
             [run_id, steps])
 
 
-def _show_step(run_id, value, order, seen):
-    """The groups of the step the slider stands for, in ``order``, the first of them, and above them a warning
-    when most carry no gradient."""
+def _show_step(run_id, value, order, seen, tint, pinned=None):
+    """The groups of the step the slider stands for, in ``order``, the first of them (and its id; not while a group
+    of this run is ``pinned``), tinted by ``tint``, and above them a warning when most carry no gradient."""
     steps = seen[1] if seen is not None and seen[0] == run_id else []
     step = _nearest_step(steps, value)
     if run_id is None or step is None:
-        return gr.HTML(visible=False), groups_frame([]), "<div>No groups recorded yet.</div>"
+        return gr.HTML(visible=False), groups_frame([]), "<div>No groups recorded yet.</div>", None
     try:
         groups = api.list_groups(run_id, step, order)
         first = api.get_group(groups[0]["group_id"]) if groups else None
     except api.ApiError as e:
-        return gr.HTML(visible=False), groups_frame([]), f'<div class="run-error">{html.escape(str(e))}</div>'
+        return gr.HTML(visible=False), groups_frame([]), f'<div class="run-error">{html.escape(str(e))}</div>', None
     banner = zero_spread_banner(groups)
+    if pinned is not None and pinned == run_id:
+        return gr.HTML(banner, visible=bool(banner)), groups_frame(groups), gr.skip(), gr.skip()
     return (gr.HTML(banner, visible=bool(banner)), groups_frame(groups),
-            group_html(first) if first else "<div>No groups at this step.</div>")
+            group_html(first, tint) if first else "<div>No groups at this step.</div>", first and first["group_id"])
 
 
-def _show_group(evt: gr.SelectData):
-    """The group of the clicked row."""
+def _show_group(tint, evt: gr.SelectData):
+    """The group of the clicked row, and its id."""
     try:
-        return group_html(api.get_group(evt.row_value[0]))
+        return group_html(api.get_group(evt.row_value[0]), tint), evt.row_value[0]
+    except api.ApiError as e:
+        return f'<div class="run-error">{html.escape(str(e))}</div>', None
+
+
+def _retint(group_id, tint):
+    """The shown group again, tinted by ``tint``."""
+    if group_id is None:
+        return gr.skip()
+    try:
+        return group_html(api.get_group(group_id), tint)
     except api.ApiError as e:
         return f'<div class="run-error">{html.escape(str(e))}</div>'

@@ -114,6 +114,10 @@ def _visibility(*deciding):
     return [gr.update(visible=applies(key, values)) for key in APPLIES] + [gr.update(visible=applies("rewards", values))]
 
 
+LIST_EXAMPLE = '[{"name": "accuracy", "weight": 1.0}, {"name": "length", "weight": 0.5}]'  # rewards
+LIST_EXAMPLES = {"report_to": "tensorboard, mlflow"}  # the other list keys' placeholders
+
+
 def form_values(values: list) -> list:
     """Run-spec values (in FIELDS order) as the form's inputs hold them: a list as its JSON text."""
     return [json.dumps(list(v)) if f.type is list and not isinstance(v, str) else v for f, v in zip(FIELDS, values)]
@@ -128,9 +132,9 @@ def _field_input(field):
     if field.type is bool:
         return gr.Checkbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
     if field.type is list:
-        return gr.Textbox(value=json.dumps(list(field.default)), label=label(field.name), info=field.help, lines=2,
-                          placeholder='[{"name": "accuracy", "weight": 1.0}, {"name": "length", "weight": 0.5}]',
-                          elem_id=f"spec-{field.name}")
+        return gr.Textbox(value=json.dumps(list(field.default)), label=label(field.name), info=field.help,
+                          lines=1 if field.name in LIST_EXAMPLES else 2,
+                          placeholder=LIST_EXAMPLES.get(field.name, LIST_EXAMPLE), elem_id=f"spec-{field.name}")
     if field.type is str:
         return gr.Textbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
     # no min/max/precision on the component: validate_spec is the one judge and names the key

@@ -1,9 +1,10 @@
 """The Run tab: one run's progress (its phase, iteration, step, ETA and latest key numbers), live charts of the
-metrics it recorded (smoothed, a chosen few or all), the reward model's refreshes, cancel, exports, "Launch
-again" (the Launch form filled from its config, under a new name), its config and its log (which follows its
-newest lines); redrawn when the run changes and on every tick, where anything new was recorded. Buttons that do
-not apply to the run (Cancel once it finished, the trained policy before it completed, the LoRA adapter of a
-run without one) are disabled or hidden."""
+metrics it recorded (smoothed, a chosen few or all), where the gradient comes from (each step's groups all
+right, all wrong or mixed; a click on a bar opens those groups in the Groups tab), the reward model's refreshes,
+cancel, exports, "Launch again" (the Launch form filled from its config, under a new name), its config and its
+log (which follows its newest lines); redrawn when the run changes and on every tick, where anything new was
+recorded. Buttons that do not apply to the run (Cancel once it finished, the trained policy before it completed,
+the LoRA adapter of a run without one) are disabled or hidden."""
 import html
 import re
 
@@ -12,7 +13,8 @@ import gradio as gr
 from app import api, exports
 from app.charts import metrics_figure, recorded_metrics
 from app.endpoints import call_api
-from app.render import progress_html, rm_refresh_frame
+from app.render import health_html, progress_html, rm_refresh_frame
+from app.render_diagnose import gradient_chart_html
 from app.tab_launch import LaunchForm, form_values
 from app.tab_shared import PRIVATE, QUIET, Shared
 from grpo_engine.config import FIELDS
@@ -23,6 +25,9 @@ EXPORTS = (("export-parquet", "Groups as Parquet", "parquet"), ("export-csv", "G
            ("export-adapter", "LoRA adapter", "adapter"))  # (elem_id, button text, export kind)
 SMOOTHING = 0.6  # the charts' EMA weight on opening
 _NUMBERED = re.compile(r"^(.*) \((\d+)\)$")  # a name ending in " (n)"
+# the health badge: a click on a warning (its data-rule) asks for its evidence to be charted
+HEALTH_CLICK = ("element.addEventListener('click', e => { const li = e.target.closest('[data-rule]');"
+                " if (li) trigger('click', {rule: li.dataset.rule}); });")
 
 
 def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
@@ -35,6 +40,8 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
                                       interactive=False)
             relaunch_button = gr.Button("Launch again", elem_id="relaunch-button", scale=0, min_width=170)
         progress = gr.HTML(elem_id="run-progress")
+        health = gr.HTML(elem_id="run-health", js_on_load=HEALTH_CLICK)
+        shared.gradient_chart.render()
         with gr.Row(elem_id="chart-controls"):
             smoothing = gr.Slider(0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing",
                                   info="EMA weight of the bold lines; 0: the raw values", elem_id="chart-smoothing",
@@ -57,12 +64,16 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         chart_seen = gr.State(None)  # [run_id, metric rows, last step, log lines, last line, recorded metrics]
 
     run_select = shared.run_select
+    run_select.change(_show_health, run_select, health, **PRIVATE)
+    shared.timer.tick(_show_health, run_select, health, **QUIET)
+    health.click(_chart_evidence, [run_select, smoothing], [picked, charts], **PRIVATE)
     relaunch_button.click(_relaunch, run_select, [*launch.inputs, shared.tabs, launch.result], **PRIVATE)
     outputs = [progress, charts, rm_table, config_view, log_view, chart_seen, picked,
                cancel_button, buttons["model"], buttons["adapter"]]
     inputs = [run_select, chart_seen, smoothing, picked]
     run_select.change(_show_run, inputs, outputs, **PRIVATE)
     shared.timer.tick(_show_run, inputs, outputs, **QUIET)
+    chart_seen.change(_draw_gradient, run_select, shared.gradient_chart, **QUIET)  # only when something was recorded
     smoothing.change(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     picked.input(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     cancel_button.click(_cancel, run_select, [progress, cancel_button], **PRIVATE)
@@ -132,12 +143,48 @@ def _show_run(run_id, seen, smoothing, picked):
             gr.skip() if same_run else run["config"], "\n".join(logs), key, picker, *_button_states(run))
 
 
+def _show_health(run_id):
+    """The health badge of the run (its warnings are cached by app.run_health: cheap on every tick)."""
+    if run_id is None:
+        return ""
+    try:
+        return health_html(api.get_run(run_id)["warnings"])
+    except api.ApiError:
+        return ""
+
+
+def _chart_evidence(run_id, smoothing, evt: gr.EventData):
+    """The metrics of the clicked warning picked in the chart, and the charts redrawn with them."""
+    rule = getattr(evt, "rule", None)
+    if run_id is None or not rule:
+        return gr.skip(), gr.skip()
+    try:
+        warning = next((w for w in api.get_run(run_id)["warnings"] if w["rule"] == rule), None)
+        if warning is None:
+            return gr.skip(), gr.skip()
+        metrics = api.get_metrics(run_id)
+    except api.ApiError:
+        return gr.skip(), gr.skip()
+    picked = [m for m in warning["metrics"] if m in recorded_metrics(metrics)]
+    return gr.Dropdown(value=picked), metrics_figure(metrics, smoothing, picked)
+
+
 def _redraw(run_id, smoothing, picked):
     """The charts again, with another smoothing or other metrics picked."""
     if run_id is None:
         return None
     try:
         return metrics_figure(api.get_metrics(run_id), smoothing, picked)
+    except api.ApiError:
+        return gr.skip()
+
+
+def _draw_gradient(run_id):
+    """The chart of where the run's gradient comes from (its clicks are the Groups tab's: app.tab_groups_find)."""
+    if run_id is None:
+        return ""
+    try:
+        return gradient_chart_html(api.get_metrics(run_id))
     except api.ApiError:
         return gr.skip()
 

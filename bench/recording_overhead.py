@@ -5,10 +5,12 @@ Runs ``grpo_engine.trainer.train`` on the default spec (built-in model and datas
 same in both and would dominate), in two configurations, alternated in this one process
 (off, on, off, on, ... --repeats times each) so that drift of a shared machine falls on both:
 
-  off  a recorder that records nothing (every method a no-op, should_stop False)
+  off  a recorder that records nothing (every method a no-op, should_stop False), and record_every 0: the
+       engine builds no groups either (no texts, no per-token arrays taken off the device)
   on   workers.recorder.DBRecorder, the worker's recorder, on a fresh migrated SQLite store in a
        temporary data dir, with the run row created by app.store.create_run: one transaction per
-       event (metrics, the step's 8 groups of 8 samples with their tokens and advantages, logs),
+       event (metrics, the step's 8 groups of 8 samples with their tokens, advantages and the per-token
+       log-probs, ratios, KL and clip flags as typed arrays, logs),
        written as the worker writes them, by a background writer thread (the time to write what is
        still queued at the end counts in the last step), and the cancel poll (at most once a second)
 
@@ -38,6 +40,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from grpo_engine.recorder import Recorder
@@ -143,14 +146,14 @@ def recorder_for(spec, record: bool, name: str):
 
 
 def run_once(spec, record: bool, cache_dir: Path) -> StepTimer:
-    """train() once, recording in a fresh SQLite store (``record``) or nowhere."""
+    """train() once, recording in a fresh SQLite store (``record``) or nowhere (and building no groups)."""
     from app import store
     from app.db import session_scope
     from grpo_engine.trainer import train
 
     with recorder_for(spec, record, "recording-overhead") as (inner, url, run_id):
         timer = StepTimer(inner)
-        result = train(spec, timer, cache_dir)
+        result = train(spec if record else replace(spec, record_every=0), timer, cache_dir)
         timer.finish()
         assert result["status"] == "completed", result
         if record:

@@ -1,13 +1,18 @@
-"""Does the Groups tab stay fast on a big run? /list_groups and /get_group against a store with 1M tokens.
+"""Does the dashboard stay fast on a big run? /list_groups, /get_group, /search_samples and /question_history
+against a store with 1M tokens.
 
 Seeds ONE run with at least --tokens stored completion tokens into a fresh store per backend: an
 SQLite file in a temporary data dir, and a uniquely named PostgreSQL database (dropped at the end).
-The run has the default shape, B = 8 groups per step and G = 8 samples per group, every sample
-exactly 32 tokens (max_new_tokens), so 1,024,000 tokens take 500 steps. Samples look like the
-built-in task's: its questions, their step-by-step solutions cut into the built-in tokenizer's
-tokens (numbers of up to 3 digits, single characters, then "</s>"), per-token advantages
-normalised within the group; every 4th group is process-supervised (step_rewards and
-step_end_indices). Seeding goes through app.store (record_step, record_groups) in transactions
+The run has the default shape, B = 8 groups per step and G = 8 samples per group, at most 32 tokens
+each (max_new_tokens), so 1,024,000 tokens take about 700 steps. Samples look like the built-in
+task's: its questions, their step-by-step solutions cut into the built-in tokenizer's tokens
+(numbers of up to 3 digits, single characters, then "</s>"): most end after their answer line
+(40% of them with a wrong answer), the rest ramble on without one until cut at max_new_tokens
+(truncated), each question with a difficulty of its own (easy ones' groups are often all right,
+hard ones' all wrong); the built-in verifier (grpo_engine.rewards.outcome_reward) gives their
+reward_components (correct, formatted). Per-token advantages are normalised within the group;
+every 4th group is process-supervised (step_rewards and step_end_indices). Seeding goes through
+app.store (record_step, record_groups, which fill the columns a search filters on) in transactions
 of --steps-per-commit steps.
 
 Then, per backend, it starts a real ``grpo-dashboard serve`` on that store (no embedded worker:
@@ -16,6 +21,9 @@ connects with gradio_client and times --calls calls of each endpoint, after one 
 ``/list_groups`` with a step spread across the run, ``/list_groups`` with step None (the latest
 step, what the tab opens on) and ``/get_group`` with random group ids. The same calls are also
 timed on app.store directly, in this process, to tell the database's share from the server's.
+``/search_samples`` is timed with: wrong answers by reward; a reward and a step range; a text search;
+the samples of mixed groups by spread; a deep page (near the last, by length). ``/question_history``
+with the question the run sampled most often.
 
     .venv/bin/python bench/store_scale.py                            # both backends, 1,024,000 tokens
     .venv/bin/python bench/store_scale.py --tokens 100000 --backends sqlite
@@ -27,6 +35,7 @@ p90 seconds of a call, PASS or FAIL against --max-median (0.5 s). Exit status 0 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import random
 import re
@@ -58,19 +67,20 @@ ADV_EPS = 1e-4
 # ---- 1. realistic groups ---------------------------------------------------------------------
 
 
-def completion_tokens(question: str, solution: str, rng: random.Random) -> list[str]:
-    """TOKENS_PER_SAMPLE tokens of a plausible completion: the solution (sometimes with a wrong final
-    answer), then the question and the solution again until the token budget runs out (truncated at
-    max_new_tokens), or, for 30% of them, until EOS as the last token."""
+def completion_tokens(question: str, solution: str, difficulty: float, rng: random.Random) -> list[str]:
+    """The tokens of a plausible completion, at most TOKENS_PER_SAMPLE, for a question of ``difficulty`` d in
+    [0, 1]: with probability 0.95 - 0.4 d the solution (with probability 0.8 d with a wrong final answer) and EOS;
+    else its steps without the answer line, then the question and the steps again until the token budget runs
+    out (truncated at max_new_tokens, no EOS). On average a quarter ramble and 40% of answers are wrong."""
     lines = solution.split("\n")
-    if rng.random() < 0.4:  # a wrong answer, as the warm-started model gives ~65% of the time
+    if rng.random() < 0.8 * difficulty:
         lines[-1] = f"#### {int(lines[-1][5:]) + rng.choice((-6, -2, 1, 4, 8))}"
-    text = "\n".join(lines)
+    if rng.random() < 0.95 - 0.4 * difficulty:
+        return TOKEN_PATTERN.findall("\n".join(lines))[: TOKENS_PER_SAMPLE - 1] + [EOS]
+    text = "\n".join(lines[:-1])
     tokens = TOKEN_PATTERN.findall(text)
     while len(tokens) < TOKENS_PER_SAMPLE:
         tokens += TOKEN_PATTERN.findall(f"\n{question}\n{text}")
-    if rng.random() < 0.3:
-        return tokens[: TOKENS_PER_SAMPLE - 1] + [EOS]
     return tokens[:TOKENS_PER_SAMPLE]
 
 
@@ -82,14 +92,18 @@ def step_ends(tokens: list[str]) -> list[int]:
 
 
 def make_group(example: dict, process: bool, rng: random.Random) -> dict:
-    """One group as ``GroupRecord.to_dict()`` gives it: G samples with rewards and advantages."""
+    """One group as ``GroupRecord.to_dict()`` gives it: G samples with the verifier's reward components, whether
+    they were truncated, rewards and advantages."""
+    from grpo_engine.rewards import outcome_reward
+
     samples = []
+    difficulty = random.Random(example["question"]).random()  # the same for every group of a question
     for _ in range(SAMPLES_PER_GROUP):
-        tokens = completion_tokens(example["question"], example["solution"], rng)
+        tokens = completion_tokens(example["question"], example["solution"], difficulty, rng)
         completion = "".join(t for t in tokens if t != EOS)
-        correct = float(completion.split("#### ")[-1].split("\n")[0] == example["answer"])
-        sample = {"completion": completion, "tokens": tokens, "reward": correct,
-                  "step_rewards": None, "step_end_indices": None, "reward_components": {"correct": correct}}
+        reward, components = outcome_reward(completion, example["answer"])
+        sample = {"completion": completion, "tokens": tokens, "reward": reward, "step_rewards": None,
+                  "step_end_indices": None, "reward_components": components, "truncated": tokens[-1] != EOS}
         if process:
             sample["step_end_indices"] = step_ends(tokens)
             sample["step_rewards"] = [float(rng.random() < 0.7) for _ in sample["step_end_indices"]]
@@ -123,8 +137,9 @@ def process_advantages(samples: list[dict]) -> None:
 # ---- 2. seeding through app.store -------------------------------------------------------------
 
 
-def seed_store(url: str, steps: int, steps_per_commit: int, seed: int) -> tuple[int, list[int], int]:
-    """Migrate ``url`` and record one completed run of ``steps`` steps; return (run_id, group ids, tokens)."""
+def seed_store(url: str, min_tokens: int, steps_per_commit: int, seed: int) -> dict:
+    """Migrate ``url`` and record one completed run with at least ``min_tokens`` completion tokens; return
+    {run_id, steps, group_ids, tokens, question: the one sampled most often, question_groups: how often}."""
     from sqlalchemy import select
 
     from app import store
@@ -136,25 +151,34 @@ def seed_store(url: str, steps: int, steps_per_commit: int, seed: int) -> tuple[
     rng = random.Random(seed)
     train_set, _ = load_dataset("builtin-arith")
     upgrade_database(url)
-    spec = validate_spec({"name": "store-scale", "steps_per_iteration": steps}).to_dict()
+    guess = -(-min_tokens // (GROUPS_PER_STEP * SAMPLES_PER_GROUP * 23))  # ~23 tokens a sample
+    spec = validate_spec({"name": "store-scale", "steps_per_iteration": guess}).to_dict()
     with session_scope(url) as s:
         run_id = store.create_run(s, spec, spec["name"])
-        store.mark_running(s, run_id, steps)
-    tokens = 0
-    for first in range(1, steps + 1, steps_per_commit):
+        store.mark_running(s, run_id, guess)
+    tokens, step, asked = 0, 0, collections.Counter()
+    while tokens < min_tokens:
         with session_scope(url) as s:  # one transaction per chunk of steps
-            for step in range(first, min(first + steps_per_commit, steps + 1)):
-                groups = [make_group(rng.choice(train_set), (step * GROUPS_PER_STEP + b) % PROCESS_EVERY == 0, rng)
-                          for b in range(GROUPS_PER_STEP)]
+            for _ in range(steps_per_commit):
+                step += 1
+                examples = [rng.choice(train_set) for _ in range(GROUPS_PER_STEP)]
+                groups = [make_group(e, (step * GROUPS_PER_STEP + b) % PROCESS_EVERY == 0, rng)
+                          for b, e in enumerate(examples)]
                 store.record_groups(s, run_id, step, groups)
                 rewards = [x["reward"] for g in groups for x in g["samples"]]
                 store.record_step(s, run_id, step, 1, {"reward_mean": statistics.fmean(rewards),
                                                        "reward_std": statistics.pstdev(rewards)})
                 tokens += sum(len(x["tokens"]) for g in groups for x in g["samples"])
+                asked.update(e["question"] for e in examples)
+                if tokens >= min_tokens:
+                    break
     with session_scope(url) as s:
+        store.mark_running(s, run_id, step)
         store.finish_run(s, run_id, "completed")
         group_ids = list(s.scalars(select(Group.id).where(Group.run_id == run_id)))
-    return run_id, group_ids, tokens
+    (question, times), = asked.most_common(1)
+    return {"run_id": run_id, "steps": step, "group_ids": group_ids, "tokens": tokens, "question": question,
+            "question_groups": times}
 
 
 # ---- 3. the real server ----------------------------------------------------------------------
@@ -211,22 +235,60 @@ def p90(times: list[float]) -> float:
     return statistics.quantiles(times, n=10, method="inclusive")[8]
 
 
-def measure(url: str, db_url: str, run_id: int, steps: int, group_ids: list[int], n: int,
+SEARCH_PARAMS = ("reward_min", "reward_max", "outcome", "spread_min", "spread_max", "length_min", "length_max",
+                 "step_min", "step_max", "contains", "kind", "sort", "descending", "page", "page_size")
+SEARCH_DEFAULTS = {"outcome": "any", "contains": "", "kind": "any", "sort": "step", "descending": False, "page": 1,
+                   "page_size": 50}
+
+
+def search_args(run_id: int, **filters) -> tuple:
+    """The positional arguments of a /search_samples call with ``filters``, the rest at their defaults."""
+    return (run_id, *(filters.get(name, SEARCH_DEFAULTS.get(name)) for name in SEARCH_PARAMS))
+
+
+def store_search(s, run_id: int, *args):
+    """app.store.search_samples on search_args' positional arguments."""
+    from app import store
+
+    return store.search_samples(s, run_id, **dict(zip(SEARCH_PARAMS, args)))
+
+
+def cases(seeded: dict, n: int, rng: random.Random) -> dict[str, tuple[str, object, list[tuple]]]:
+    """Per timed case: (endpoint, the app.store function it wraps, the arguments of each call)."""
+    from app import store
+
+    run_id, steps = seeded["run_id"], seeded["steps"]
+    spread = [1 + round(i * (steps - 1) / max(1, n - 1)) for i in range(n)]
+    last_page = -(-len(seeded["group_ids"]) * SAMPLES_PER_GROUP // 50)
+    search = [
+        ("search(wrong,reward)", [search_args(run_id, outcome="wrong", sort="reward", page=1 + i % 3)
+                                  for i in range(n)]),
+        ("search(reward+steps)", [search_args(run_id, reward_min=0.5, reward_max=1.0, step_min=max(1, s - 50),
+                                              step_max=s) for s in spread]),
+        ("search(contains)", [search_args(run_id, contains=f"{rng.choice('+-*')}{rng.randint(1, 9)}=")
+                              for _ in range(n)]),
+        ("search(kind mixed)", [search_args(run_id, kind="mixed", sort="spread", descending=True, page=1 + i)
+                                for i in range(n)]),
+        ("search(deep page)", [search_args(run_id, sort="length", page=last_page - i) for i in range(n)]),
+    ]
+    return {
+        "list_groups(step)": ("/list_groups", store.list_groups, [(run_id, s) for s in spread]),
+        "list_groups(None)": ("/list_groups", store.list_groups, [(run_id, None)] * n),
+        "get_group": ("/get_group", store.get_group, [(g,) for g in rng.sample(seeded["group_ids"], n)]),
+        **{name: ("/search_samples", store_search, calls) for name, calls in search},
+        "question_history": ("/question_history", store.question_history, [(run_id, seeded["question"])] * n),
+    }
+
+
+def measure(url: str, db_url: str, seeded: dict, n: int,
             rng: random.Random) -> dict[str, tuple[list[float], list[float]]]:
-    """Per endpoint: (seconds per API call, seconds per app.store call on the same arguments)."""
+    """Per case: (seconds per API call, seconds per app.store call on the same arguments)."""
     from gradio_client import Client
 
-    from app import store
     from app.db import session_scope
 
     client = Client(url, verbose=False)
-    spread = [(run_id, 1 + round(i * (steps - 1) / max(1, n - 1))) for i in range(n)]
-    cases = {
-        "list_groups(step)": ("/list_groups", store.list_groups, spread),
-        "list_groups(None)": ("/list_groups", store.list_groups, [(run_id, None)] * n),
-        "get_group": ("/get_group", store.get_group, [(g,) for g in rng.sample(group_ids, n)]),
-    }
-    check(client, run_id, steps, group_ids[0])
+    check(client, seeded)
 
     def in_store(fn):
         def call(*args):
@@ -236,16 +298,27 @@ def measure(url: str, db_url: str, run_id: int, steps: int, group_ids: list[int]
 
     return {name: (seconds_per_call(lambda *a, e=endpoint: client.predict(*a, api_name=e), calls),
                    seconds_per_call(in_store(fn), calls))
-            for name, (endpoint, fn, calls) in cases.items()}
+            for name, (endpoint, fn, calls) in cases(seeded, n, rng).items()}
 
 
-def check(client, run_id: int, steps: int, group_id: int) -> None:
-    """The server answers with the seeded data: B groups at the last step, G samples of 32 tokens."""
+def check(client, seeded: dict) -> None:
+    """The server answers with the seeded data: B groups at the last step, G samples of at most 32 tokens; wrong
+    answers are wrong; the question's history holds every group that sampled it."""
+    run_id, steps = seeded["run_id"], seeded["steps"]
     groups = client.predict(run_id, None, api_name="/list_groups")
     assert len(groups) == GROUPS_PER_STEP and {g["step"] for g in groups} == {steps}, groups
-    group = client.predict(group_id, api_name="/get_group")
+    group = client.predict(seeded["group_ids"][0], api_name="/get_group")
     assert len(group["samples"]) == SAMPLES_PER_GROUP, group
-    assert all(len(x["tokens"]) == len(x["advantages"]) == TOKENS_PER_SAMPLE for x in group["samples"])
+    assert all(len(x["tokens"]) == len(x["advantages"]) <= TOKENS_PER_SAMPLE for x in group["samples"])
+    wrong = client.predict(*search_args(run_id, outcome="wrong", sort="reward"), api_name="/search_samples")
+    assert wrong["total"] > 0 and all(r["answer_found"] and not r["correct"] for r in wrong["rows"]), wrong
+    truncated = client.predict(*search_args(run_id, outcome="truncated"), api_name="/search_samples")
+    assert 0 < truncated["total"] < wrong["total"] * 3, truncated["total"]
+    history = client.predict(run_id, seeded["question"], api_name="/question_history")
+    shown = len(history["runs"][0]["groups"])
+    assert history["runs"][0]["groups_total"] == seeded["question_groups"] >= shown > 0, history["runs"][0]
+    print(f"  {wrong['total']} wrong answers, {truncated['total']} truncated samples; the question "
+          f"{seeded['question']!r} in {seeded['question_groups']} groups", flush=True)
 
 
 # ---- 5. one backend --------------------------------------------------------------------------
@@ -281,17 +354,17 @@ def drop_postgres_database(url: str) -> None:
 
 def bench_backend(backend: str, data_dir: Path, args: argparse.Namespace) -> dict:
     """Seed one store, serve it, time the endpoints; returns the timings per endpoint."""
-    steps = -(-args.tokens // (GROUPS_PER_STEP * SAMPLES_PER_GROUP * TOKENS_PER_SAMPLE))  # ceil
     data_dir.mkdir(parents=True)
     db_url = create_postgres_database(args.postgres_url) if backend == "postgres" \
         else f"sqlite:///{data_dir / 'grpo.sqlite'}"
     server = None
     try:
         t0 = time.perf_counter()
-        run_id, group_ids, tokens = seed_store(db_url, steps, args.steps_per_commit, args.seed)
-        seconds = time.perf_counter() - t0
-        print(f"{backend}: seeded run {run_id}: {steps} steps, {len(group_ids)} groups, "
-              f"{len(group_ids) * SAMPLES_PER_GROUP} samples, {tokens:,} tokens in {seconds:.1f}s "
+        seeded = seed_store(db_url, args.tokens, args.steps_per_commit, args.seed)
+        seconds, tokens = time.perf_counter() - t0, seeded["tokens"]
+        groups = len(seeded["group_ids"])
+        print(f"{backend}: seeded run {seeded['run_id']}: {seeded['steps']} steps, {groups} groups, "
+              f"{groups * SAMPLES_PER_GROUP} samples, {tokens:,} tokens in {seconds:.1f}s "
               f"({tokens / seconds:,.0f} tokens/s)", flush=True)
         if backend == "sqlite":
             size = sum(f.stat().st_size for f in data_dir.glob("grpo.sqlite*"))  # the WAL file included
@@ -300,7 +373,7 @@ def bench_backend(backend: str, data_dir: Path, args: argparse.Namespace) -> dic
         if backend == "postgres":
             settings["GRPO_BROKER_URL"] = args.redis_url
         server, url = start_server(data_dir, settings)
-        return measure(url, db_url, run_id, steps, group_ids, args.calls, random.Random(args.seed))
+        return measure(url, db_url, seeded, args.calls, random.Random(args.seed))
     finally:
         if server is not None:
             stop_server(server)
@@ -338,7 +411,7 @@ def main() -> int:
         else:
             shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\n{'backend':<9} {'endpoint':<18} {'median s':>9} {'p90 s':>7} {'store median s':>15}  "
+    print(f"\n{'backend':<9} {'endpoint':<20} {'median s':>9} {'p90 s':>7} {'store median s':>15}  "
           f"(API: {args.calls} calls via gradio_client; store: app.store in-process)")
     passed = True
     for backend, timings in results.items():
@@ -346,7 +419,8 @@ def main() -> int:
             median = statistics.median(api_times)
             ok = median <= args.max_median
             passed &= ok
-            print(f"{backend:<9} {name:<18} {median:9.3f} {p90(api_times):7.3f} {statistics.median(store_times):15.4f}  "
+            store_median = statistics.median(store_times)
+            print(f"{backend:<9} {name:<20} {median:9.3f} {p90(api_times):7.3f} {store_median:15.4f}  "
                   f"{'PASS' if ok else 'FAIL'} (median <= {args.max_median} s)")
     print("PASS" if passed else "FAIL")
     return 0 if passed else 1

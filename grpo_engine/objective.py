@@ -213,7 +213,8 @@ def grpo_loss(
     ``loss_type`` and ``denominator`` aggregate it (:func:`aggregate`; None: this call is the whole batch, one
     process, with T standing for max_new_tokens).
     Returns (loss scalar, stats) with stats kl (token mean), clip_frac (share of tokens clipped; at sequence level
-    a sequence's tokens are clipped together).
+    a sequence's tokens are clipped together), and per token (N, T), detached: token_ratio (rho), token_kl,
+    token_clipped (1.0 where the clip was active).
     """
     surrogate, clip_active = clipped_surrogate(logp, old_logp, advantages, clip_eps, clip_eps_high, mask,
                                                ratio_level)  # (N, T)
@@ -223,8 +224,11 @@ def grpo_loss(
         denominator = loss_denominator(loss_type, mask.shape[0], tokens, tokens, 1, mask.shape[1])
     loss = -aggregate(surrogate - kl_coef * kl, mask, loss_type, denominator)
     n_tokens = mask.sum().clamp(min=1.0)
+    with torch.no_grad():
+        ratio = sequence_ratio(logp, old_logp, mask) if ratio_level == "sequence" else torch.exp(logp - old_logp)
     stats = {
         "kl": ((kl * mask).sum() / n_tokens).detach(),
         "clip_frac": ((clip_active * mask).sum() / n_tokens).detach(),
+        "token_ratio": ratio, "token_kl": kl.detach(), "token_clipped": clip_active,
     }
     return loss, stats

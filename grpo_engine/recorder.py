@@ -25,6 +25,15 @@ class SampleRecord:
     reward_components: dict[str, float] = field(default_factory=dict)  # e.g. {"correct": 1.0}
     step_labels: list[float] | None = None  # process: the rules' label of each step (None when not labelled)
     step_shares: list[float] | None = None  # step_labels 'rollouts': the share of each step's continuations that reached the answer
+    truncated: bool | None = None  # cut at max_new_tokens without an end token
+    # per token, as many as advantages (None when not measured): log pi_old (the policy at sampling), log pi_ref
+    # (None with kl_coef 0), the ratio pi_theta / pi_old and the k3 KL at the last update, and whether the clip
+    # bound it there
+    logprobs: list[float] | None = None
+    ref_logprobs: list[float] | None = None
+    ratios: list[float] | None = None
+    kls: list[float] | None = None
+    clipped: list[bool] | None = None
 
 
 @dataclass
@@ -161,6 +170,22 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("entropy", "mean per-token entropy of the policy on the sampled outputs, in nats", "entropy (nats)"),
     Metric("completion_len", "mean completion length in tokens (EOS included)", "completion length (tokens)"),
     Metric("truncated_frac", "share of completions cut at max_new_tokens without an EOS", "fractions"),
+    Metric("repetition", "mean over outputs of the share of word 3-grams that repeat an earlier one in the output "
+           "(0 = none)", "fractions"),
+    Metric("groups/all_right", "groups whose outputs the verifier all accepted (binary rewards: no gradient)",
+           "gradient sources"),
+    Metric("groups/all_wrong", "groups whose outputs the verifier all rejected (binary rewards: no gradient)",
+           "gradient sources"),
+    Metric("groups/mixed", "groups with right and wrong outputs (where a binary reward's gradient comes from)",
+           "gradient sources"),
+    Metric("groups/zero_spread", "groups whose rewards (process: step rewards) are all equal: advantages 0, "
+           "whatever the verdicts", "gradient sources"),
+    Metric("tokens/adv_pos", "share of the step's real tokens with a positive advantage (pushed up)",
+           "token advantages"),
+    Metric("tokens/adv_neg", "share of the step's real tokens with a negative advantage (pushed down)",
+           "token advantages"),
+    Metric("tokens/adv_zero", "share of the step's real tokens with advantage 0 (no policy gradient)",
+           "token advantages"),
     Metric("grad_norm", "policy gradient norm before clipping (last of the mu updates)", "gradient norm"),
     Metric("learning_rate", "policy learning rate used at this step", "learning rate"),
     Metric("sampling/drawn", "groups sampled at this step: batch_size, and with skip_zero_spread its extra draws too",

@@ -31,7 +31,7 @@ from .objective import grpo_loss, loss_denominator, outcome_advantages, process_
 from .overlong import loss_mask, penalise_overlong
 from .parallel import Processes
 from .recorder import GroupRecord, SampleRecord
-from .reward_functions import named_rewards, reward_means
+from .reward_functions import REPETITION_MAX_PENALTY, named_rewards, repetition_reward, reward_means
 from .reward_model import RewardModel
 from .sampling import generate
 from .tokenization import completion_mask
@@ -132,7 +132,7 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool,
     chunks = micro_batches(len(sampled.completions), spec.micro_batch_size)
     ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks) if filled.trains else (None, None)
     t2 = time.time()
-    sums = (update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks) if filled.trains
+    sums = (update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks, detail=record) if filled.trains
             else no_update(spec.policy_updates_per_batch))
     t3 = time.time()
     metrics = step_metrics(learner, sampled, scored, sums)
@@ -143,7 +143,8 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool,
                     "sampling/drawn": filled.drawn, "sampling/dropped": filled.dropped})
     if learner.spec.rewards:  # reward/<name>: each named reward's mean over the whole batch
         metrics.update(reward_means(learner.procs.gather(scored.components), learner.spec.rewards))
-    groups = group_records(sampled, scored, learner.spec.group_size, learner.prompt) if record else []
+    groups = (group_records(sampled, scored, learner.spec.group_size, learner.prompt, sums.get("detail"))
+              if record else [])
     return StepResult(metrics, groups)
 
 
@@ -262,7 +263,8 @@ def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[slice]
     return ref_logp, old_logp
 
 
-def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[slice]) -> dict:
+def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[slice],
+           detail: bool = False) -> dict:
     """4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches: a
     micro-batch's loss is its part of J's sum divided by the whole batch's denominator (objective.aggregate), so
     they add up to the whole batch's loss. With several processes the gradients are averaged across them once, at
@@ -271,8 +273,8 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
 
     The loss counts the tokens of overlong.loss_mask: every real token, or with mask_truncated only those of the
     outputs that ended (a truncated output is then in neither the sums nor the denominators). Returns this process's sums: ``per_update`` [loss, kl x tokens, clip x tokens] for each
-    update, the last update's ``entropy`` summed over tokens, the last ``grad_norm`` (before clipping), and the
-    ``tokens`` the loss counted."""
+    update, the last update's ``entropy`` summed over tokens, the last ``grad_norm`` (before clipping), the
+    ``tokens`` the loss counted and, with ``detail``, the last update's per-token view (``token_detail``)."""
     spec, policy, optimizer = learner.spec, learner.policy, learner.optimizer
     mask = loss_mask(s.mask, s.ended, spec.mask_truncated)  # (N, T)
     tokens = mask.sum().item()
@@ -280,8 +282,8 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
     all_tokens = learner.procs.sum([tokens])[0] if spec.loss_type == "dapo" else tokens
     denominator = loss_denominator(spec.loss_type, outputs, tokens, all_tokens, learner.procs.n, spec.max_new_tokens)
     policy.train()
-    grad_norm, entropy_sum, per_update = 0.0, 0.0, []
-    for _ in range(spec.policy_updates_per_batch):
+    grad_norm, entropy_sum, per_update, views = 0.0, 0.0, [], []
+    for u in range(spec.policy_updates_per_batch):
         optimizer.zero_grad(set_to_none=True)
         loss_sum = kl_sum = clip_sum = entropy_sum = 0.0
         for k, c in enumerate(chunks):
@@ -293,6 +295,8 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
                 loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef,
                                         spec.clip_eps_upper, spec.ratio_level, spec.loss_type, denominator)
                 learner.accelerator.backward(loss)
+            if detail and u == spec.policy_updates_per_batch - 1:
+                views.append(token_view(old, ref_logp[c] if ref_logp is not None else None, stats))
             loss_sum += loss.item()
             chunk_tokens = mask[c].sum().item()
             kl_sum += stats["kl"].item() * chunk_tokens  # the stats are token means: weight them by tokens
@@ -301,7 +305,20 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
         grad_norm = learner.accelerator.clip_grad_norm_(learner.params, 1.0).item()
         optimizer.step()
         per_update += [loss_sum, kl_sum, clip_sum]
-    return {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm, "tokens": tokens}
+    sums = {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm, "tokens": tokens}
+    if views:
+        sums["detail"] = {k: torch.cat([v[k] for v in views]) if views[0][k] is not None else None for k in views[0]}
+    return sums
+
+
+def token_view(old_logp, ref_logp, stats: dict) -> dict[str, torch.Tensor | None]:
+    """One micro-batch's per-token view of the update, on the CPU (recorded with the groups): log pi_old (the
+    policy at sampling), log pi_ref (None without a reference), the ratio, the k3 KL and whether the clip bound."""
+    def cpu(t):
+        return None if t is None else t.detach().float().cpu()
+    return {"logprobs": cpu(old_logp), "ref_logprobs": cpu(ref_logp), "ratios": cpu(stats["token_ratio"]),
+            "kls": cpu(stats["token_kl"]) if ref_logp is not None else None,
+            "clipped": cpu(stats["token_clipped"])}
 
 
 def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> dict[str, float]:
@@ -332,21 +349,66 @@ def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> di
         "truncated_frac": 1.0 - sum(o[3] for o in outputs) / len(outputs),
         "learning_rate": learner.optimizer.param_groups[0]["lr"],
         "grad_norm": grad_norm if math.isfinite(grad_norm) else -1.0,
+        "repetition": sum(procs.gather([repetition_share(t) for t in scored.texts])) / len(outputs),
+        **gradient_sources(procs, s, scored, learner.spec.group_size),
     }
 
 
-def group_records(s: Sampled, scored: Scored, G: int, prompt: Callable[[str], str]) -> list[GroupRecord]:
+def repetition_share(text: str) -> float:
+    """The share of an output's word 3-grams that repeat an earlier one (0: none; the ``repetition`` reward's
+    penalty at weight 1, reward_functions.repetition_reward).
+
+    >>> repetition_share("a b a b a b"), repetition_share("one two three four")
+    (0.5, 0.0)
+    """
+    return -repetition_reward("", text, "") / REPETITION_MAX_PENALTY + 0.0  # + 0.0: no -0.0
+
+
+def gradient_sources(procs: Processes, s: Sampled, scored: Scored, G: int) -> dict[str, float]:
+    """Where the step's gradient came from: how many groups the verifier found all right, all wrong or mixed,
+    and how many had rewards all equal (zero spread: advantages 0); the shares of real tokens whose advantage was
+    positive, negative or zero. Over every process's groups and tokens."""
+    correct = [c["correct"] > 0 for c in scored.components]
+    kinds = [sum(correct[b * G:(b + 1) * G]) for b in range(len(correct) // G)]  # right answers per group
+    spreads = [len(set(g)) > 1 for g in scored.group_rewards]
+    groups = procs.gather([(k, spread) for k, spread in zip(kinds, spreads)])
+    mask = s.mask > 0
+    adv = scored.advantages
+    positive, negative, tokens = procs.sum([float(((adv > 0) & mask).sum()), float(((adv < 0) & mask).sum()),
+                                            float(mask.sum())])
+    tokens = max(tokens, 1.0)
+    return {"groups/all_right": float(sum(k == G for k, _ in groups)),
+            "groups/all_wrong": float(sum(k == 0 for k, _ in groups)),
+            "groups/mixed": float(sum(0 < k < G for k, _ in groups)),
+            "groups/zero_spread": float(sum(not spread for _, spread in groups)),
+            "tokens/adv_pos": positive / tokens, "tokens/adv_neg": negative / tokens,
+            "tokens/adv_zero": (tokens - positive - negative) / tokens}
+
+
+def group_records(s: Sampled, scored: Scored, G: int, prompt: Callable[[str], str],
+                  detail: dict | None = None) -> list[GroupRecord]:
     """This process's groups as the store keeps them: the question and the prompt text the model saw (``prompt``:
-    the run's template), each output's text, tokens, reward and advantages."""
+    the run's template), each output's text, tokens, reward and advantages, whether it was cut, and the update's
+    per-token view (``detail``: update's token_view over the batch; None when no update was made)."""
     lengths = s.mask.sum(dim=1).long().tolist()
     adv = scored.advantages.cpu()
+    ended = s.ended.tolist()
+    detail = detail or {}
+
+    def per_token(name: str, i: int) -> list | None:
+        values = detail.get(name)
+        return None if values is None else values[i, : lengths[i]].tolist()
+
     groups = []
     for b, question in enumerate(s.batch):
         samples = [SampleRecord(completion=scored.texts[i], tokens=scored.tokens[i], reward=float(scored.rewards[i]),
                                 advantages=[round(a, 6) for a in adv[i, : lengths[i]].tolist()],
                                 step_rewards=scored.step_rewards[i], step_end_indices=scored.step_ends[i],
                                 reward_components=scored.components[i], step_labels=scored.step_labels[i],
-                                step_shares=scored.step_shares[i])
+                                step_shares=scored.step_shares[i], truncated=not ended[i],
+                                logprobs=per_token("logprobs", i), ref_logprobs=per_token("ref_logprobs", i),
+                                ratios=per_token("ratios", i), kls=per_token("kls", i),
+                                clipped=per_token("clipped", i))
                    for i in range(b * G, (b + 1) * G)]
         groups.append(GroupRecord(prompt=question["question"], reference=question["answer"], samples=samples,
                                   model_prompt=prompt(question["question"])))

@@ -205,7 +205,7 @@ def test_metrics_and_groups(broker_url):
 
     latest = api.list_groups(run_id, None)  # default: the latest step with groups
     assert [g["prompt"] for g in latest] == ["1+3=", "3+1="]
-    assert set(latest[0]) == {"group_id", "step", "prompt", "reward_mean", "reward_std"}
+    assert set(latest[0]) == {"group_id", "step", "prompt", "reward_mean", "reward_std", "kind"}
     assert latest[0]["step"] == 2 and latest[0]["reward_std"] == 0.0
     assert api.list_groups(run_id, "") == latest
     [first] = api.list_groups(run_id, "1")

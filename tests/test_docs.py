@@ -37,3 +37,9 @@ def test_every_metric_is_in_the_readme_with_its_meaning():
     for m in METRIC_REGISTRY:
         assert m.name in rows, f"README has no row for metric {m.name}"
         assert rows[m.name][-1] == m.meaning, m.name
+
+
+def test_the_health_rules_are_in_the_readme_as_the_code_states_them():
+    from app.health import rules_markdown
+
+    assert rules_markdown() in (ROOT / "README.md").read_text(encoding="utf-8")

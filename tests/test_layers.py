@@ -21,7 +21,8 @@ ALLOWED = {
     "migrations": {"app"},
 }
 CORE = {"app.settings", "app.paths", "app.auth", "app.broker"}  # the shared core
-STORE = {"app.models", "app.db", "app.store", "app.store.runs", "app.store.records", "app.store.manage"}
+STORE = {"app.models", "app.db", "app.store", "app.store.runs", "app.store.records", "app.store.manage",
+         "app.store.search"}
 
 
 def module_imports() -> dict[str, set[str]]:

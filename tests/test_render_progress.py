@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.render import group_html, progress_html, token_span, zero_spread_banner
+from app.render import progress_html
+from app.render_group import group_html, token_span, zero_spread_banner
 from app.tab_run import _button_states, next_name
 
 NOW = datetime(2025, 1, 1, 0, 1, 40, tzinfo=timezone.utc)

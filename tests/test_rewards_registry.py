@@ -8,7 +8,7 @@ import math
 import pytest
 
 from app.charts import chart_panels
-from app.render import _verdicts
+from app.render_group import _verdicts
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.recorder import METRICS
 from grpo_engine.reward_functions import (BUILTINS, accuracy_reward, format_reward, length_reward, named_rewards,

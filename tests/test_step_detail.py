@@ -13,7 +13,7 @@ from sqlalchemy import inspect
 
 from app import api, store
 from app.db import alembic_config, make_engine, session_scope, upgrade_database
-from app.render import group_html
+from app.render_group import group_html
 from app.step_detail import step_details
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.test_store import new_run

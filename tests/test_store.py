@@ -212,7 +212,7 @@ def test_record_groups_stats_and_listing(db_url):
     assert first[0]["reward_mean"] == pytest.approx(1 / 3) and first[0]["reward_std"] == pytest.approx(0.4714, abs=1e-4)
     assert first[0]["reward_std"] == pytest.approx(math.sqrt(2 / 9), rel=1e-12)  # population std
     assert (first[1]["reward_mean"], first[1]["reward_std"]) == (1.0, 0.0)
-    assert set(first[0]) == {"group_id", "step", "prompt", "reward_mean", "reward_std"}
+    assert set(first[0]) == {"group_id", "step", "prompt", "reward_mean", "reward_std", "kind"}
 
 
 def test_record_groups_is_idempotent_per_step(db_url):

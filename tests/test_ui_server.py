@@ -20,7 +20,8 @@ from kombu import Connection
 
 from app import store
 from app.charts import PANELS, compare_figure, metrics_figure
-from app.render import RM_TABLE, config_diff_html, group_html, progress_html, rm_refresh_frame, token_span
+from app.render import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
+from app.render_group import group_html, token_span
 from app.db import make_engine, session_scope, upgrade_database
 from grpo_engine.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
 ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/get_logs", "/wait_run", "/list_groups",
              "/get_group", "/cancel_run", "/compare_runs", "/export_run", "/upload_dataset", "/preview_dataset",
-             "/preview_rewards", "/rename_run", "/annotate_run", "/archive_run", "/delete_run"}
+             "/preview_rewards", "/rename_run", "/annotate_run", "/archive_run", "/delete_run",
+             "/search_samples", "/question_history"}
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,7 @@ def test_metrics_and_groups(server, client):
 
     [group_row] = client.predict(run_id, None, api_name="/list_groups")
     assert group_row == {"group_id": group_row["group_id"], "step": 2, "prompt": "2+2=",
-                         "reward_mean": 0.5, "reward_std": 0.5}
+                         "reward_mean": 0.5, "reward_std": 0.5, "kind": "all_wrong"}  # no verdicts recorded
     assert client.predict(run_id, 2, api_name="/list_groups") == [group_row]
     assert client.predict(run_id, 1, api_name="/list_groups") == []
 
@@ -294,8 +296,9 @@ def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
     titles = [a.text for a in fig.layout.annotations]
     assert titles == ["reward", "KL and loss", "timing (s)", "other"]  # the panels with something recorded
     assert [title for title, _ in PANELS] == ["reward", "accuracy", "fractions", "KL and loss", "entropy (nats)",
-                                              "completion length (tokens)", "gradient norm", "learning rate",
-                                              "groups per step", "timing (s)", "reward model"]
+                                              "completion length (tokens)", "gradient sources", "token advantages",
+                                              "gradient norm", "learning rate", "groups per step", "timing (s)",
+                                              "reward model"]
 
 
 def test_rm_refresh_table_has_one_row_per_training():

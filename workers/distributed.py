@@ -25,6 +25,7 @@ leaves no process behind that keeps its lease alive.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -42,7 +43,7 @@ from app.settings import get_settings
 from grpo_engine.config import RunSpec, validate_spec
 from grpo_engine.recorder import Recorder
 from workers.errors import one_line
-from workers.recorder import DBRecorder
+from workers.recorder import DBRecorder, with_trackers
 
 POLL_SECONDS = 0.5  # how often the worker looks at its shutdown flag, its lease and the processes
 LOG_TAIL_LINES = 40  # lines of launch.log kept in the run's log when the processes fail without a message
@@ -195,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         recorder = MainProcessRecorder(args.run_id, args.worker, args.control_dir / "stop", args.parent_pid)
     try:
         try:
-            result = train(validate_spec(config), recorder, settings.cache_dir, device="cpu" if args.cpu else None,
-                           checkpoint_dir=settings.checkpoint_dir / f"run-{args.run_id}")
+            spec = validate_spec(config)
+            mirror = with_trackers(recorder, args.run_id, spec) if rank == 0 else contextlib.nullcontext(recorder)
+            with mirror as reporting:  # report_to: the main process mirrors what it records; closed however train ends
+                result = train(spec, reporting, settings.cache_dir, device="cpu" if args.cpu else None,
+                               checkpoint_dir=settings.checkpoint_dir / f"run-{args.run_id}")
         finally:
             if isinstance(recorder, DBRecorder):
                 recorder.close()

@@ -18,6 +18,7 @@ interval, or by ``flush()`` / ``close()``, and a new phase replaces it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -26,7 +27,10 @@ from collections.abc import Callable
 
 from app import store
 from app.db import session_scope
+from app.settings import get_settings
+from grpo_engine.config import RunSpec
 from grpo_engine.recorder import GroupRecord, Recorder
+from grpo_engine.trackers import TrackerRecorder
 
 logger = logging.getLogger("grpo.worker")
 
@@ -153,6 +157,16 @@ class DBRecorder(Recorder):
                 if store.is_cancel_requested(s, self.run_id):
                     self.stop_reason = "cancel"
         return self.stop_reason or False
+
+
+def with_trackers(recorder: Recorder, run_id: int, spec: RunSpec) -> contextlib.AbstractContextManager[Recorder]:
+    """The recorder a run trains with, as a context manager: ``recorder`` itself, or, when the spec's ``report_to``
+    names trackers, a TrackerRecorder around it that mirrors metrics and groups to them (grpo_engine.trackers, under
+    the data directory), whose trackers are closed when the block ends, however it ends."""
+    if not spec.report_to:
+        return contextlib.nullcontext(recorder)
+    return TrackerRecorder.open(recorder, spec.report_to, get_settings().data_dir, run_id,
+                                spec.name or f"run-{run_id}", spec.to_dict())
 
 
 class _Writer:

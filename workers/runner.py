@@ -23,7 +23,7 @@ from grpo_engine.config import check_budget, validate_spec
 from grpo_engine.hub import check_hub_ids
 from workers.distributed import run_processes
 from workers.errors import one_line
-from workers.recorder import DBRecorder, LeaseKeeper, interrupt
+from workers.recorder import DBRecorder, LeaseKeeper, interrupt, with_trackers
 
 logger = logging.getLogger("grpo.worker")
 
@@ -127,8 +127,9 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
                     result = run_processes(run_id, spec, worker, recorder)
                     recorder.stop_reason = result.get("stop_reason")
                 else:
-                    result = train(spec, recorder, settings.cache_dir,
-                                   checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
+                    with with_trackers(recorder, run_id, spec) as reporting:  # report_to: closed however train ends
+                        result = train(spec, reporting, settings.cache_dir,
+                                       checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
             finally:
                 recorder.close()  # everything recorded is in the store before the run's status changes
             if result["status"] == "failed":  # a data-parallel run's processes failed

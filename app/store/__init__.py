@@ -1,21 +1,24 @@
 """The store: data access as small functions taking a Session (``app.db.session_scope`` owns the transaction).
 
 ``runs``: a run's life cycle and lease, and the workers; ``records``: what a run records (metrics, groups
-and samples, logs); ``manage``: what users do to runs (rename, notes and tags, archive, delete). Callers use
-them through this package: ``store.create_run(s, ...)``.
+and samples, logs); ``manage``: what users do to runs (rename, notes and tags, archive, delete); ``search``:
+finding samples across a run, and one question through time. Callers use them through this package:
+``store.create_run(s, ...)``.
 """
 from app.store.manage import annotate_run, delete_run, metrics_after, rename_run, set_archived
 from app.store.records import (EXPORT_COLUMNS, GROUP_ORDERS, append_log, get_group, get_logs, get_metrics,
-                               group_steps, iter_sample_rows, list_groups, record_groups, record_step,
-                               truncate_after)
+                               group_steps, iter_sample_rows, list_groups, recent_lengths_rewards, record_groups,
+                               record_step, truncate_after)
 from app.store.runs import (FINISHED_STATUSES, LeaseLost, claim_run, create_run, default_run_name, finish_run,
                             get_run, is_cancel_requested, list_runs, live_workers, mark_running, record_checkpoint,
                             renew_lease, report_worker, request_cancel, requeue_run, requeue_stale_runs,
                             set_phase)
+from app.store.search import group_question, question_history, search_samples
 
 __all__ = ["EXPORT_COLUMNS", "FINISHED_STATUSES", "GROUP_ORDERS", "LeaseLost", "append_log", "claim_run",
            "create_run", "default_run_name", "finish_run", "get_group", "get_logs", "get_metrics", "get_run",
            "group_steps", "is_cancel_requested", "iter_sample_rows", "list_groups", "list_runs", "live_workers",
            "mark_running", "record_checkpoint", "record_groups", "record_step", "renew_lease", "report_worker",
            "request_cancel", "requeue_run", "requeue_stale_runs", "set_phase", "truncate_after",
-           "annotate_run", "delete_run", "metrics_after", "rename_run", "set_archived"]
+           "annotate_run", "delete_run", "metrics_after", "rename_run", "set_archived", "group_question",
+           "question_history", "search_samples", "recent_lengths_rewards"]

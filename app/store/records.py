@@ -7,8 +7,10 @@ records nothing more (``LeaseLost``).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
+from array import array
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
@@ -78,14 +80,67 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
         row = Group(run_id=run_id, step=step, position=position, prompt=group["prompt"],
                     model_prompt=group.get("model_prompt") or None, reference=group["reference"],
                     reward_mean=statistics.fmean(rewards),
-                    reward_std=statistics.pstdev(rewards))
+                    reward_std=statistics.pstdev(rewards),
+                    kind=group_kind([_correct(sample) for sample in group["samples"]]),
+                    question_key=question_key(group["prompt"]))
         s.add(row)
         rows.append(row)
     s.flush()  # the groups get their ids; their samples go in as one multi-row insert (cheap per step)
-    samples = [{"group_id": row.id, **_sample(i, sample)}
+    samples = [{"group_id": row.id, "run_id": run_id, "step": step, **_sample(i, sample)}
                for row, group in zip(rows, groups) for i, sample in enumerate(group["samples"])]
     if samples:
         s.execute(insert(Sample), samples)
+
+
+def group_kind(verdicts: list[bool]) -> str:
+    """'all_right', 'all_wrong' or 'mixed': whether the verifier accepted all, none or some of a group's outputs.
+
+    >>> group_kind([True, True]), group_kind([False, False]), group_kind([True, False])
+    ('all_right', 'all_wrong', 'mixed')
+    """
+    right = sum(verdicts)
+    return "all_right" if verdicts and right == len(verdicts) else "all_wrong" if right == 0 else "mixed"
+
+
+def question_key(question: str) -> str:
+    """The key of one question's groups across steps and runs: the sha1 of its text, in hex (an index on the
+    text itself would not fit PostgreSQL's btree rows for long prompts)."""
+    return hashlib.sha1(question.encode("utf-8")).hexdigest()
+
+
+def _correct(sample: dict[str, Any]) -> bool:
+    """Whether the verifier accepted a sample's final answer (its ``correct`` reward component)."""
+    return float((sample.get("reward_components") or {}).get("correct", 0.0)) > 0
+
+
+def pack(values, typecode: str = "f") -> bytes | None:
+    """A per-token list as the bytes of one typed array: little-endian float32 ('f') or uint8 ('B'); None stays
+    None.
+
+    >>> unpack(pack([0.5, -1.25]))
+    [0.5, -1.25]
+    """
+    if values is None:
+        return None
+    packed = array(typecode, [float(v) for v in values] if typecode == "f" else [int(bool(v)) for v in values])
+    if packed.itemsize > 1 and _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack(data: bytes | None, typecode: str = "f", digits: int = 5) -> list | None:
+    """The list ``pack`` stored (floats rounded to ``digits`` decimals, flags as bools); None stays None."""
+    if data is None:
+        return None
+    values = array(typecode)
+    values.frombytes(data)
+    if values.itemsize > 1 and _BIG_ENDIAN:
+        values.byteswap()
+    return [round(v, digits) for v in values] if typecode == "f" else [bool(v) for v in values]
+
+
+_BIG_ENDIAN = array("H", [1]).tobytes() == b"\x00\x01"
+TOKEN_ARRAYS = ("logprobs", "ref_logprobs", "ratios", "kls")  # float32 per token; "clipped" is uint8
 
 
 def _floats(values) -> list[float] | None:
@@ -107,7 +162,26 @@ def _sample(position: int, sample: dict[str, Any]) -> dict[str, Any]:
         step_labels=_floats(sample.get("step_labels")),
         step_shares=_floats(sample.get("step_shares")),
         reward_components={key: float(v) for key, v in (sample.get("reward_components") or {}).items()},
+        length=len(sample["advantages"]),
+        correct=_correct(sample),
+        answer_found=float((sample.get("reward_components") or {}).get("formatted", 1.0)) > 0,
+        truncated=sample.get("truncated"),
+        clipped=pack(sample.get("clipped"), "B"),
+        **{name: pack(sample.get(name)) for name in TOKEN_ARRAYS},
     )
+
+
+def recent_lengths_rewards(s: Session, run_id: int, steps: int = 5, limit: int = 5000) -> list[tuple[int, float]]:
+    """(completion length, reward) of the samples recorded in a run's last ``steps`` recorded steps (at most
+    ``limit``; samples recorded before lengths were kept are left out); read through the (run_id, step) index."""
+    recent = list(s.scalars(select(Group.step).where(Group.run_id == run_id).distinct()
+                            .order_by(Group.step.desc()).limit(steps)))
+    if not recent:
+        return []
+    rows = s.execute(select(Sample.length, Sample.reward)
+                     .where(Sample.run_id == run_id, Sample.step >= min(recent), Sample.length.is_not(None))
+                     .limit(limit))
+    return [(int(n), float(r)) for n, r in rows]
 
 
 def group_steps(s: Session, run_id: int) -> list[int]:
@@ -132,7 +206,7 @@ def list_groups(s: Session, run_id: int, step: int | None = None, order: str = "
         if step is None:
             return []
     rows = s.execute(
-        select(Group.id, Group.step, Group.prompt, Group.reward_mean, Group.reward_std)
+        select(Group.id, Group.step, Group.prompt, Group.reward_mean, Group.reward_std, Group.kind)
         .where(Group.run_id == run_id, Group.step == step)
         .order_by(*GROUP_ORDERS[order])
     )
@@ -145,13 +219,16 @@ def sample_dict(sample: Sample) -> dict[str, Any]:
             "tokens": sample.tokens, "reward": sample.reward, "step_rewards": sample.step_rewards,
             "step_end_indices": sample.step_end_indices, "step_labels": sample.step_labels,
             "step_shares": sample.step_shares, "advantages": sample.advantages,
-            "reward_components": sample.reward_components}
+            "reward_components": sample.reward_components, "length": sample.length, "correct": sample.correct,
+            "answer_found": sample.answer_found, "truncated": sample.truncated,
+            **{name: unpack(getattr(sample, name)) for name in TOKEN_ARRAYS},
+            "clipped": unpack(sample.clipped, "B")}
 
 
 def group_summary(row) -> dict[str, Any]:
     """A groups row as ``list_groups`` shows it (a Group, or a row with those columns)."""
     return {"group_id": row.id, "step": row.step, "prompt": row.prompt, "reward_mean": row.reward_mean,
-            "reward_std": row.reward_std}
+            "reward_std": row.reward_std, "kind": row.kind}
 
 
 def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
@@ -166,7 +243,8 @@ def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
 EXPORT_COLUMNS = ("run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
                   "group_reward_std", "sample_id", "sample_position", "completion", "reward", "reward_components",
                   "tokens", "advantages", "step_rewards", "step_end_indices", "step_labels",
-                  "step_shares")  # an export's columns, in order
+                  "step_shares", "length", "correct", "answer_found", "truncated", *TOKEN_ARRAYS,
+                  "clipped")  # an export's columns, in order
 
 
 def iter_sample_rows(s: Session, run_id: int, chunk: int = 200):

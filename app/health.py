@@ -1,0 +1,399 @@
+"""Health rules: warnings that say why a run is (not) learning, read from its recorded metrics alone.
+
+:func:`health_warnings` takes a run's per-step metrics (rows ``{"step", "iteration", <metric>: value}`` in
+step order, as app.api.get_metrics returns them; a metric may be missing or None on any row), the
+``(completion length in tokens, reward)`` pairs of the samples of its latest recorded steps, and its run spec,
+and returns one warning dict per rule that fires::
+
+    {"rule": "truncation", "title": "Outputs cut short", "message": "...", "steps": [31, 40],
+     "metrics": ["truncated_frac"], "severity": "warning"}
+
+``steps`` is the evidence window (first and last step), ``metrics`` the metrics that show it. :data:`RULES`
+lists the rules (id, title, when it fires, what to do) for the docs and the UI; :func:`rules_markdown` is
+that list as a Markdown table.
+
+Windows. The training steps are the recorded rows with step >= 1 (step 0 is the evaluation before
+training). The recent window is the last max(5, 20%) of them (rounded up), the earlier window as many rows
+just before it. A rule needs MIN_STEPS (10) training steps, except the two that read the recent
+window alone (zero_spread, truncation: MIN_STEPS_RECENT, 5). A window's mean is over the rows that hold the
+metric; a rule whose metric is absent from a window it reads does not fire (older runs lack ``repetition``
+and ``groups/*``, a run with kl_coef 0 has no ``kl``).
+
+Pure Python, standard library only: no store, no torch, no Gradio.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+Row = Mapping[str, Any]
+HealthWarning = dict[str, Any]  # one warning: rule, title, message, steps, metrics, severity
+
+# windows
+MIN_STEPS = 10  # training steps recorded before a rule that compares windows may fire
+MIN_STEPS_RECENT = 5  # ... before a rule that reads the recent window alone may fire
+RECENT_SHARE = 0.2  # the recent window: this share of the training steps (rounded up) ...
+RECENT_MIN = 5  # ... and at least this many
+
+# reward_hacking
+HACK_REWARD_RISE = 0.1  # reward_mean rise (recent window mean minus a baseline window mean), absolute
+HACK_EVAL_RISE = 0.02  # eval/accuracy counts as flat when it changed by less than this over the same span
+HACK_EVAL_POINTS = 3  # evaluations needed over the span
+HACK_EVAL_CEILING = 0.95  # held-out accuracy this high at the span's start has no room left to rise
+
+# length_reward
+LENGTH_R = 0.5  # Pearson r of (length, reward) at or above which longer outputs are paid more
+LENGTH_PAIRS = 30  # samples needed
+
+# repetition_rising
+REPETITION_LEVEL = 0.2  # recent mean share of repeated word 3-grams
+REPETITION_RISE = 0.1  # its rise over the earlier window
+
+# entropy_collapse
+ENTROPY_BASELINE_STEPS = 5  # the first training steps whose mean entropy is the baseline
+ENTROPY_SHARE = 0.2  # recent entropy below this share of the baseline ...
+ENTROPY_FLOOR = 0.05  # ... or below this many nats (when it fell to there)
+
+# kl_runaway
+KL_LIMIT = 0.5  # nats per token: recent mean above this
+KL_GROWTH = 4.0  # ... or above this many times the earlier window's mean ...
+KL_GROWTH_FLOOR = 0.1  # ... while above this many nats per token
+
+# zero_spread
+ZERO_SPREAD_LEVEL = 0.8  # recent mean share of groups whose rewards are all equal
+
+# truncation
+TRUNCATION_LEVEL = 0.2  # recent mean share of completions cut at max_new_tokens
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One health rule as the docs and UI list it: its id, a short title, when it fires, what to do."""
+    id: str
+    title: str
+    condition: str
+    action: str
+
+
+REWARD_HACKING = Rule(
+    "reward_hacking", "Reward up, accuracy flat",
+    f"reward_mean's recent-window mean is >= {HACK_REWARD_RISE} above its earlier-window mean (or, failing "
+    f"that, the mean of as many first training steps) while eval/accuracy, over >= {HACK_EVAL_POINTS} evaluations from the last "
+    f"one at or before that span to its end, changed by < {HACK_EVAL_RISE} (or fell); not when held-out "
+    f"accuracy already was >= {HACK_EVAL_CEILING} at the span's start",
+    "look at samples with a high reward that the verifier calls wrong; check the reward functions (or the "
+    "learned reward model) for what they pay for besides a right answer")
+LENGTH_REWARD = Rule(
+    "length_reward", "Longer outputs paid more",
+    f"Pearson r of (completion length, reward) over the latest recorded samples is >= {LENGTH_R}, over "
+    f">= {LENGTH_PAIRS} samples with some spread in both (a negative r is not flagged: short right answers "
+    "beating long wrong or cut ones is normal)",
+    "check that the reward does not pay for length (a length reward, a learned reward model)")
+REPETITION_RISING = Rule(
+    "repetition_rising", "Outputs repeat themselves",
+    f"repetition's recent-window mean is >= {REPETITION_LEVEL} and >= {REPETITION_RISE} above its "
+    "earlier-window mean",
+    "look at the samples; add a repetition reward, lower the learning rate or raise kl_coef")
+ENTROPY_COLLAPSE = Rule(
+    "entropy_collapse", "Entropy collapsed",
+    f"entropy's recent-window mean is < {ENTROPY_SHARE:.0%} of its mean over the first "
+    f"{ENTROPY_BASELINE_STEPS} training steps, or < {ENTROPY_FLOOR} nats having started above that",
+    "lower the learning rate, raise the temperature, or use clip-higher (clip_eps_high)")
+KL_RUNAWAY = Rule(
+    "kl_runaway", "KL running away",
+    f"in the current iteration (the reference resets at each), kl's recent-window mean is > {KL_LIMIT} "
+    f"nats/token, or > {KL_GROWTH:g}x its earlier-window mean while > {KL_GROWTH_FLOOR} nats/token",
+    "raise kl_coef or lower the learning rate")
+ZERO_SPREAD = Rule(
+    "zero_spread", "Most groups teach nothing",
+    f"zero_std_frac's recent-window mean is >= {ZERO_SPREAD_LEVEL} (from {MIN_STEPS_RECENT} training steps on)",
+    "mostly all-right groups: use harder questions; mostly all-wrong: easier ones; or turn on skip_zero_spread "
+    "(dynamic sampling), or raise group_size")
+TRUNCATION = Rule(
+    "truncation", "Outputs cut short",
+    f"truncated_frac's recent-window mean is >= {TRUNCATION_LEVEL} (from {MIN_STEPS_RECENT} training steps on)",
+    "raise max_new_tokens, or set mask_truncated or overlong_penalty")
+
+# every rule, in the order health_warnings checks them
+RULES: tuple[Rule, ...] = (REWARD_HACKING, LENGTH_REWARD, REPETITION_RISING, ENTROPY_COLLAPSE, KL_RUNAWAY,
+                           ZERO_SPREAD, TRUNCATION)
+
+
+# --- reading the metrics --------------------------------------------------------------------------------
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float, or None when it is missing, not a number or not finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def training_rows(metrics: Iterable[Row]) -> list[Row]:
+    """The rows of training steps (step >= 1), in the order given."""
+    return [r for r in metrics if isinstance(r.get("step"), int) and r["step"] >= 1]
+
+
+def window_size(n_steps: int) -> int:
+    """Rows in the recent (and the earlier) window of a run with ``n_steps`` training steps.
+
+    >>> window_size(10), window_size(40), window_size(101)
+    (5, 8, 21)
+    """
+    return max(RECENT_MIN, math.ceil(RECENT_SHARE * n_steps))
+
+
+def windows(rows: Sequence[Row]) -> tuple[list[Row], list[Row]]:
+    """(earlier, recent): the last window_size rows, and as many rows before them (fewer when there are not)."""
+    n = window_size(len(rows))
+    recent = list(rows[-n:])
+    earlier = list(rows[max(0, len(rows) - 2 * n):max(0, len(rows) - n)])
+    return earlier, recent
+
+
+def mean_of(rows: Iterable[Row], name: str) -> float | None:
+    """Mean of metric ``name`` over the rows that hold it; None when none does."""
+    values = [v for v in (_number(r.get(name)) for r in rows) if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def span(rows: Sequence[Row]) -> list[int]:
+    """[first step, last step] of ``rows``."""
+    return [rows[0]["step"], rows[-1]["step"]]
+
+
+def pearson(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """Pearson correlation of the pairs; None for fewer than 2 or when either side has no spread.
+
+    >>> pearson([(1, 2), (2, 4), (3, 6)]), pearson([(1, 5), (2, 5)])
+    (1.0, None)
+    """
+    n = len(pairs)
+    if n < 2:
+        return None
+    mx = sum(x for x, _ in pairs) / n
+    my = sum(y for _, y in pairs) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pairs)
+    syy = sum((y - my) ** 2 for _, y in pairs)
+    if sxx <= 1e-12 or syy <= 1e-12:
+        return None
+    sxy = sum((x - mx) * (y - my) for x, y in pairs)
+    return round(sxy / math.sqrt(sxx * syy), 12)
+
+
+def _warn(rule: Rule, message: str, steps: list[int], metrics: list[str]) -> HealthWarning:
+    return {"rule": rule.id, "title": rule.title, "message": message, "steps": steps, "metrics": metrics,
+            "severity": "warning"}
+
+
+def _fmt(x: float) -> str:
+    """A measured number as messages show it: 2 decimals, 3 significant digits below 0.1."""
+    return f"{x:.2f}" if abs(x) >= 0.1 or x == 0 else f"{x:.3g}"
+
+
+# --- the rules --------------------------------------------------------------------------------------------
+
+def _eval_points(metrics: Sequence[Row], first: int, last: int) -> list[tuple[int, float]]:
+    """(step, eval/accuracy) of the evaluations from the last one at or before step ``first`` to step ``last``."""
+    points = [(r["step"], v) for r in metrics if isinstance(r.get("step"), int)
+              and (v := _number(r.get("eval/accuracy"))) is not None]
+    start = max((i for i, (s, _) in enumerate(points) if s <= first), default=0)
+    return [(s, v) for s, v in points[start:] if s <= last]
+
+
+def check_reward_hacking(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """reward_hacking: reward_mean's recent-window mean is >= HACK_REWARD_RISE (0.1) above a baseline's mean
+    while eval/accuracy stayed flat: over >= HACK_EVAL_POINTS (3) evaluations, from the last one at or before
+    the baseline's first step to the recent window's last step, it moved by < HACK_EVAL_RISE (0.02) from the
+    first of them to the last (or fell). The baselines, tried in turn: the earlier window, then the first as
+    many training steps (a slow climb). After >= MIN_STEPS (10) training steps; not when held-out accuracy
+    was >= HACK_EVAL_CEILING (0.95) at the baseline's start (it has no room left to rise)."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS:
+        return None
+    earlier, recent = windows(rows)
+    now = mean_of(recent, "reward_mean")
+    for base in (earlier, rows[:len(recent)]):
+        before = mean_of(base, "reward_mean")
+        if now is None or before is None or now - before < HACK_REWARD_RISE:
+            continue
+        points = _eval_points(metrics, base[0]["step"], recent[-1]["step"])
+        if len(points) < HACK_EVAL_POINTS or points[0][1] >= HACK_EVAL_CEILING:
+            continue
+        change = points[-1][1] - points[0][1]
+        if change >= HACK_EVAL_RISE:
+            continue
+        rm = [v for r in metrics if (v := _number(r.get("rm/accuracy_after"))) is not None]
+        also = f" and the learned reward model (held-out accuracy {rm[-1]:.2f} at its last training)" if rm else ""
+        return _warn(REWARD_HACKING,
+                     f"reward_mean rose by {_fmt(now - before)} ({_fmt(before)} -> {_fmt(now)}, steps "
+                     f"{base[0]['step']}-{base[-1]['step']} vs {recent[0]['step']}-{recent[-1]['step']}) while "
+                     f"eval/accuracy changed by {change:+.3f} ({points[0][1]:.3f} -> {points[-1][1]:.3f} over "
+                     f"{len(points)} evaluations): look at samples with a high reward that the verifier calls "
+                     f"wrong, and check what the reward functions{also} pay for.",
+                     [base[0]["step"], recent[-1]["step"]],
+                     ["reward_mean", "eval/accuracy"] + (["rm/accuracy_after"] if rm else []))
+    return None
+
+
+def check_length_reward(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """length_reward: the Pearson r of the latest samples' (completion length, reward) pairs is >= LENGTH_R
+    (0.5), over >= LENGTH_PAIRS (30) pairs with some spread in both, after >= MIN_STEPS (10) training steps.
+    Only a positive r: short right answers beating long wrong (or cut) ones is normal. The window shown is
+    the recent one, where the samples come from."""
+    rows = training_rows(metrics)
+    pairs = [(x, y) for x, y in ((_number(a), _number(b)) for a, b in length_reward)
+             if x is not None and y is not None]
+    if len(rows) < MIN_STEPS or len(pairs) < LENGTH_PAIRS:
+        return None
+    r = pearson(pairs)
+    if r is None or r < LENGTH_R:
+        return None
+    return _warn(LENGTH_REWARD,
+                 f"longer outputs get higher rewards (r = {r:.2f} over {len(pairs)} samples): check that the "
+                 "reward does not pay for length (a length reward, a learned reward model).",
+                 span(windows(rows)[1]), ["completion_len", "reward_mean"])
+
+
+def check_repetition_rising(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """repetition_rising: repetition's recent-window mean is >= REPETITION_LEVEL (0.2) and >= REPETITION_RISE
+    (0.1) above its earlier-window mean, after >= MIN_STEPS (10) training steps."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS:
+        return None
+    earlier, recent = windows(rows)
+    now, before = mean_of(recent, "repetition"), mean_of(earlier, "repetition")
+    if now is None or before is None or now < REPETITION_LEVEL or now - before < REPETITION_RISE:
+        return None
+    return _warn(REPETITION_RISING,
+                 f"outputs repeat themselves more: {now:.0%} of word 3-grams repeated in steps "
+                 f"{recent[0]['step']}-{recent[-1]['step']}, up from {before:.0%}. Look at the samples; add a "
+                 "repetition reward, lower the learning rate or raise kl_coef.",
+                 span(earlier + recent), ["repetition"])
+
+
+def check_entropy_collapse(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """entropy_collapse: entropy's recent-window mean is < ENTROPY_SHARE (20%) of its mean over the first
+    ENTROPY_BASELINE_STEPS (5) training steps, or < ENTROPY_FLOOR (0.05) nats when that baseline was above
+    it (a policy that starts that sure has not collapsed), after >= MIN_STEPS (10) training steps."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS:
+        return None
+    recent = windows(rows)[1]
+    first = rows[:ENTROPY_BASELINE_STEPS]
+    now, start = mean_of(recent, "entropy"), mean_of(first, "entropy")
+    if now is None or start is None or start <= 0:
+        return None
+    if now >= ENTROPY_SHARE * start and not (now < ENTROPY_FLOOR < start):
+        return None
+    return _warn(ENTROPY_COLLAPSE,
+                 f"entropy fell to {_fmt(now)} nats in steps {recent[0]['step']}-{recent[-1]['step']}, from "
+                 f"{_fmt(start)} in the first {len(first)} steps ({now / start:.0%} of it): the policy samples "
+                 "almost one output and stops exploring. Lower the learning rate, raise the temperature, or "
+                 "use clip-higher (clip_eps_high).",
+                 [first[0]["step"], recent[-1]["step"]], ["entropy"])
+
+
+def check_kl_runaway(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """kl_runaway: over the current iteration's training steps (the reference is reset to the policy when an
+    iteration starts, so kl restarts at 0), kl's recent-window mean is > KL_LIMIT (0.5) nats/token, or
+    > KL_GROWTH (4) times its earlier-window mean while > KL_GROWTH_FLOOR (0.1); needs >= MIN_STEPS (10)
+    training steps in the iteration."""
+    rows = training_rows(metrics)
+    if rows:
+        rows = [r for r in rows if r.get("iteration") == rows[-1].get("iteration")]
+    if len(rows) < MIN_STEPS:
+        return None
+    earlier, recent = windows(rows)
+    now, before = mean_of(recent, "kl"), mean_of(earlier, "kl")
+    where = f"steps {recent[0]['step']}-{recent[-1]['step']}"
+    if now is not None and now > KL_LIMIT:
+        found = f"kl averages {_fmt(now)} nats/token in {where}, above {KL_LIMIT}"
+    elif now is not None and before is not None and now > KL_GROWTH_FLOOR and now > KL_GROWTH * before:
+        found = (f"kl grew {now / before:.1f}x, from {_fmt(before)} to {_fmt(now)} nats/token in {where}" if before > 0
+                 else f"kl rose from 0 to {_fmt(now)} nats/token in {where}")
+    else:
+        return None
+    coef = config.get("kl_coef")
+    return _warn(KL_RUNAWAY, f"{found}: the policy is running away from the reference. Raise kl_coef"
+                 f"{f' (now {coef})' if coef is not None else ''} or lower the learning rate.",
+                 span(earlier + recent), ["kl"])
+
+
+def _group_kinds(rows: Sequence[Row]) -> str:
+    """What the recent zero-spread groups are, from groups/all_right and groups/all_wrong when recorded."""
+    right = sum(v for r in rows if (v := _number(r.get("groups/all_right"))) is not None)
+    wrong = sum(v for r in rows if (v := _number(r.get("groups/all_wrong"))) is not None)
+    if right + wrong <= 0:
+        return ""
+    if right > wrong:
+        return f" Most are all right ({right:.0f} groups vs {wrong:.0f} all wrong): the questions are too easy."
+    if wrong > right:
+        return f" Most are all wrong ({wrong:.0f} groups vs {right:.0f} all right): the questions are too hard."
+    return f" As many are all right as all wrong ({right:.0f} each)."
+
+
+def check_zero_spread(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """zero_spread: zero_std_frac's recent-window mean is >= ZERO_SPREAD_LEVEL (0.8), after
+    >= MIN_STEPS_RECENT (5) training steps. The message says whether the groups are mostly all right or all
+    wrong (groups/all_right, groups/all_wrong, when recorded) and suggests skip_zero_spread unless it is on."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS_RECENT:
+        return None
+    recent = windows(rows)[1]
+    now = mean_of(recent, "zero_std_frac")
+    if now is None or now < ZERO_SPREAD_LEVEL:
+        return None
+    shown = ["zero_std_frac"] + [m for m in ("groups/all_right", "groups/all_wrong")
+                                 if mean_of(recent, m) is not None]
+    remedy = ("raise group_size, or use harder (or easier) questions" if config.get("skip_zero_spread")
+              else "turn on skip_zero_spread (dynamic sampling), raise group_size, or use harder (or easier) questions")
+    return _warn(ZERO_SPREAD,
+                 f"{now:.0%} of groups had all rewards equal in steps {recent[0]['step']}-{recent[-1]['step']}: "
+                 f"their advantages are 0, so they teach nothing.{_group_kinds(recent)} {remedy[0].upper()}"
+                 f"{remedy[1:]}.", span(recent), shown)
+
+
+def check_truncation(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """truncation: truncated_frac's recent-window mean is >= TRUNCATION_LEVEL (0.2), after >= MIN_STEPS_RECENT
+    (5) training steps. The message gives max_new_tokens when the config has it, and names mask_truncated and
+    overlong_penalty unless they are set already."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS_RECENT:
+        return None
+    recent = windows(rows)[1]
+    now = mean_of(recent, "truncated_frac")
+    if now is None or now < TRUNCATION_LEVEL:
+        return None
+    limit = config.get("max_new_tokens")
+    remedy = "raise max_new_tokens" + (f" (now {limit})" if limit is not None else "")
+    unset = [k for k in ("mask_truncated", "overlong_penalty") if not config.get(k)]
+    if unset:
+        remedy += ", or set " + " or ".join(unset)
+    return _warn(TRUNCATION,
+                 f"{now:.0%} of completions were cut at max_new_tokens in steps {recent[0]['step']}-"
+                 f"{recent[-1]['step']}: they end without an answer. {remedy[0].upper()}{remedy[1:]}.",
+                 span(recent), ["truncated_frac", "completion_len"])
+
+
+Check = Callable[[Sequence[Row], Sequence, Mapping], "HealthWarning | None"]
+# each rule's check, in RULES' order
+CHECKS: tuple[tuple[Rule, Check], ...] = (
+    (REWARD_HACKING, check_reward_hacking), (LENGTH_REWARD, check_length_reward),
+    (REPETITION_RISING, check_repetition_rising), (ENTROPY_COLLAPSE, check_entropy_collapse),
+    (KL_RUNAWAY, check_kl_runaway), (ZERO_SPREAD, check_zero_spread), (TRUNCATION, check_truncation))
+
+
+def health_warnings(metrics: Sequence[Row], length_reward: Iterable[tuple[float, float]] = (),
+                    config: Mapping | None = None) -> list[HealthWarning]:
+    """The warnings of every rule that fires on this run, in RULES' order (an empty list: nothing to say)."""
+    rows, pairs, spec = list(metrics), list(length_reward), config or {}
+    found = (check(rows, pairs, spec) for _, check in CHECKS)
+    return [w for w in found if w is not None]
+
+
+def rules_markdown() -> str:
+    """RULES as a Markdown table: rule | fires when | what to do."""
+    lines = ["| rule | fires when | what to do |", "| --- | --- | --- |"]
+    lines += [f"| `{r.id}` ({r.title}) | {r.condition} | {r.action} |" for r in RULES]
+    return "\n".join(lines) + "\n"

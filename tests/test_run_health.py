@@ -1,0 +1,47 @@
+"""A run's health warnings in /get_run (app.run_health over app.health's rules, read from the store, cached
+between polls), and the reward model's timeline on the charts."""
+from __future__ import annotations
+
+from app import api, store
+from app.charts import chart_panels, metrics_figure, rm_refresh_steps
+from app.db import session_scope
+from app.render import health_html
+from tests.test_store import new_run
+
+
+def record(db_url: str, run_id: int, steps: range, **metrics) -> None:
+    with session_scope(db_url) as s:
+        for step in steps:
+            store.record_step(s, run_id, step, 1, {"reward_mean": 0.5, "entropy": 1.0, "kl": 0.01,
+                                                   "zero_std_frac": 0.1, "truncated_frac": 0.0, **metrics})
+
+
+def test_get_run_lists_warnings_and_works_them_out_again_as_the_run_moves_on(db_url, monkeypatch):
+    monkeypatch.setenv("GRPO_DATABASE_URL", db_url)
+    run_id = new_run(db_url, max_new_tokens=24)
+    record(db_url, run_id, range(1, 13))
+    assert api.get_run(run_id)["warnings"] == []
+    record(db_url, run_id, range(13, 25), truncated_frac=0.6)  # the recent window is all truncated outputs
+    [warning] = api.get_run(run_id)["warnings"]
+    assert warning["rule"] == "truncation" and "max_new_tokens" in warning["message"] and "24" in warning["message"]
+    assert warning["steps"][1] == 24 and "truncated_frac" in warning["metrics"]
+    badge = health_html([warning])
+    assert 'data-rule="truncation"' in badge and "1 health warning" in badge
+
+
+def test_rm_refreshes_are_drawn_on_every_panel_and_the_rm_panel_shows_the_policys_accuracy():
+    metrics = [{"step": 0, "eval/accuracy": 0.3, "rm/accuracy_after": 0.9}]
+    metrics += [{"step": s, "reward_mean": 0.5, "kl": 0.01, "eval/accuracy": 0.5 if s % 5 == 0 else None,
+                 "rm/accuracy_before": 0.8 if s == 10 else None, "rm/accuracy_after": 0.9 if s == 10 else None}
+                for s in range(1, 21)]
+    assert rm_refresh_steps(metrics) == [10]
+    panels = dict(chart_panels(metrics))
+    assert panels["reward model"] == ("rm/accuracy_before", "rm/accuracy_after", "eval/accuracy")
+    fig = metrics_figure(metrics)
+    lines = [s for s in fig.layout.shapes if s.x0 == 10 and s.x1 == 10]
+    assert len(lines) == len(chart_panels(metrics))  # one on every panel
+    assert any(a.text == "RM v2" for a in fig.layout.annotations)
+
+
+def test_rm_version_of_a_group():
+    assert [api.rm_version({"reward": "model", "steps_per_iteration": 3}, s) for s in (1, 3, 4, 7)] == [1, 1, 2, 3]
