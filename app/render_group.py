@@ -242,7 +242,7 @@ def _legend(samples: list[dict], colour: str, scale: float) -> str:
         top = max(-v for v in values) if colour == "logprob" else max(values)
         return (f'<div class="tint-legend">Tint: {words}, 0<span class="tint-bar tint-{colour}"></span>{top:.3f} '
                 '(hover a token for every number)</div>')
-    return (f'<div>Advantage: {-scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '
+    return (f'<div>Advantage: {0.0 - scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '  # 0.0 -: no -0.000
             '(hover a token for its numbers)</div>')
 
 
