@@ -207,8 +207,13 @@ def get_run(run_id: Any) -> dict:
     {rule, title, message, steps, metrics, severity}; [] while nothing looks wrong)."""
     run_id = as_id(run_id)
     with session_scope() as s:
-        run = require_run(s, run_id)
-        return {**run, "warnings": run_warnings(s, run)}
+        return run_view(s, require_run(s, run_id))
+
+
+def run_view(s, run: dict) -> dict:
+    """A run as /get_run (and every endpoint that returns "the run as /get_run") gives it: the store's run with its
+    health ``warnings``."""
+    return {**run, "warnings": run_warnings(s, run)}
 
 
 def get_metrics(run_id: Any) -> list[dict]:
@@ -343,7 +348,7 @@ def compare_runs(run_ids: Any) -> dict:
         raise ApiError(f"run_ids must be a non-empty list of run ids, got {shown(run_ids)}")
     ids = list(dict.fromkeys(as_id(r) for r in run_ids))  # order kept, duplicates dropped
     with session_scope() as s:
-        runs = [require_run(s, run_id) for run_id in ids]
+        runs = [run_view(s, require_run(s, run_id)) for run_id in ids]
         metrics = {str(run_id): store.get_metrics(s, run_id) for run_id in ids}
     keys = sorted({k for r in runs for k in r["config"]} - {"name"})
     differing = [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in runs}) > 1]

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from app import store
-from app.api import ApiError, as_id, require_run
+from app.api import ApiError, as_id, require_run, run_view
 from app.db import session_scope
 from app.settings import get_settings
 from grpo_engine.config import FIELD_BY_NAME, shown
@@ -66,7 +66,7 @@ def rename_run(run_id: Any, name: Any) -> dict:
     with session_scope() as s:
         require_run(s, run_id)
         store.rename_run(s, run_id, name)
-        return require_run(s, run_id)
+        return run_view(s, require_run(s, run_id))
 
 
 def annotate_run(run_id: Any, notes: Any = None, tags: Any = None) -> dict:
@@ -78,7 +78,7 @@ def annotate_run(run_id: Any, notes: Any = None, tags: Any = None) -> dict:
     with session_scope() as s:
         require_run(s, run_id)
         store.annotate_run(s, run_id, notes, tags)
-        return require_run(s, run_id)
+        return run_view(s, require_run(s, run_id))
 
 
 def archive_run(run_id: Any, archived: Any = True) -> dict:
@@ -92,7 +92,7 @@ def archive_run(run_id: Any, archived: Any = True) -> dict:
     with session_scope() as s:
         require_run(s, run_id)
         store.set_archived(s, run_id, archived)
-        return require_run(s, run_id)
+        return run_view(s, require_run(s, run_id))
 
 
 def delete_run(run_id: Any) -> dict:
@@ -146,11 +146,11 @@ def wait_run(run_id: Any, timeout: Any = 60) -> dict:
     while True:
         with session_scope() as s:
             run = store.get_run(s, run_id)
-        if run is None:
-            raise ApiError(f"run {run_id} not found")
-        left = deadline - time.monotonic()
-        if run["status"] in store.FINISHED_STATUSES or left <= 0:
-            return run
+            if run is None:
+                raise ApiError(f"run {run_id} not found")
+            left = deadline - time.monotonic()
+            if run["status"] in store.FINISHED_STATUSES or left <= 0:
+                return run_view(s, run)
         time.sleep(min(WAIT_POLL_SECONDS, left))
 
 

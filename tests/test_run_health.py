@@ -2,7 +2,7 @@
 between polls), and the reward model's timeline on the charts."""
 from __future__ import annotations
 
-from app import api, store
+from app import api, manage_api, store
 from app.charts import chart_panels, metrics_figure, rm_refresh_steps
 from app.db import session_scope
 from app.render import health_html
@@ -25,6 +25,12 @@ def test_get_run_lists_warnings_and_works_them_out_again_as_the_run_moves_on(db_
     [warning] = api.get_run(run_id)["warnings"]
     assert warning["rule"] == "truncation" and "max_new_tokens" in warning["message"] and "24" in warning["message"]
     assert warning["steps"][1] == 24 and "truncated_frac" in warning["metrics"]
+    # every answer that is "the run as /get_run gives it" carries the warnings too
+    with session_scope(db_url) as s:
+        store.finish_run(s, run_id, "completed")
+    assert [w["rule"] for w in manage_api.wait_run(run_id, 1)["warnings"]] == ["truncation"]
+    assert [w["rule"] for w in manage_api.rename_run(run_id, "renamed")["warnings"]] == ["truncation"]
+    assert [w["rule"] for w in api.compare_runs([run_id])["runs"][0]["warnings"]] == ["truncation"]
     badge = health_html([warning])
     assert 'data-rule="truncation"' in badge and "1 health warning" in badge
 
