@@ -67,7 +67,7 @@ def found(url: str, run_id: int, **filters) -> list[str]:
 # ---- filters, sorts, paging -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("filters,expected", [
+FILTER_CASES = [  # (filters, the completions found, in order)
     ({}, ALL),
     ({"outcome": "correct"}, ["The answer is 4", "2 it is", "two: 2", "4 again", "4 at last", "four is 4"]),
     ({"outcome": "wrong"}, ["50% sure: 5", "5_x wrong", "7 maybe"]),
@@ -96,9 +96,12 @@ def found(url: str, run_id: int, **filters) -> list[str]:
     ({"kind": "mixed", "step_min": 2, "length_max": 3}, ["4 again"]),
     ({"spread_min": 0.01, "sort": "spread", "descending": True},
      ["no idea at all", "50% sure: 5", "The answer is 4", "5_x wrong", "4 again", "back\\slash", "7 maybe"]),
-])
-def test_each_filter(run_a, filters, expected):
-    assert found(*run_a, **filters) == expected
+]
+
+
+def test_each_filter(run_a):
+    for filters, expected in FILTER_CASES:  # one seeded run for all of them
+        assert found(*run_a, **filters) == expected, filters
 
 
 def test_a_row_says_what_the_sample_and_its_group_were(run_a):
@@ -111,16 +114,15 @@ def test_a_row_says_what_the_sample_and_its_group_were(run_a):
                    "truncated": False, "length": 5, "spread": pytest.approx((2 / 9) ** 0.5), "kind": "mixed"}
 
 
-@pytest.mark.parametrize("sort,key", [("step", "step"), ("reward", "reward"), ("length", "length"),
-                                      ("spread", "spread")])
-@pytest.mark.parametrize("descending", [False, True])
-def test_each_sort_with_the_sample_id_breaking_ties(run_a, sort, key, descending):
+def test_each_sort_with_the_sample_id_breaking_ties(run_a):
     url, run_id = run_a
-    with session_scope(url) as s:
-        rows = store.search_samples(s, run_id, sort=sort, descending=descending)["rows"]
-    keys = [(r[key], r["sample_id"]) for r in rows]
-    assert len(keys) == len(ALL) and keys == sorted(keys, reverse=descending)
-    assert len({r[key] for r in rows}) > 1  # the order is not the ids' alone
+    for sort, descending in [(sort, descending) for sort in ("step", "reward", "length", "spread")
+                             for descending in (False, True)]:
+        with session_scope(url) as s:
+            rows = store.search_samples(s, run_id, sort=sort, descending=descending)["rows"]
+        keys = [(r[sort], r["sample_id"]) for r in rows]
+        assert len(keys) == len(ALL) and keys == sorted(keys, reverse=descending), (sort, descending)
+        assert len({r[sort] for r in rows}) > 1  # the order is not the ids' alone
 
 
 def test_pages_cover_every_match_once(run_a):
@@ -215,7 +217,7 @@ def test_the_api_takes_numbers_as_text_and_empty_bounds(api_run):
     assert diagnose_api.search_samples(api_run, length_min=4.0, length_max="4")["total"] == 2
 
 
-@pytest.mark.parametrize("kwargs,message", [
+BAD_PARAMETERS = [
     ({"outcome": "x"}, "outcome must be one of any, correct, wrong, no_answer, truncated, got 'x'"),
     ({"kind": "half"}, "kind must be one of any, all_right, all_wrong, mixed, zero_spread, got 'half'"),
     ({"sort": "id"}, "sort must be one of step, reward, length, spread, got 'id'"),
@@ -233,10 +235,13 @@ def test_the_api_takes_numbers_as_text_and_empty_bounds(api_run):
     ({"page": 0}, "page must be an integer from 1"),
     ({"page_size": 201}, "page_size must be an integer from 1 to 200, got 201"),
     ({"page_size": "0"}, "page_size must be an integer from 1"),
-])
-def test_the_api_names_a_bad_parameter(api_run, kwargs, message):
-    with pytest.raises(ApiError, match=re.escape(message)):
-        diagnose_api.search_samples(api_run, **kwargs)
+]
+
+
+def test_the_api_names_a_bad_parameter(api_run):
+    for kwargs, message in BAD_PARAMETERS:  # one run for all of them: the checks come before any query
+        with pytest.raises(ApiError, match=re.escape(message)):
+            diagnose_api.search_samples(api_run, **kwargs)
 
 
 def test_the_api_refuses_unknown_runs_groups_and_empty_questions(api_run):
