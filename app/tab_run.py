@@ -64,16 +64,13 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         chart_seen = gr.State(None)  # [run_id, metric rows, last step, log lines, last line, recorded metrics]
 
     run_select = shared.run_select
-    run_select.change(_show_health, run_select, health, **PRIVATE)
-    shared.timer.tick(_show_health, run_select, health, **QUIET)
     health.click(_chart_evidence, [run_select, smoothing], [picked, charts], **PRIVATE)
     relaunch_button.click(_relaunch, run_select, [*launch.inputs, shared.tabs, launch.result], **PRIVATE)
-    outputs = [progress, charts, rm_table, config_view, log_view, chart_seen, picked,
+    outputs = [progress, health, charts, shared.gradient_chart, rm_table, config_view, log_view, chart_seen, picked,
                cancel_button, buttons["model"], buttons["adapter"]]
     inputs = [run_select, chart_seen, smoothing, picked]
     run_select.change(_show_run, inputs, outputs, **PRIVATE)
     shared.timer.tick(_show_run, inputs, outputs, **QUIET)
-    chart_seen.change(_draw_gradient, run_select, shared.gradient_chart, **QUIET)  # only when something was recorded
     smoothing.change(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     picked.input(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     cancel_button.click(_cancel, run_select, [progress, cancel_button], **PRIVATE)
@@ -117,16 +114,18 @@ def _button_states(run: dict | None) -> tuple:
 
 
 def _show_run(run_id, seen, smoothing, picked):
-    """Progress and buttons always; charts, RM table, config and log only when a metric or a log line was added
-    (``seen`` holds what was drawn last); the config only when another run is picked (a run's config never
-    changes); the metric picker's choices when the recorded metrics change (reset to none on another run)."""
+    """Progress, the health badge (app.run_health caches the warnings) and buttons always; charts (the gradient
+    chart too: its clicks are the Groups tab's, app.tab_groups_find), RM table, config and log only when a metric
+    or a log line was added (``seen`` holds what was drawn last); the config only when another run is picked (a
+    run's config never changes); the metric picker's choices when the recorded metrics change (reset to none on
+    another run). One listener reads the run once a tick for all of them."""
     if run_id is None:
-        return (NO_RUN, None, gr.Dataframe(visible=False), None, "", None, gr.Dropdown([], value=[]),
+        return (NO_RUN, "", None, "", gr.Dataframe(visible=False), None, "", None, gr.Dropdown([], value=[]),
                 *_button_states(None))
     try:
         run, metrics, logs = api.get_run(run_id), api.get_metrics(run_id), api.get_logs(run_id)
     except api.ApiError as e:
-        return (f'<div class="run-error">{html.escape(str(e))}</div>', None, gr.Dataframe(visible=False),
+        return (f'<div class="run-error">{html.escape(str(e))}</div>', "", None, "", gr.Dataframe(visible=False),
                 None, "", None, gr.skip(), *_button_states(None))
     recorded = recorded_metrics(metrics)
     key = [run_id, len(metrics), metrics[-1]["step"] if metrics else None, len(logs), logs[-1] if logs else None,
@@ -134,23 +133,13 @@ def _show_run(run_id, seen, smoothing, picked):
     same_run = seen is not None and seen[0] == run_id
     picker = (gr.skip() if same_run and seen[5:] == [recorded]
               else gr.Dropdown(recorded, value=[v for v in picked or [] if v in recorded] if same_run else []))
-    head = (progress_html(run, metrics=metrics),)
+    head = (progress_html(run, metrics=metrics), health_html(run["warnings"]))
     if seen is not None and key == list(seen):
-        return *head, gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen, picker, *_button_states(run)
+        return *head, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen, picker, *_button_states(run)
     refreshes = rm_refresh_frame(metrics)
-    return (*head, metrics_figure(metrics, smoothing, picked if same_run else None),
+    return (*head, metrics_figure(metrics, smoothing, picked if same_run else None), gradient_chart_html(metrics),
             gr.Dataframe(value=refreshes, visible=not refreshes.empty),
             gr.skip() if same_run else run["config"], "\n".join(logs), key, picker, *_button_states(run))
-
-
-def _show_health(run_id):
-    """The health badge of the run (its warnings are cached by app.run_health: cheap on every tick)."""
-    if run_id is None:
-        return ""
-    try:
-        return health_html(api.get_run(run_id)["warnings"])
-    except api.ApiError:
-        return ""
 
 
 def _chart_evidence(run_id, smoothing, evt: gr.EventData):
@@ -175,16 +164,6 @@ def _redraw(run_id, smoothing, picked):
         return None
     try:
         return metrics_figure(api.get_metrics(run_id), smoothing, picked)
-    except api.ApiError:
-        return gr.skip()
-
-
-def _draw_gradient(run_id):
-    """The chart of where the run's gradient comes from (its clicks are the Groups tab's: app.tab_groups_find)."""
-    if run_id is None:
-        return ""
-    try:
-        return gradient_chart_html(api.get_metrics(run_id))
     except api.ApiError:
         return gr.skip()
 

@@ -26,7 +26,7 @@ from tests.test_e2e import ROOT, RUN_TIMEOUT
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
-FORM = {"name": "browser run", "steps_per_iteration": "40", "batch_size": "2", "group_size": "4", "eval_every": "0"}
+FORM = {"name": "browser run", "steps_per_iteration": "80", "batch_size": "2", "group_size": "4", "eval_every": "0"}
 
 
 @pytest.fixture
