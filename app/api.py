@@ -51,6 +51,17 @@ def as_id(value: Any, what: str = "run_id", low: int = 1) -> int:
     return number
 
 
+def checked_text(value: Any, what: str, max_length: int) -> str:
+    """``value`` as text: a string of at most ``max_length`` characters with no NUL, or ApiError naming ``what``."""
+    if not isinstance(value, str):
+        raise ApiError(f"{what} must be a string, got {type(value).__name__} {shown(value)}")
+    if len(value) > max_length:
+        raise ApiError(f"{what} must be at most {max_length} characters, got {len(value)}")
+    if "\0" in value:
+        raise ApiError(f"{what} must not contain a NUL character")
+    return value
+
+
 def require_run(s, run_id: int) -> dict:
     """The run ``run_id`` as store.get_run gives it, or ApiError "run N not found"."""
     run = store.get_run(s, run_id)

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from app import store
-from app.api import ApiError, as_id, require_run
+from app.api import ApiError, as_id, checked_text, require_run
 from app.db import session_scope
 from app.store.search import KINDS, MAX_PAGE_SIZE, OUTCOMES, SORTS
 from grpo_engine.config import shown
@@ -69,19 +69,6 @@ def as_flag(value: Any, what: str, default: bool) -> bool:
     raise ApiError(f"{what} must be true or false, got {shown(value)}")
 
 
-def as_text(value: Any, what: str, max_length: int) -> str:
-    """Text of at most ``max_length`` characters without NUL; None is ""."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ApiError(f"{what} must be a string, got {type(value).__name__} {shown(value)}")
-    if len(value) > max_length:
-        raise ApiError(f"{what} must be at most {max_length} characters, got {len(value)}")
-    if "\0" in value:
-        raise ApiError(f"{what} must not contain a NUL character")
-    return value
-
-
 def _bounds(low: Any, high: Any, name: str, parse) -> tuple:
     """The ``name``_min and ``name``_max bounds parsed; the min may not exceed the max."""
     low, high = parse(low, f"{name}_min"), parse(high, f"{name}_max")
@@ -104,7 +91,7 @@ def search_samples(run_id: Any, reward_min: Any = None, reward_max: Any = None, 
     filters["length_min"], filters["length_max"] = _bounds(length_min, length_max, "length", as_count)
     filters["step_min"], filters["step_max"] = _bounds(step_min, step_max, "step", as_count)
     filters.update(outcome=as_choice(outcome, "outcome", OUTCOMES, "any"), kind=as_choice(kind, "kind", KINDS, "any"),
-                   sort=as_choice(sort, "sort", SORTS, "step"), contains=as_text(contains, "contains", CONTAINS_MAX),
+                   sort=as_choice(sort, "sort", SORTS, "step"), contains=checked_text("" if contains is None else contains, "contains", CONTAINS_MAX),
                    descending=as_flag(descending, "descending", False))
     page = 1 if _unset(page) else as_id(page, "page")
     page_size = 50 if _unset(page_size) else as_id(page_size, "page_size")
@@ -119,7 +106,7 @@ def question_history(run_id: Any, question: Any, other_runs: Any = True) -> dict
     """Every group sampled for ``question`` (its exact text) in run ``run_id`` by step, and with ``other_runs`` in
     up to 10 other runs on the same dataset, newest first (app.store.search.question_history)."""
     run_id = as_id(run_id)
-    question = as_text(question, "question", QUESTION_MAX)
+    question = checked_text("" if question is None else question, "question", QUESTION_MAX)
     if not question.strip():
         raise ApiError("question must not be empty")
     other_runs = as_flag(other_runs, "other_runs", True)

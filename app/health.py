@@ -333,17 +333,25 @@ def _group_kinds(rows: Sequence[Row]) -> str:
     return f" As many are all right as all wrong ({right:.0f} each)."
 
 
-def check_zero_spread(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
-    """zero_spread: zero_std_frac's recent-window mean is >= ZERO_SPREAD_LEVEL (0.8), after
-    >= MIN_STEPS_RECENT (5) training steps. The message says whether the groups are mostly all right or all
-    wrong (groups/all_right, groups/all_wrong, when recorded) and suggests skip_zero_spread unless it is on."""
+def recent_at_least(metrics: Sequence[Row], name: str, level: float) -> tuple[list[Row], float] | None:
+    """(the recent window, ``name``'s mean over it) when that mean is >= ``level`` after >= MIN_STEPS_RECENT
+    training steps; None otherwise (too few steps, the metric not recorded, or below ``level``)."""
     rows = training_rows(metrics)
     if len(rows) < MIN_STEPS_RECENT:
         return None
     recent = windows(rows)[1]
-    now = mean_of(recent, "zero_std_frac")
-    if now is None or now < ZERO_SPREAD_LEVEL:
+    now = mean_of(recent, name)
+    return None if now is None or now < level else (recent, now)
+
+
+def check_zero_spread(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """zero_spread: zero_std_frac's recent-window mean is >= ZERO_SPREAD_LEVEL (0.8), after
+    >= MIN_STEPS_RECENT (5) training steps. The message says whether the groups are mostly all right or all
+    wrong (groups/all_right, groups/all_wrong, when recorded) and suggests skip_zero_spread unless it is on."""
+    high = recent_at_least(metrics, "zero_std_frac", ZERO_SPREAD_LEVEL)
+    if high is None:
         return None
+    recent, now = high
     shown = ["zero_std_frac"] + [m for m in ("groups/all_right", "groups/all_wrong")
                                  if mean_of(recent, m) is not None]
     remedy = ("raise group_size, or use harder (or easier) questions" if config.get("skip_zero_spread")
@@ -358,13 +366,10 @@ def check_truncation(metrics: Sequence[Row], length_reward: Sequence, config: Ma
     """truncation: truncated_frac's recent-window mean is >= TRUNCATION_LEVEL (0.2), after >= MIN_STEPS_RECENT
     (5) training steps. The message gives max_new_tokens when the config has it, and names mask_truncated and
     overlong_penalty unless they are set already."""
-    rows = training_rows(metrics)
-    if len(rows) < MIN_STEPS_RECENT:
+    high = recent_at_least(metrics, "truncated_frac", TRUNCATION_LEVEL)
+    if high is None:
         return None
-    recent = windows(rows)[1]
-    now = mean_of(recent, "truncated_frac")
-    if now is None or now < TRUNCATION_LEVEL:
-        return None
+    recent, now = high
     limit = config.get("max_new_tokens")
     remedy = "raise max_new_tokens" + (f" (now {limit})" if limit is not None else "")
     unset = [k for k in ("mask_truncated", "overlong_penalty") if not config.get(k)]

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from app import store
-from app.api import ApiError, as_id, require_run, run_view
+from app.api import ApiError, as_id, checked_text, require_run, run_view
 from app.db import session_scope
 from app.settings import get_settings
 from grpo_engine.config import FIELD_BY_NAME, shown
@@ -24,17 +24,6 @@ TAG_MAX, TAGS_MAX = 40, 20  # the longest tag, the most tags on a run
 WAIT_POLL_SECONDS = 0.5
 WAIT_MAX_SECONDS = 600
 HEADLINE_METRICS = ("reward_mean", "correct_frac", "eval/accuracy")  # what the Runs table shows of each run
-
-
-def checked_text(value: Any, what: str, max_length: int) -> str:
-    """``value`` as text: a string of at most ``max_length`` characters with no NUL, or ApiError naming ``what``."""
-    if not isinstance(value, str):
-        raise ApiError(f"{what} must be a string, got {type(value).__name__} {shown(value)}")
-    if len(value) > max_length:
-        raise ApiError(f"{what} must be at most {max_length} characters, got {len(value)}")
-    if "\0" in value:
-        raise ApiError(f"{what} must not contain a NUL character")
-    return value
 
 
 def checked_tags(value: Any) -> list[str]:
