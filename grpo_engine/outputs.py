@@ -28,10 +28,11 @@ def encode_prompts(tokenizer, questions: list[str], device, prompt=format_prompt
     return {k: v.to(device) for k, v in enc.items()}
 
 
-def token_logprobs(model, prompt_ids, prompt_attn, completions, mask,
-                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(model, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0,
+                   entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) of each completion token under the distribution it was sampled from, and the
-    per-token entropy of that distribution. Both (N, T).
+    per-token entropy of that distribution (None without ``entropy``). Both (N, T). Each sequence runs whole;
+    the training forwards run each prompt once per group instead (forwards.shared_prompt_logprobs).
 
     Outputs are drawn from softmax(logits / T) with T the sampling temperature, so the ratio to pi_old and
     the KL to pi_ref are taken between those distributions: log pi(o_t) = log_softmax(logits / T)[o_t].
@@ -44,14 +45,24 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask,
     # only the T + 1 last positions go through the output layer (those before the prompt's last predict nothing)
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
                    logits_to_keep=T + 1).logits  # (N, T+1, V)
-    logits = logits[:, :-1].float()  # (N, T, V): the logits that predict o_t
+    return logits_to_logprobs(logits[:, :-1], completions, temperature, entropy)  # [:, :-1]: those predicting o_t
+
+
+def logits_to_logprobs(logits: torch.Tensor, completions: torch.Tensor, temperature: float = 1.0,
+                       entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log_softmax(logits / temperature) at each completion token, and the entropy of each position's
+    distribution (reported, not trained on: no grad, a few positions at a time bound the memory; None without
+    ``entropy``). (N, T, V) -> (N, T), (N, T)."""
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)  # (N, T, V)
     logp = logp_all.gather(-1, completions.unsqueeze(-1)).squeeze(-1)  # (N, T)
-    with torch.no_grad():  # entropy is reported, not trained on; a few positions at a time bound the memory
-        entropy = torch.cat([-(chunk.exp() * chunk).sum(-1) for chunk in logp_all.split(ENTROPY_CHUNK, dim=1)], dim=1)
-    return logp, entropy
+    if not entropy:
+        return logp, None
+    with torch.no_grad():
+        ent = torch.cat([-(chunk.exp() * chunk).sum(-1) for chunk in logp_all.split(ENTROPY_CHUNK, dim=1)], dim=1)
+    return logp, ent
 
 
 def completion_texts(tokenizer, completions, mask, ended) -> list[str]:

@@ -54,7 +54,6 @@ def next_tokens(logits: torch.Tensor, greedy: bool, temperature: float, top_p: f
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=cdf.shape[1] - 1)
 
 
-@torch.no_grad()
 def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int, max_new_tokens: int,
              greedy: bool, temperature: float = 1.0, top_p: float = 1.0,
              end_ids: list[int] | None = None) -> torch.Tensor:
@@ -63,7 +62,16 @@ def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int,
     ``model``: a causal LM (or a LoRA-wrapped one), not a distributed wrapper. ``prompts``: left-padded
     ``input_ids`` and ``attention_mask``, both (B, P). ``end_ids``: the tokens that end a completion
     (default: ``end_token_ids(model, tokenizer)``). After a sequence's end token its row holds the pad token.
+    The loop runs in inference mode (no autograd bookkeeping: the decode steps are many small ops); the
+    result is copied out of it, since the training forwards take it as input.
     """
+    with torch.inference_mode():
+        out = _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids)
+    return out.clone()
+
+
+def _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids) -> torch.Tensor:
+    """generate's decode loop."""
     pad = tokenizer.pad_token_id
     attn = prompts["attention_mask"]
     ends = torch.tensor(end_token_ids(model, tokenizer) if end_ids is None else end_ids, device=attn.device)

@@ -35,7 +35,8 @@ from .reward_functions import REPETITION_MAX_PENALTY, named_rewards, repetition_
 from .reward_model import RewardModel
 from .sampling import generate
 from .tokenization import completion_mask
-from .outputs import Judged, encode_prompts, judge, rm_examples, token_logprobs
+from .forwards import MicroBatch, in_step_order, micro_batch_logprobs, plan_micro_batches
+from .outputs import Judged, encode_prompts, judge, rm_examples
 
 
 @dataclass
@@ -69,15 +70,14 @@ class Learner:
         """The policy itself, without a data-parallel wrapper."""
         return self.accelerator.unwrap_model(self.policy)
 
-    def ref_logprobs(self, prompt_ids, prompt_attn, completions, mask) -> torch.Tensor:
-        """log pi_ref of each completion token, (N, T)."""
+    def ref_logprobs(self, mb: MicroBatch, s: Sampled) -> torch.Tensor:
+        """log pi_ref of each completion token of the micro-batch ``mb`` of ``s``, (n, T)."""
         if self.reference is not None:
             with self.accelerator.autocast():
-                return token_logprobs(self.reference, prompt_ids, prompt_attn, completions, mask,
-                                      self.spec.temperature)[0]
+                return logprobs(self.reference, mb, s, self.spec.temperature, entropy=False)[0]
         model = self.unwrapped()
         with model.disable_adapter():
-            return token_logprobs(model, prompt_ids, prompt_attn, completions, mask, self.spec.temperature)[0]
+            return logprobs(model, mb, s, self.spec.temperature, entropy=False)[0]
 
 
 @dataclass
@@ -129,7 +129,7 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool,
         filled = informative_batch((sampled, scored, sampling), lambda m: sample_scored(learner, more(m)), len(batch),
                                    spec.max_resample, spec.group_size, learner.procs, learner.tokenizer.pad_token_id)
     sampled, scored = filled.sampled, filled.scored
-    chunks = micro_batches(len(sampled.completions), spec.micro_batch_size)
+    chunks = plan_micro_batches(sampled.mask, sampled.prompt_attn, spec.group_size, spec.micro_batch_size)
     ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks) if filled.trains else (None, None)
     t2 = time.time()
     sums = (update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks, detail=record) if filled.trains
@@ -241,29 +241,29 @@ def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: 
                           questions=[r["question"] for r in rows], tokens=judged.tokens)
 
 
-def micro_batches(n: int, size: int) -> list[slice]:
-    """The slices of the N sequences every forward pass below runs on (memory stays bounded whatever B x G);
-    size 0: all at once."""
-    size = size or n
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+def logprobs(model, mb: MicroBatch, s: Sampled, temperature: float, entropy: bool = True):
+    """log pi and entropy (None without ``entropy``) of the completion tokens of micro-batch ``mb`` under ``model``,
+    each prompt run once (forwards.micro_batch_logprobs), (n, T) each."""
+    return micro_batch_logprobs(model, mb, s.prompt_ids, s.prompt_attn, s.completions, s.mask, temperature, entropy)
 
 
-@torch.no_grad()
-def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[slice]):
+def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[MicroBatch]):
     """log pi_ref (None when kl_coef is 0) and log pi_old (None when mu = 1: pi_old's log-probs are then the
-    detached current ones), each (N, T)."""
+    detached current ones), each (N, T) in the step's sequence order. The passes run in inference mode (no
+    autograd bookkeeping); their results are copied out of it, as the loss's backward may keep them."""
     spec = learner.spec
-    ref_logp = torch.cat([learner.ref_logprobs(s.prompt_ids[c], s.prompt_attn[c], s.completions[c], s.mask[c])
-                          for c in chunks]) if spec.kl_coef > 0 else None
-    old_logp = None
-    if spec.policy_updates_per_batch > 1:
-        model = learner.unwrapped()
-        old_logp = torch.cat([token_logprobs(model, s.prompt_ids[c], s.prompt_attn[c], s.completions[c], s.mask[c],
-                                             spec.temperature)[0] for c in chunks])
-    return ref_logp, old_logp
+    ref_logp = old_logp = None
+    with torch.inference_mode():
+        if spec.kl_coef > 0:
+            ref_logp = in_step_order([learner.ref_logprobs(c, s) for c in chunks], chunks)
+        if spec.policy_updates_per_batch > 1:
+            model = learner.unwrapped()
+            old_logp = in_step_order([logprobs(model, c, s, spec.temperature, entropy=False)[0] for c in chunks],
+                                     chunks)
+    return (None if ref_logp is None else ref_logp.clone()), (None if old_logp is None else old_logp.clone())
 
 
-def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[slice],
+def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[MicroBatch],
            detail: bool = False) -> dict:
     """4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches: a
     micro-batch's loss is its part of J's sum divided by the whole batch's denominator (objective.aggregate), so
@@ -286,10 +286,10 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
     for u in range(spec.policy_updates_per_batch):
         optimizer.zero_grad(set_to_none=True)
         loss_sum = kl_sum = clip_sum = entropy_sum = 0.0
-        for k, c in enumerate(chunks):
+        for k, mb in enumerate(chunks):
+            c = mb.rows.to(mask.device)
             with learner.accelerator.no_sync(policy) if k < len(chunks) - 1 else nullcontext():
-                logp, ent = token_logprobs(policy, s.prompt_ids[c], s.prompt_attn[c], s.completions[c], s.mask[c],
-                                           spec.temperature)
+                logp, ent = logprobs(policy, mb, s, spec.temperature)
                 old = old_logp[c] if old_logp is not None else logp.detach()
                 ref = ref_logp[c] if ref_logp is not None else logp.detach()
                 loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef,
@@ -307,7 +307,8 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
         per_update += [loss_sum, kl_sum, clip_sum]
     sums = {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm, "tokens": tokens}
     if views:
-        sums["detail"] = {k: torch.cat([v[k] for v in views]) if views[0][k] is not None else None for k in views[0]}
+        sums["detail"] = {k: in_step_order([v[k] for v in views], chunks) if views[0][k] is not None else None
+                          for k in views[0]}
     return sums
 
 

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from grpo_engine import loading, sampling, step, trainer
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.model import builtin_model_dir, load_policy
+from grpo_engine.outputs import token_logprobs
 from grpo_engine.recorder import METRICS, MemoryRecorder
 from grpo_engine.tokenization import completion_mask
 
@@ -85,10 +86,10 @@ def test_reference_is_the_base_model_with_the_adapter_disabled(lora_run, grpo_ca
     attn = prompts["attention_mask"].repeat_interleave(4, dim=0)
 
     with torch.no_grad():
-        base_logp = step.token_logprobs(base, ids, attn, completions, mask)[0] * mask
+        base_logp = token_logprobs(base, ids, attn, completions, mask)[0] * mask
         with peft_model.disable_adapter():
-            ref_logp = step.token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
-        policy_logp = step.token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
+            ref_logp = token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
+        policy_logp = token_logprobs(peft_model, ids, attn, completions, mask)[0] * mask
     torch.testing.assert_close(ref_logp, base_logp, rtol=0, atol=1e-5)
     # with the adapter on (again), the trained policy differs from the base
     assert (policy_logp - base_logp).abs().max() > 1e-4
