@@ -92,21 +92,24 @@ def shared_prompt_logprobs(model, prompt_ids, prompt_attn, prompt_of, completion
 
     Positions count from each prompt's first real token, as in sampling: prompt real length L, completion
     token t at position L + t. The prompt pass's last logits predict o_0; the completion pass over
-    o_0 .. o_{T-2} predicts o_1 .. o_{T-1}.
+    o_0 .. o_{T-2} predicts o_1 .. o_{T-1}. Every call makes exactly these two forwards, whatever the lengths:
+    a data-parallel wrapper synchronises buffers in some forwards, so every process must make as many.
     """
+    T = completions.shape[1]
+    if T == 1:  # one padding column, so that the completion pass runs (see below) and is dropped after
+        logp, ent = shared_prompt_logprobs(model, prompt_ids, prompt_attn, prompt_of, F.pad(completions, (0, 1)),
+                                           F.pad(mask, (0, 1)), temperature, entropy)
+        return logp[:, :1], None if ent is None else ent[:, :1]
     positions = (prompt_attn.cumsum(dim=1) - 1).clamp(min=0)  # (U, P)
     out = model(input_ids=prompt_ids, attention_mask=prompt_attn, position_ids=positions, use_cache=True,
                 logits_to_keep=1)
-    logits = out.logits[:, -1:][prompt_of]  # (n, 1, V): predicts o_0
-    T = completions.shape[1]
-    if T > 1:
-        cache = getattr(out, CACHE)
-        cache.batch_select_indices(prompt_of)  # (U, ...) -> (n, ...); the gradient sums back over the group
-        attn = torch.cat([prompt_attn[prompt_of], mask[:, :-1].long()], dim=1)  # (n, P + T - 1)
-        steps = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, prompt_ids.shape[1]:]  # (n, T - 1)
-        rest = model(input_ids=completions[:, :-1], attention_mask=attn, position_ids=steps, use_cache=True,
-                     **{CACHE: cache}).logits  # (n, T - 1, V): predict o_1 .. o_{T-1}
-        logits = torch.cat([logits, rest], dim=1)
+    cache = getattr(out, CACHE)
+    cache.batch_select_indices(prompt_of)  # (U, ...) -> (n, ...); the gradient sums back over the group
+    attn = torch.cat([prompt_attn[prompt_of], mask[:, :-1].long()], dim=1)  # (n, P + T - 1)
+    steps = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, prompt_ids.shape[1]:]  # (n, T - 1)
+    rest = model(input_ids=completions[:, :-1], attention_mask=attn, position_ids=steps, use_cache=True,
+                 **{CACHE: cache}).logits  # (n, T - 1, V): predict o_1 .. o_{T-1}
+    logits = torch.cat([out.logits[:, -1:][prompt_of], rest], dim=1)  # the prompt's last logits predict o_0
     return logits_to_logprobs(logits, completions, temperature, entropy)
 
 
