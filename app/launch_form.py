@@ -31,7 +31,7 @@ SECTIONS = (
             ("step_labels", "label_rollouts", "label_estimate", "label_completer", "step_delimiter", "reward_model", "rm_data",
              "rm_samples", "rm_learning_rate", "rm_replay_ratio")),
     Section("Runtime & saving", ("device", "precision", "lora_rank"),
-            ("micro_batch_size", "gradient_checkpointing", "devices", "eval_every", "checkpoint_every",
+            ("micro_batch_size", "gradient_checkpointing", "decode", "devices", "eval_every", "checkpoint_every",
              "checkpoint_keep", "record_every", "report_to")),
 )
 
@@ -52,6 +52,7 @@ LABELS = {
     "reward_model": "Reward model start", "rm_data": "PRM training data", "rm_samples": "Reward model samples",
     "rm_learning_rate": "Reward model learning rate", "rm_replay_ratio": "Reward model replay ratio",
     "lora_rank": "LoRA rank", "micro_batch_size": "Micro-batch size", "devices": "Processes (data-parallel)",
+    "decode": "Sampler decode loop",
     "eval_every": "Evaluate every", "checkpoint_every": "Checkpoint every", "checkpoint_keep": "Checkpoints kept",
     "record_every": "Record groups every", "report_to": "Also report to (tensorboard, mlflow, wandb)",
 }

@@ -185,6 +185,12 @@ class RunSpec:
     max_new_tokens: int = key(32, "Longest completion sampled, in tokens; longer ones are cut and count as truncated.", min=1, max=32768)
     temperature: float = key(1.0, "Sampling temperature for the G outputs (evaluation is greedy).", min=0.0, max=10.0, min_exclusive=True)
     top_p: float = key(1.0, "Nucleus sampling: keep the smallest token set with this much probability.", min=0.0, max=1.0, min_exclusive=True)
+    decode: str = key("dynamic",
+          "How the sampler decodes: 'dynamic' = a KV cache that grows by a token per step, outputs that ended dropped "
+          "from the batch; 'static' = a KV cache and mask of fixed size (prompt + max_new_tokens), every output "
+          "decoded to the end; 'compiled' = 'static' with its decode step through torch.compile (CUDA graphs on a GPU; "
+          "the first step compiles it). Greedy outputs are the same with each.",
+          choices=("dynamic", "static", "compiled"))
     rm_replay_ratio: float = key(0.1, "Share of earlier reward-model data replayed when the RM is refreshed after an iteration.", min=0.0, max=1.0)
     rm_learning_rate: float = key(1e-3,
           "Learning rate (AdamW) of the learned reward model (reward: model). The default suits the built-in tiny model; use ~1e-5 for large models.",

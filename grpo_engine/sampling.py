@@ -56,17 +56,22 @@ def next_tokens(logits: torch.Tensor, greedy: bool, temperature: float, top_p: f
 
 def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int, max_new_tokens: int,
              greedy: bool, temperature: float = 1.0, top_p: float = 1.0,
-             end_ids: list[int] | None = None) -> torch.Tensor:
+             end_ids: list[int] | None = None, decode: str = "dynamic") -> torch.Tensor:
     """Sample ``repeat`` completions per prompt; the prompts are encoded once. Returns (B*repeat, T).
 
     ``model``: a causal LM (or a LoRA-wrapped one), not a distributed wrapper. ``prompts``: left-padded
     ``input_ids`` and ``attention_mask``, both (B, P). ``end_ids``: the tokens that end a completion
     (default: ``end_token_ids(model, tokenizer)``). After a sequence's end token its row holds the pad token.
     The loop runs in inference mode (no autograd bookkeeping: the decode steps are many small ops); the
-    result is copied out of it, since the training forwards take it as input.
+    result is copied out of it, since the training forwards take it as input. ``decode`` (the run spec's
+    ``decode``): 'dynamic' the loop below; 'static' or 'compiled' fixed shapes (:func:`_decode_static`).
     """
     with torch.inference_mode():
-        out = _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids)
+        if decode == "dynamic":
+            out = _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids)
+        else:
+            out = _decode_static(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p,
+                                 end_ids, compiled=decode == "compiled")
     return out.clone()
 
 
@@ -105,5 +110,57 @@ def _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperatu
         out = model(input_ids=token.unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
                     use_cache=True, **{CACHE: cache})
         logits = out.logits[:, -1]
+        next_pos = next_pos + 1
+    return result[:, :length]
+
+
+def _static_cache(model, prefill, repeat: int, max_len: int):
+    """A StaticCache of ``max_len`` positions holding the prefill's keys and values, each prompt's ``repeat``
+    times (the prompts were still encoded once)."""
+    from transformers import StaticCache
+
+    if not hasattr(prefill, "layers"):
+        raise ValueError("decode: 'static' and 'compiled' need transformers' layered caches (transformers >= 4.56); "
+                         "use decode 'dynamic'")
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    for layer, filled in zip(cache.layers, prefill.layers):
+        layer.update(filled.keys.repeat_interleave(repeat, dim=0), filled.values.repeat_interleave(repeat, dim=0))
+    return cache
+
+
+def _decode_static(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids,
+                   compiled: bool) -> torch.Tensor:
+    """generate's loop with the same shapes at every step, so that one decode step can be captured once and
+    replayed: a StaticCache of N rows and P + max_new_tokens positions, an attention mask of that full width
+    (a column switched on per step), every row decoded to the end (none dropped). ``compiled``: the step
+    through ``torch.compile(mode="reduce-overhead")`` (CUDA graphs on a GPU). The tokens are those of the
+    dynamic loop: greedy decoding gives the same outputs (tests/test_sampling.py)."""
+    pad = tokenizer.pad_token_id
+    attn = prompts["attention_mask"]
+    B, P = attn.shape
+    ends = torch.tensor(end_token_ids(model, tokenizer) if end_ids is None else end_ids, device=attn.device)
+    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    out = model(input_ids=prompts["input_ids"], attention_mask=attn, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
+    cache = _static_cache(model, getattr(out, CACHE), repeat, P + max_new_tokens)
+    logits = out.logits[:, -1].repeat_interleave(repeat, dim=0)  # (N, V)
+    n = logits.shape[0]
+    mask = torch.zeros((n, P + max_new_tokens), dtype=attn.dtype, device=attn.device)
+    mask[:, :P] = attn.repeat_interleave(repeat, dim=0)
+    next_pos = positions[:, -1:].repeat_interleave(repeat, dim=0) + 1  # (N, 1)
+    step = torch.compile(model, mode="reduce-overhead", dynamic=False) if compiled else model
+    result = torch.full((n, max_new_tokens), pad, dtype=torch.long, device=logits.device)
+    ended = torch.zeros(n, dtype=torch.bool, device=logits.device)
+    length = 0
+    for t in range(max_new_tokens):
+        token = next_tokens(logits, greedy, temperature, top_p).masked_fill(ended, pad)  # (N,)
+        result[:, t] = token
+        length = t + 1
+        ended = ended | torch.isin(token, ends)
+        if length == max_new_tokens or bool(ended.all()):
+            break
+        mask[:, P + t] = 1  # the token fed now sits at cache position P + t
+        logits = step(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos, use_cache=True,
+                      **{CACHE: cache}).logits[:, -1]
         next_pos = next_pos + 1
     return result[:, :length]

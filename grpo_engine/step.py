@@ -164,7 +164,7 @@ def sample(learner: Learner, batch: list[dict]) -> Sampled:
     learner.policy.eval()
     completions = generate(learner.unwrapped(), learner.tokenizer, prompts, repeat=G, greedy=False,
                            max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
-                           end_ids=learner.end_ids)  # (N, T)
+                           end_ids=learner.end_ids, decode=spec.decode)  # (N, T)
     mask, ended = completion_mask(completions, learner.end_ids)  # (N, T), (N,)
     return Sampled(batch, prompts["input_ids"].repeat_interleave(G, dim=0),
                    prompts["attention_mask"].repeat_interleave(G, dim=0), completions, mask, ended)

@@ -99,3 +99,21 @@ def test_a_short_run_trains_on_the_gpu(variant, model_and_data, grpo_cache_dir, 
     assert (final / "model" / "model.safetensors").is_file()
     if spec.lora_rank:
         assert (final / "adapter").is_dir()
+
+
+@pytest.mark.parametrize("decode", ["static", "compiled"])
+def test_the_fixed_shape_decodes_give_the_default_greedy_outputs_on_the_gpu(decode, grpo_cache_dir):
+    """decode 'static' and 'compiled' (torch.compile, CUDA graphs) sample on the GPU what the default loop does,
+    greedy, with left padding and groups."""
+    from grpo_engine.data import load_dataset
+    from grpo_engine.model import load_policy
+    from grpo_engine.outputs import encode_prompts
+    from grpo_engine.sampling import generate
+
+    model, tokenizer = load_policy("builtin-arith", grpo_cache_dir, torch.device("cuda"))
+    model.eval()
+    questions = [e["question"] for e in load_dataset("builtin-arith")[1][:12]] + ["3+4", "5-2+7*3-1"]
+    prompts = encode_prompts(tokenizer, questions, torch.device("cuda"))
+    want = generate(model, tokenizer, prompts, repeat=3, max_new_tokens=40, greedy=True)
+    got = generate(model, tokenizer, prompts, repeat=3, max_new_tokens=40, greedy=True, decode=decode)
+    assert torch.equal(got, want)

@@ -60,6 +60,21 @@ def test_greedy_decoding_matches_transformers_generate(policy):
     assert torch.equal(ours, theirs)
 
 
+@pytest.mark.parametrize("repeat,max_new_tokens", [(1, 40), (3, 40), (2, 5)])
+def test_the_static_decode_gives_the_dynamic_decodes_greedy_outputs(policy, repeat, max_new_tokens):
+    """decode 'static' (StaticCache, full-width mask, no rows dropped) against the default loop, with left padding,
+    groups and outputs cut at max_new_tokens (5). 'compiled' is the same loop through torch.compile: test_gpu.py."""
+    model, tokenizer = policy
+    _, heldout = load_dataset("builtin-arith")
+    prompts = _encode_prompts(tokenizer, [e["question"] for e in heldout[:10]] + ["3+4", "5-2+7*3-1"], "cpu")
+    assert (prompts["attention_mask"] == 0).any()
+    dynamic = generate(model, tokenizer, prompts, repeat=repeat, max_new_tokens=max_new_tokens, greedy=True)
+    static = generate(model, tokenizer, prompts, repeat=repeat, max_new_tokens=max_new_tokens, greedy=True,
+                      decode="static")
+    assert torch.equal(static, dynamic)
+    assert completion_mask(dynamic, tokenizer.eos_token_id)[1].any() == (max_new_tokens == 40)
+
+
 def test_sampled_groups_end_at_eos_and_pad_after_it(policy):
     model, tokenizer = policy
     _, heldout = load_dataset("builtin-arith")
