@@ -14,6 +14,7 @@ import torch
 from grpo_engine import loading, trainer
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.dynamic_sampling import fill_informative, join, take
+from grpo_engine.forwards import plan_micro_batches
 from grpo_engine.memory import estimate_memory
 from grpo_engine.overlong import add_overlong_penalty, loss_mask, overlong_penalty
 from grpo_engine.recorder import MemoryRecorder
@@ -146,7 +147,7 @@ def test_a_truncated_output_leaves_the_loss_entirely(grpo_cache_dir):
         s = Sampled([{}], prompts["input_ids"].repeat(2, 1)[rows], prompts["attention_mask"].repeat(2, 1)[rows],
                     completions[rows], mask[rows], ended[rows])
         advantages = torch.tensor([[1.0], [-1.0]])[rows] * s.mask
-        sums = update(learner, s, advantages, None, None, [slice(0, len(s.completions))])
+        sums = update(learner, s, advantages, None, None, plan_micro_batches(s.mask, s.prompt_attn, 2, 0))
         return [p.grad.clone() for p in learner.params], sums["tokens"]
 
     both, tokens = gradient(slice(0, 2), True)
