@@ -52,8 +52,8 @@ def micro_batch(rows: torch.Tensor, lengths: torch.Tensor, prompt_attn: torch.Te
     """The micro-batch of ``rows``: sequence i continues prompt i // G (a group's G outputs are consecutive
     rows, each with the group's prompt). ``lengths`` (N,): real completion tokens; ``prompt_attn`` (N, P).
 
-    Example, G = 4, rows [5, 2, 3, 4], lengths 3, 7, 2, 6: prompts of groups 1 and 0, prompt_rows [4, 0],
-    prompt_of [0, 1, 1, 0], length 7.
+    Example, G = 4, rows [5, 2, 3, 4] of lengths 3, 7, 2, 6: the prompts of groups 0 and 1, prompt_rows [0, 4],
+    prompt_of [1, 0, 0, 1], length 7.
     """
     groups, prompt_of = torch.unique(rows // group_size, return_inverse=True)
     prompt_rows = groups * group_size
@@ -69,7 +69,8 @@ def plan_micro_batches(mask: torch.Tensor, prompt_attn: torch.Tensor, group_size
 
     Example, G 2, size 2, lengths [8, 1, 8, 1], prompts of 10 tokens: in sampling order each micro-batch is
     one group, 10 + 2 x 8 = 26 tokens each (52); sorted, [0, 2] holds two prompts and 2 x 8 (36) and [1, 3]
-    two prompts and 2 x 1 (22): 58, so sampling order is kept. With prompts of 1 token: 18 against 20.
+    two prompts and 2 x 1 (22): 58, so sampling order is kept. With prompts of 1 token: 34 in sampling order,
+    22 sorted.
     """
     n = mask.shape[0]
     size = size or n
