@@ -304,6 +304,7 @@ def test_the_defaults_are_the_paper_and_clip_eps_high_zero_means_clip_eps():
     {"scale_rewards": "batch", "supervision": "process"},
     {"clip_eps_high": 0.28, "policy_updates_per_batch": 2},
     {"ratio_level": "sequence", "policy_updates_per_batch": 2},
+    {"decode": "static", "micro_batch_size": 3},
 ], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_a_run_with_each_choice_completes(grpo_cache_dir, overrides):
     from grpo_engine.recorder import MemoryRecorder
