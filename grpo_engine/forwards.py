@@ -119,17 +119,16 @@ def micro_batch_logprobs(model, mb: MicroBatch, prompt_ids, prompt_attn, complet
     """:func:`shared_prompt_logprobs` of one micro-batch of the step's tensors (``prompt_ids``, ``prompt_attn``
     (N, P), ``completions``, ``mask`` (N, T)), its padding cut; returns (n, T) padded back with zeros (the
     columns past its longest completion are padding in every row: the loss mask leaves them out)."""
-    T = completions.shape[1]
-    rows, cols = mb.rows.to(completions.device), slice(0, mb.length)
+    rows, cols, start = mb.rows.to(completions.device), slice(0, mb.length), mb.prompt_start
     if model.training and recomputes_activations(model):  # it keeps no KV cache while training: run it flat
-        logp, ent = token_logprobs(model, prompt_ids[rows, mb.prompt_start:], prompt_attn[rows, mb.prompt_start:],
+        logp, ent = token_logprobs(model, prompt_ids[rows, start:], prompt_attn[rows, start:],
                                    completions[rows, cols], mask[rows, cols], temperature, entropy)
-        return F.pad(logp, (0, T - mb.length)), None if ent is None else F.pad(ent, (0, T - mb.length))
-    prompts = mb.prompt_rows.to(prompt_ids.device)
-    logp, ent = shared_prompt_logprobs(model, prompt_ids[prompts, mb.prompt_start:],
-                                       prompt_attn[prompts, mb.prompt_start:], mb.prompt_of.to(rows.device),
-                                       completions[rows, cols], mask[rows, cols], temperature, entropy)
-    pad = (0, T - mb.length)
+    else:
+        prompts = mb.prompt_rows.to(prompt_ids.device)
+        logp, ent = shared_prompt_logprobs(model, prompt_ids[prompts, start:], prompt_attn[prompts, start:],
+                                           mb.prompt_of.to(rows.device), completions[rows, cols], mask[rows, cols],
+                                           temperature, entropy)
+    pad = (0, completions.shape[1] - mb.length)
     return F.pad(logp, pad), None if ent is None else F.pad(ent, pad)
 
 

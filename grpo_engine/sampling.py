@@ -75,16 +75,22 @@ def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int,
     return out.clone()
 
 
-def _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids) -> torch.Tensor:
-    """generate's decode loop."""
-    pad = tokenizer.pad_token_id
+def _prefill(model, tokenizer, prompts, repeat: int, end_ids):
+    """Both loops' start: the B prompts encoded once. Returns the end tokens, each prompt's positions (B, P),
+    the prefill's KV cache (B rows) and the next-token logits of each of the N = B * repeat rows (N, V)."""
     attn = prompts["attention_mask"]
     ends = torch.tensor(end_token_ids(model, tokenizer) if end_ids is None else end_ids, device=attn.device)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
     out = model(input_ids=prompts["input_ids"], attention_mask=attn, position_ids=positions, use_cache=True,
                 logits_to_keep=1)
-    cache = getattr(out, CACHE)
-    logits = out.logits[:, -1].repeat_interleave(repeat, dim=0)  # (N, V)
+    return ends, positions, getattr(out, CACHE), out.logits[:, -1].repeat_interleave(repeat, dim=0)
+
+
+def _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids) -> torch.Tensor:
+    """generate's decode loop."""
+    pad = tokenizer.pad_token_id
+    attn = prompts["attention_mask"]
+    ends, positions, cache, logits = _prefill(model, tokenizer, prompts, repeat, end_ids)  # logits (N, V)
     if repeat > 1:
         cache.batch_repeat_interleave(repeat)
     attn = attn.repeat_interleave(repeat, dim=0)  # (N, P)
@@ -137,13 +143,9 @@ def _decode_static(model, tokenizer, prompts, repeat, max_new_tokens, greedy, te
     dynamic loop: greedy decoding gives the same outputs (tests/test_sampling.py)."""
     pad = tokenizer.pad_token_id
     attn = prompts["attention_mask"]
-    B, P = attn.shape
-    ends = torch.tensor(end_token_ids(model, tokenizer) if end_ids is None else end_ids, device=attn.device)
-    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=prompts["input_ids"], attention_mask=attn, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
-    cache = _static_cache(model, getattr(out, CACHE), repeat, P + max_new_tokens)
-    logits = out.logits[:, -1].repeat_interleave(repeat, dim=0)  # (N, V)
+    P = attn.shape[1]
+    ends, positions, prefill, logits = _prefill(model, tokenizer, prompts, repeat, end_ids)  # logits (N, V)
+    cache = _static_cache(model, prefill, repeat, P + max_new_tokens)
     n = logits.shape[0]
     mask = torch.zeros((n, P + max_new_tokens), dtype=attn.dtype, device=attn.device)
     mask[:, :P] = attn.repeat_interleave(repeat, dim=0)
