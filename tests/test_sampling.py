@@ -9,7 +9,8 @@ import torch
 
 from grpo_engine.data import load_dataset
 from grpo_engine.model import load_policy
-from grpo_engine.sampling import generate, next_tokens, top_p_filter
+from grpo_engine import sampling
+from grpo_engine.sampling import BlockLayer, generate, next_tokens, top_p_filter
 from grpo_engine.tokenization import completion_mask
 from grpo_engine.outputs import encode_prompts as _encode_prompts
 
@@ -56,6 +57,46 @@ def test_greedy_decoding_matches_transformers_generate(policy):
     ours = generate(model, tokenizer, prompts, repeat=1, max_new_tokens=40, greedy=True)
     ids, attn = prompts["input_ids"], prompts["attention_mask"]
     theirs = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=40, do_sample=False,
+                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)[:, ids.shape[1]:]
+    assert torch.equal(ours, theirs)
+
+
+def test_a_block_layer_holds_what_a_dynamic_layer_holds(monkeypatch):
+    """BlockLayer against transformers' DynamicLayer through the decode loop's calls: a prefill, a repeat per
+    group, steps that outgrow the buffer (blocks of 2 positions), a pruning of rows, a prefill of 3 positions."""
+    from transformers.cache_utils import DynamicLayer
+
+    monkeypatch.setattr(sampling, "CACHE_BLOCK", 2)
+    g = torch.Generator().manual_seed(0)
+    states = lambda n, s: (torch.randn(n, 2, s, 4, generator=g), torch.randn(n, 2, s, 4, generator=g))  # noqa: E731
+    plain = DynamicLayer()
+    plain.update(*states(3, 5))
+    block = BlockLayer(plain)
+    for layer in (plain, block):
+        layer.batch_repeat_interleave(2)
+    for t in range(7):
+        new = states(6 if t < 4 else 4, 1 if t != 2 else 3)
+        if t == 4:
+            keep = torch.tensor([0, 2, 3, 5])
+            plain.batch_select_indices(keep)
+            block.batch_select_indices(keep)
+        expected, got = plain.update(*new), block.update(*new)
+        assert block.get_seq_length() == plain.get_seq_length()
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_greedy_decoding_is_the_same_when_the_cache_grows_block_by_block(policy, monkeypatch):
+    """Blocks of 3 positions: the cache is reallocated many times during the loop, with groups and finished rows
+    dropped; the outputs are transformers' generate's, each prompt's repeated."""
+    model, tokenizer = policy
+    monkeypatch.setattr(sampling, "CACHE_BLOCK", 3)
+    _, heldout = load_dataset("builtin-arith")
+    questions = [e["question"] for e in heldout[:12]] + ["3+4", "5-2+7*3-1"]
+    prompts = _encode_prompts(tokenizer, questions, "cpu")
+    ours = generate(model, tokenizer, prompts, repeat=2, max_new_tokens=30, greedy=True)
+    ids = prompts["input_ids"].repeat_interleave(2, dim=0)
+    attn = prompts["attention_mask"].repeat_interleave(2, dim=0)
+    theirs = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=30, do_sample=False,
                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)[:, ids.shape[1]:]
     assert torch.equal(ours, theirs)
 
