@@ -143,7 +143,9 @@ class Sample(Base):
     position: Mapped[int]  # i in 0..G-1
     completion: Mapped[str] = mapped_column(Text)
     tokens: Mapped[list[str]] = mapped_column(JSON)  # decoded text of each completion token
-    advantages: Mapped[list[float]] = mapped_column(JSON)  # A_hat[i, t], one per token
+    # A_hat[i, t], one per token: little-endian float64 (always set; nullable only so that migration 0007 could
+    # add it to SQLite without rebuilding the table)
+    advantages: Mapped[bytes | None] = mapped_column(LargeBinary)
     reward: Mapped[float] = mapped_column(Float)
     step_rewards: Mapped[list[float] | None] = mapped_column(JSON(none_as_null=True))  # process supervision
     step_end_indices: Mapped[list[int] | None] = mapped_column(JSON(none_as_null=True))  # 0-based token indices

@@ -5,6 +5,7 @@ Every test runs on both backends through the ``db_url`` fixture (tests/conftest.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_alembic_command_line_reads_the_settings(tmp_path):
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
     subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
     current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0006 (head)" in current.stdout
+    assert "0007 (head)" in current.stdout
     engine = make_engine(env["GRPO_DATABASE_URL"])
     assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
     engine.dispose()
@@ -137,3 +138,37 @@ def test_migration_0002_keeps_existing_runs(db_url):
         (run,) = [r for r in store.list_runs(s) if r["name"] == "old"]
         full = store.get_run(s, run["run_id"])
     assert full["step"] == 3 and full["attempts"] == 0 and full["worker"] is None and full["checkpoint_step"] is None
+
+
+def test_migration_0007_packs_advantages_exactly_and_back(db_url):
+    """Advantages recorded as JSON lists (0006) become float64 arrays bit for bit, and JSON again on downgrade."""
+    values = [0.1, -1 / 3, 12.345678901234, 1e-300, -0.0, 5.0]
+    command.downgrade(alembic_config(db_url), "0006")
+    engine = make_engine(db_url)
+    engine.dispose()
+    run_id = new_run(db_url)
+    with engine.begin() as connection:  # a group and two samples written by the 0006 schema
+        connection.exec_driver_sql(
+            "INSERT INTO groups (run_id, step, position, prompt, reference, reward_mean, reward_std) "
+            f"VALUES ({run_id}, 1, 0, 'q', '42', 0.5, 0.5)")
+        group_id = connection.exec_driver_sql("SELECT max(id) FROM groups").scalar()
+        for position, advantages in enumerate([values, []]):
+            connection.exec_driver_sql(
+                "INSERT INTO samples (group_id, run_id, step, position, completion, tokens, advantages, reward, "
+                f"reward_components) VALUES ({group_id}, {run_id}, 1, {position}, 'c', "
+                f"'{json.dumps(['t'] * len(advantages))}', '{json.dumps(advantages)}', 1.0, '{{}}')")
+    engine.dispose()
+    upgrade_database(db_url)
+    engine.dispose()
+    with session_scope(db_url) as s:
+        got = [sample["advantages"] for sample in store.get_group(s, group_id)["samples"]]
+    assert [[x.hex() for x in a] for a in got] == [[x.hex() for x in values], []]  # bit for bit
+
+    command.downgrade(alembic_config(db_url), "0006")
+    engine.dispose()
+    with engine.connect() as connection:
+        stored = connection.exec_driver_sql(f"SELECT advantages FROM samples WHERE group_id = {group_id} "
+                                            "ORDER BY position").scalars().all()
+    assert [json.loads(a) if isinstance(a, str) else a for a in stored] == [values, []]
+    engine.dispose()
+    upgrade_database(db_url)

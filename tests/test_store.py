@@ -15,6 +15,7 @@ from sqlalchemy import delete, func, select, update
 from app import store
 from app.db import session_scope
 from app.models import Base, Group, Run, Sample
+from app.store.records import SAMPLE_COLUMNS
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord
 
@@ -231,6 +232,11 @@ def test_record_groups_is_idempotent_per_step(db_url):
         # The replaced groups' samples are gone too (ON DELETE CASCADE).
         assert s.scalar(select(func.count()).select_from(Group)) == 3
         assert s.scalar(select(func.count()).select_from(Sample)) == 6
+
+
+def test_record_groups_fills_every_samples_column():
+    """record_groups writes the samples through the driver, column by column: the list must be the table's."""
+    assert sorted(SAMPLE_COLUMNS) == sorted(c.name for c in Sample.__table__.columns if c.name != "id")
 
 
 def test_get_group_round_trips_samples_exactly(db_url):

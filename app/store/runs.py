@@ -136,8 +136,10 @@ def claim_run(s: Session, run_id: int, worker: str, lease_seconds: float) -> boo
 
 
 def renew_lease(s: Session, run_id: int, worker: str) -> bool:
-    """``worker`` is still training the run: renew its lease. False when it no longer holds it."""
-    result = s.execute(update(Run).where(Run.id == run_id, Run.worker == worker, Run.status == "running")
+    """``worker`` is still training the run: renew its lease. False when it no longer holds it. (On the table,
+    not through the ORM: a worker renews with every step it records.)"""
+    runs = Run.__table__
+    result = s.execute(update(runs).where(runs.c.id == run_id, runs.c.worker == worker, runs.c.status == "running")
                        .values(heartbeat_at=utcnow()))
     return result.rowcount == 1
 
