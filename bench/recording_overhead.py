@@ -2,8 +2,8 @@
 
 Runs the default spec (built-in model and dataset, B = 8, G = 8, 32 new tokens) for --steps steps with
 ``eval_every`` 0 (evaluation is the same either way and would dominate), driving the engine's TrainingRun step by
-step as ``grpo_engine.trainer.train`` does, and switching recording on and off in alternate blocks of --block
-steps within the run:
+step as ``grpo_engine.trainer.train`` does (what it loaded frozen for the garbage collector, gc.freeze), and
+switching recording on and off in alternate blocks of --block steps within the run:
 
   on   the worker's recorder, workers.recorder.DBRecorder, on a fresh migrated SQLite store in a temporary data
        dir (the run row created by app.store.create_run), writing in the background as the worker does: the
@@ -31,6 +31,7 @@ difference recording makes, the overhead in percent with its 95% interval, and P
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import shutil
 import statistics
@@ -169,6 +170,7 @@ def run_blocks(spec, cache_dir: Path, block: int, phase: int) -> dict:
     off_spec, nothing = replace(spec, record_every=0), NoRecorder()
     with store_recorder(spec, "recording-overhead") as (db, url, run_id):
         run = TrainingRun(spec, nothing, None, *load_learner(spec, nothing, cache_dir, None))
+        gc.freeze()  # as train does once the run is loaded
         run.resume()
         run.before_training()
         run.training_phase()
@@ -186,6 +188,7 @@ def run_blocks(spec, cache_dir: Path, block: int, phase: int) -> dict:
             on.append(recording)
             trajectory.append((round(run.metrics["reward_mean"], 6), round(run.metrics["completion_len"], 6)))
         db.close()
+        gc.unfreeze()
         with session_scope(url) as s:
             recorded = [m["step"] for m in store.get_metrics(s, run_id)]
             assert all(len(store.list_groups(s, run_id, step)) == spec.batch_size for step in recorded)

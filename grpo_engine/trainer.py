@@ -22,6 +22,7 @@ tokens, T completion tokens.
 """
 from __future__ import annotations
 
+import gc
 import random
 import shutil
 import time
@@ -58,6 +59,19 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     """
     t_load = time.time()
     run = TrainingRun(spec, recorder, checkpoint_dir, *load_learner(spec, recorder, Path(cache_dir), device))
+    # What is loaded now (the libraries, the model's modules, the tokenizer) lives as long as the run: the cyclic
+    # garbage collector leaves it alone from here on. Its full collections, which every step's garbage brings on
+    # now and then, then scan only what was made since: ~10 ms instead of ~0.2-0.3 s on the built-in model.
+    # Unfrozen when the run ends, so that a worker's next run can free this one's cycles.
+    gc.freeze()
+    try:
+        return _train(run, spec, recorder, t_load)
+    finally:
+        gc.unfreeze()
+
+
+def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -> dict:
+    """train's loop, from resuming a checkpoint to the run's result."""
     start_iteration = run.resume()
     recorder.log(f"ready in {time.time() - t_load:.1f}s: {sum(p.numel() for p in run.learner.params):,} trainable "
                  f"parameters, {len(run.train_set)} training / {len(run.heldout)} held-out questions")
@@ -69,7 +83,9 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         run.training_phase()
         for iteration in range(start_iteration, spec.iterations + 1):
             if iteration > 1 and run.step == (iteration - 1) * spec.steps_per_iteration:  # (not when resumed mid-iteration)
+                gc.unfreeze()  # what the reset lets go of (LoRA's adapter and optimizer) can be collected
                 new_iteration(run.learner)
+                gc.freeze()
             while run.step < iteration * spec.steps_per_iteration:
                 stop = run.procs.from_main(recorder.should_stop())  # all processes stop at the same step
                 if stop:

@@ -247,3 +247,27 @@ def test_micro_batches_accumulate_the_same_update(grpo_cache_dir):
     assert a["grad_norm"] > 0
     for key in ("reward_mean", "loss", "kl", "clip_frac", "entropy", "grad_norm"):
         assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
+def test_what_was_loaded_is_frozen_for_the_garbage_collector_during_the_run_only(grpo_cache_dir):
+    """train gc.freeze()s what it loaded (full collections then skip the model and libraries), unfreezes it across
+    the reference reset of a new iteration and at the end, however the run ends."""
+    import gc
+
+    class Frozen(MemoryRecorder):
+        def __init__(self):
+            super().__init__()
+            self.counts = []
+
+        def step(self, step, iteration, metrics):
+            self.counts.append(gc.get_freeze_count())
+            super().step(step, iteration, metrics)
+
+        def should_stop(self):
+            return "cancel" if len(self.counts) == 3 else False
+
+    recorder = Frozen()
+    result, _ = run(grpo_cache_dir, recorder, iterations=2, steps_per_iteration=2, eval_every=0)
+    assert result["status"] == "cancelled" and result["step"] == 3
+    assert len(recorder.counts) == 3 and min(recorder.counts) > 10_000  # steps 1, 2 and 3 (after the reset)
+    assert gc.get_freeze_count() == 0
