@@ -298,7 +298,8 @@ def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grp
 
 def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
     """Recomputed activations (the flat forward: no KV cache while training) train as the shared-prompt forward
-    does; 32 new tokens let the built-in model answer, so the groups have spread and the gradient is real."""
+    does; 32 new tokens let the built-in model answer, so some group has spread and a step's gradient is real (a
+    step whose groups are each all right or all wrong has only the KL term's)."""
     runs = []
     for checkpointing in (False, True):
         recorder = MemoryRecorder()
@@ -306,7 +307,7 @@ def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
                               "group_size": 4, "max_new_tokens": 32, "eval_every": 0})
         train(spec, recorder, grpo_cache_dir, device="cpu")
         runs.append(recorder.metrics)
-    assert all(m["grad_norm"] > 0.1 for m in runs[0])
+    assert max(m["grad_norm"] for m in runs[0]) > 0.1
     for plain, recomputed in zip(*runs):
         for key in ("reward_mean", "loss", "kl", "grad_norm", "entropy"):
             assert recomputed[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-7), key
