@@ -62,12 +62,15 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     # What is loaded now (the libraries, the model's modules, the tokenizer) lives as long as the run: the cyclic
     # garbage collector leaves it alone from here on. Its full collections, which every step's garbage brings on
     # now and then, then scan only what was made since: ~10 ms instead of ~0.2-0.3 s on the built-in model.
-    # Unfrozen when the run ends, so that a worker's next run can free this one's cycles.
+    # Unfrozen and collected when the run ends, however it ends: a worker's next run (under its memory cap,
+    # after an out-of-memory failure too) starts without this one's cycles.
     gc.freeze()
     try:
         return _train(run, spec, recorder, t_load)
     finally:
         gc.unfreeze()
+        del run
+        gc.collect()
 
 
 def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -> dict:
