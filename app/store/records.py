@@ -21,7 +21,7 @@ from app.models import Group, Metric, Run, RunLog, Sample
 from app.store.runs import UPSERT, LeaseLost, renew_lease
 
 # The tables a worker writes every step, for Core statements (no ORM unit of work on the hot path)
-GROUPS, SAMPLES, METRICS, RUNS = Group.__table__, Sample.__table__, Metric.__table__, Run.__table__
+GROUPS, METRICS, RUNS = Group.__table__, Metric.__table__, Run.__table__
 _RUN_STEP = update(RUNS).where(RUNS.c.id == bindparam("run_id")).values(step=bindparam("step"))
 
 
@@ -105,10 +105,14 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
     samples = [_sample(group_id, run_id, step, i, sample)
                for group_id, group in zip(ids, groups) for i, sample in enumerate(group["samples"])]
     if samples:
-        marker = PLACEHOLDERS[s.get_bind().dialect.paramstyle]
-        s.connection().exec_driver_sql(
-            f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join([marker] * len(SAMPLE_COLUMNS))})",
-            samples)
+        s.connection().exec_driver_sql(_samples_insert(s.get_bind().dialect.paramstyle), samples)
+
+
+@functools.cache
+def _samples_insert(paramstyle: str) -> str:
+    """The driver-level INSERT of one samples row (SAMPLE_COLUMNS, positional parameters in ``paramstyle``)."""
+    marker = PLACEHOLDERS[paramstyle]
+    return f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join([marker] * len(SAMPLE_COLUMNS))})"
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
