@@ -91,9 +91,22 @@ def settings_env(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report kept on the test (``item.stash[REPORTS][phase]``), for fixtures that add to a failure."""
+    report = yield
+    item.stash.setdefault(REPORTS, {})[report.when] = report
+    return report
+
+
+REPORTS = pytest.StashKey[dict]()
+SERVER_LOG_TAIL = 20_000  # characters of a server's log printed when its test failed
+
+
 @pytest.fixture
-def dashboard(tmp_path, grpo_cache_dir):
-    """The URL of a running `grpo-dashboard serve` with its embedded worker (the browser tests' server)."""
+def dashboard(request, tmp_path, grpo_cache_dir):
+    """The URL of a running `grpo-dashboard serve` with its embedded worker (the browser tests' server). When the
+    test failed, the ends of the server's log and its worker's are printed with the failure."""
     from tests.test_e2e import clean_env, start_server
 
     server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
@@ -101,3 +114,8 @@ def dashboard(tmp_path, grpo_cache_dir):
         yield url
     finally:
         server.stop()
+        call = request.node.stash.get(REPORTS, {}).get("call")
+        if call is not None and call.failed:
+            for log in (server.log_path, tmp_path / "data" / "worker.log"):
+                if log.exists():
+                    print(f"---- the end of {log} ----\n{log.read_text(errors='replace')[-SERVER_LOG_TAIL:]}")
