@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from app.db import make_engine, upgrade_database
+from app import store
+from app.db import make_engine, session_scope, upgrade_database
 
 POSTGRES_SERVER_URL = os.environ.get("GRPO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/")
 
@@ -119,3 +120,16 @@ def dashboard(request, tmp_path, grpo_cache_dir):
             for log in (server.log_path, tmp_path / "data" / "worker.log"):
                 if log.exists():
                     print(f"---- the end of {log} ----\n{log.read_text(errors='replace')[-SERVER_LOG_TAIL:]}")
+            _print_runs(tmp_path / "data" / "grpo.sqlite")
+
+
+def _print_runs(path) -> None:
+    """Each run in the store at ``path``: its status, error and the end of its log (a failed test's context)."""
+    url = f"sqlite:///{path}"
+    with session_scope(url) as s:
+        for summary in store.list_runs(s):
+            run = store.get_run(s, summary["run_id"])
+            print(f"---- run {run['run_id']} ({run['name']}): {run['status']} at step {run['step']}, "
+                  f"error {run['error']!r} ----")
+            print("\n".join(store.get_logs(s, run["run_id"], limit=40)))
+    make_engine(url).dispose()
