@@ -19,8 +19,9 @@ In order:
    locally with the built-in tokenizer plus ChatML's tokens and chat template, trained --steps (20) steps
    with G 8, B 16, 256 new tokens, bf16 autocast with fp32 weights and optimizer state, through this engine
    and through TRL's GRPOTrainer, each in a fresh process, with the same settings, chat-formatted prompts,
-   questions and verifier (vs_trl.py's trials; its docstring lists what is the same on both sides). TRL is
-   the optional extra ``pip install -e '.[bench]'``: without it (or with --skip-trl) only the engine runs.
+   questions and verifier (bench/vs_trl_trials.py's trials; vs_trl.py's docstring lists what is the same on
+   both sides). TRL is the optional extra ``pip install -e '.[bench]'``: without it (or with --skip-trl) only
+   the engine runs.
    Printed for each: completions/s, completion tokens/s (EOS included), seconds per step, tokens per
    completion, and GPU memory (torch.cuda.max_memory_allocated from the end of the set-up, after the bytes
    allocated at that point); then the engine / TRL ratios, and the engine's phases and achieved FLOP/s. The
@@ -47,7 +48,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
-import vs_trl  # noqa: E402  (torch is imported inside its functions)
+import vs_trl  # noqa: E402  (torch is imported inside the functions of these three)
+import vs_trl_models  # noqa: E402
+import vs_trl_trials  # noqa: E402
 
 GB = 1e9
 NO_CUDA = 2  # exit status without a CUDA GPU
@@ -101,7 +104,8 @@ def run_trainers(args, with_trl: bool) -> list[tuple[str, str, str]]:
     results, lines = {}, []
     try:
         t0 = time.perf_counter()
-        model_dir, params = vs_trl.prepare_model(vs_trl.GPU_CONFIG, work_dir / "cache", work_dir, args.seed, chat=True)
+        model_dir, params = vs_trl_models.prepare_model(vs_trl.GPU_CONFIG, work_dir / "cache", work_dir, args.seed,
+                                                        chat=True)
         print(f"{vs_trl.GPU_CONFIG}: {params:,} parameters, ChatML template, written to {model_dir} "
               f"in {time.perf_counter() - t0:.0f}s", flush=True)
         for variant, name in [("engine off", "engine"), ("trl", "TRL")][: 2 if with_trl else 1]:
@@ -110,7 +114,7 @@ def run_trainers(args, with_trl: bool) -> list[tuple[str, str, str]]:
             print(f"{name}: training...", flush=True)
             t0 = time.perf_counter()
             try:
-                results[name] = vs_trl.run_child(trial)
+                results[name] = vs_trl_trials.run_child(trial)
             except SystemExit as failure:  # run_child's message: the trial's exit status and output tail
                 print(f"{name} FAILED:\n{failure}", flush=True)
                 lines.append(("FAIL", name, "the run failed (its output is above)"))
