@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import transformers
+from packaging.version import Version
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -35,6 +37,9 @@ PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 BUILTIN_ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=4, max_position_embeddings=64)
 WARMUP = dict(examples=8000, wrong_share=0.75, steps=900, batch_size=64, lr=3e-3, seed=0)
+# from_pretrained's keyword for the weights' dtype: "dtype" from transformers 4.56 on, where "torch_dtype" still
+# works but logs a deprecation warning at every load; before 4.56 "dtype" is not read (the checkpoint's dtype stays)
+DTYPE_KEYWORD = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -178,7 +183,7 @@ def load_causal_lm(path: str, what: str = "model"):
         tokenizer = AutoTokenizer.from_pretrained(path)
         # fp32 whatever the checkpoint's dtype (instruct models ship bf16, which transformers 5 would keep):
         # AdamW's small updates vanish in bf16 weights; autocast runs the forward passes in bf16 instead
-        lm = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, torch_dtype=torch.float32)
+        lm = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **{DTYPE_KEYWORD: torch.float32})
     except OSError as exc:
         raise FileNotFoundError(f"could not load {what} {path!r}: {str(exc).splitlines()[0]}") from None
     if tokenizer.pad_token is None:
