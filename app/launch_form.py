@@ -21,13 +21,13 @@ class Section:
 
 
 SECTIONS = (
-    Section("Model & data", ("name", "model", "dataset", "prompt_template"),
+    Section("Model & data", ("name", "model", "dataset", "prompt_template", "system_prompt", "question_template"),
             ("dataset_config", "dataset_split", "eval_split", "question_field", "answer_field", "solution_field")),
     Section("Algorithm", ("group_size", "batch_size", "steps_per_iteration", "learning_rate", "max_new_tokens"),
             ("iterations", "policy_updates_per_batch", "clip_eps", "kl_coef", "temperature", "top_p", "seed",
              "loss_type", "scale_rewards", "clip_eps_high", "ratio_level", "lr_warmup_steps", "lr_schedule",
              "skip_zero_spread", "max_resample", "mask_truncated", "overlong_penalty", "overlong_buffer")),
-    Section("Reward", ("supervision", "reward", "format_reward", "rewards"),
+    Section("Reward", ("supervision", "reward", "answer_match", "format_reward", "rewards"),
             ("step_labels", "label_rollouts", "label_estimate", "label_completer", "step_delimiter", "reward_model", "rm_data",
              "rm_samples", "rm_learning_rate", "rm_replay_ratio")),
     Section("Runtime & saving", ("device", "precision", "lora_rank"),
@@ -37,7 +37,9 @@ SECTIONS = (
 
 # Labels where the key, spaced and capitalised, would not say it (the key is shown beside every label).
 LABELS = {
-    "prompt_template": "Prompt template", "dataset_config": "Dataset configuration", "eval_split": "Held-out split",
+    "prompt_template": "Prompt template", "system_prompt": "System prompt",
+    "question_template": "Question template ({question} is the question)", "answer_match": "Answers counted",
+    "dataset_config": "Dataset configuration", "eval_split": "Held-out split",
     "group_size": "Group size G", "batch_size": "Questions per step B", "steps_per_iteration": "Steps per iteration M",
     "max_new_tokens": "Max new tokens", "iterations": "Iterations I", "policy_updates_per_batch": "Policy updates mu",
     "clip_eps": "Clip epsilon", "kl_coef": "KL coefficient beta", "top_p": "Top-p", "format_reward": "Format reward",
@@ -132,12 +134,15 @@ def section_of(key: str) -> int:
     return next(i for i, s in enumerate(SECTIONS) if key in s.essential or key in s.more)
 
 
+# verl's GSM8K instruction: the answer after "####", the form the strict answer match reads
+GSM8K_INSTRUCTION = "{question}\nLet's think step by step and output the final answer after \"####\"."
+
 PRESETS = {
     "Built-in demo (CPU, minutes)": {},
     "GSM8K with a 0.5B instruct model (GPU)": {
         "name": "qwen0.5b-gsm8k", "model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "openai/gsm8k",
         "dataset_config": "main", "dataset_split": "train", "eval_split": "test", "prompt_template": "auto",
-        "format_reward": 0.1, "group_size": 8, "batch_size": 16, "max_new_tokens": 300, "learning_rate": 1e-6,
+        "question_template": GSM8K_INSTRUCTION, "format_reward": 0.1, "group_size": 8, "batch_size": 16, "max_new_tokens": 300, "learning_rate": 1e-6,
         "steps_per_iteration": 500, "eval_every": 25, "checkpoint_every": 25, "device": "gpu",
         "micro_batch_size": 16, "gradient_checkpointing": True,
     },

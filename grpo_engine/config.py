@@ -22,7 +22,7 @@ from .spec_values import MAX_TEXT, Field, SpecError, _check_range, _coerce, show
 
 BUILTIN_MODEL = "builtin-arith"
 BUILTIN_DATASET = "builtin-arith"
-FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")  # a value ending so is a file, never a Hugging Face id
+FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json", ".gguf")  # a value ending so is a file, never a Hugging Face id
 # report_to's trackers: name (also the library's import name) -> what to pip install for it
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow-skinny", "wandb": "wandb"}
 
@@ -89,6 +89,19 @@ class RunSpec:
           "How a question becomes the prompt: 'chat' = the model's chat template (a user turn, then the assistant's "
           "turn opened; for instruct models), 'plain' = the question on its own line (for base models), 'auto' = "
           "'chat' when the tokenizer has a chat template, else 'plain'.", choices=("auto", "chat", "plain"))
+    system_prompt: str = key("",
+          "Text the model reads before every question: a system turn through the chat template (prompt_template "
+          "'chat'), or text on the line before the question ('plain'); empty = none. Used for training, evaluation, "
+          "the reward model and rollout labels alike.", max_length=8000)
+    question_template: str = key("",
+          "How a question is worded for the model: text holding {question} once, e.g. '{question}\\nLet's think step "
+          "by step and output the final answer after \"####\".' (verl's GSM8K instruction); empty = the question as it "
+          "is. Applied before prompt_template, everywhere the question is asked.", max_length=8000)
+    answer_match: str = key("strict",
+          "Which final answers the reward counts: 'strict' = only one stated as '#### <answer>' (the last line) or "
+          "\\boxed{...}; 'flexible' = also the last number in the output (lm-eval's flexible extraction). "
+          "Evaluation records both (eval/accuracy_strict, eval/accuracy_flexible) and eval/format whatever this is.",
+          choices=("strict", "flexible"))
     format_reward: float = key(0.0,
           "Outcome reward added when an output states a final answer in the expected form ('#### <answer>' or "
           "\\boxed{...}), right or wrong; 0 = none.", min=0.0, max=10.0)
@@ -428,4 +441,33 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         if any(c.isspace() for c in values[name]):
             raise SpecError(name, f"must be a Hugging Face model id or a local directory, got {values[name]!r}")
     _check_knobs(values)
+    _check_prompt_keys(values)
     return RunSpec(**values)
+
+
+QUESTION_SLOT = "{question}"  # where question_template puts the question
+
+
+def _check_prompt_keys(values: dict[str, Any]) -> None:
+    """Refuse, naming the key, a question_template without exactly one {question} (the question would be lost
+    or asked twice), and a .gguf model where the gguf package that reads it is missing.
+
+    >>> _check_prompt_keys({"question_template": "Q: {question}", "model": "m"})
+    >>> try:
+    ...     _check_prompt_keys({"question_template": "Solve it.", "model": "m"})
+    ... except SpecError as e:
+    ...     print(e)
+    question_template: must hold {question} once, where the question goes; got 'Solve it.'
+    """
+    template = values["question_template"]
+    if template and template.count(QUESTION_SLOT) != 1:
+        raise SpecError("question_template", f"must hold {QUESTION_SLOT} once, where the question goes; got "
+                                             f"{shown(template)}")
+    if is_gguf(values["model"]) and importlib.util.find_spec("gguf") is None:
+        raise SpecError("model", f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
+                                 "pip install 'grpo-dashboard[gguf]'")
+
+
+def is_gguf(model: str) -> bool:
+    """Whether ``model`` names a local GGUF file (converted once into a model directory where it is loaded)."""
+    return model.lower().endswith(".gguf")

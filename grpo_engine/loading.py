@@ -25,7 +25,7 @@ from .reward_model import RMExample, load_reward_model
 from .rm_training import RewardModelState
 from .rollout_labels import Completer
 from .step import Learner
-from .tokenization import end_token_ids, prompt_formatter
+from .tokenization import end_token_ids, run_prompt
 
 
 def resolve_precision(precision: str, device_type: str, bf16_supported: bool) -> str:
@@ -163,22 +163,24 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
     learner = Learner(spec, accelerator, procs, policy, optimizer, params, reference, tokenizer,
-                      prompt_formatter(tokenizer, spec.prompt_template), end_token_ids(policy, tokenizer),
+                      run_prompt(tokenizer, spec), end_token_ids(policy, tokenizer),
                       decode_delimiter(spec.step_delimiter))
     if spec.label_completer:  # validate_spec allows it only with rollout step labels
-        learner.completer = load_completer(spec.label_completer, recorder, cache_dir, dev, bf16)
+        learner.completer = load_completer(spec, recorder, cache_dir, dev, bf16)
     rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16) if spec.reward == "model" else None
     return learner, train_set, heldout, rm_state
 
 
-def load_completer(name: str, recorder: Recorder, cache_dir: Path, dev: torch.device, bf16: bool) -> Completer:
+def load_completer(spec: RunSpec, recorder: Recorder, cache_dir: Path, dev: torch.device, bf16: bool) -> Completer:
     """The model that continues outputs for rollout step labels (``label_completer``): frozen, dropout off, in
-    bf16 when the run is, reading questions through its own chat template when it has one."""
+    bf16 when the run is, reading questions (worded by the run's prompt keys) through its own chat template when
+    it has one."""
+    name = spec.label_completer
     recorder.phase("loading model")
     model, tokenizer = load_policy(name, cache_dir, dev, log=recorder.log, progress=building_progress(recorder))
     model = model.eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
     recorder.log(f"label_completer {name!r}: {sum(p.numel() for p in model.parameters()):,} parameters, frozen")
-    return Completer(model, tokenizer, prompt_formatter(tokenizer, "auto"), end_token_ids(model, tokenizer))
+    return Completer(model, tokenizer, run_prompt(tokenizer, spec, "auto"), end_token_ids(model, tokenizer))
 
 
 def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool) -> RewardModelState:
@@ -194,6 +196,7 @@ def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Pat
     rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log,
                                               progress=building_progress(recorder)),
                            kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
+                           system_prompt=spec.system_prompt, question_template=spec.question_template,
                            prior_dtype=torch.bfloat16 if bf16 else torch.float32, delimiter=learner.delimiter,
                            autocast=learner.accelerator.autocast)
     if spec.reward_model:  # the estimate again, with this reward model's size

@@ -54,18 +54,19 @@ class RewardModel(torch.nn.Module):
     """A causal LM's backbone (trained) + linear head + the frozen LM's likelihood prior.
 
     ``kind`` is "orm" (read at EOS) or "prm" (read at each step's end). ``prompt_template`` makes a question
-    the prompt the RM reads, as tokenization.prompt_formatter does for the policy (BOS first, chat template).
+    the prompt the RM reads, as tokenization.prompt_formatter does for the policy (BOS first, chat template), with
+    the run's ``system_prompt`` and ``question_template``.
     ``delimiter`` joins a PRM example's steps (the run's step_delimiter). ``autocast`` is a factory of the
     context its forward passes run in (the trainer gives Accelerate's, for mixed precision).
     """
 
     def __init__(self, lm, tokenizer, kind: str, prompt_template: str = "plain", delimiter: str = STEP_DELIMITER,
-                 autocast=contextlib.nullcontext):
+                 autocast=contextlib.nullcontext, system_prompt: str = "", question_template: str = ""):
         super().__init__()
         if kind not in ("orm", "prm"):
             raise ValueError(f"kind must be 'orm' or 'prm', got {kind!r}")
         self.tokenizer, self.kind = tokenizer, kind
-        self.prompt = prompt_formatter(tokenizer, prompt_template)
+        self.prompt = prompt_formatter(tokenizer, prompt_template, system_prompt, question_template)
         self.delimiter, self.autocast = delimiter, autocast
         self.backbone = copy.deepcopy(lm.base_model)  # the transformer without its LM head, trained
         self.prior = lm.eval().requires_grad_(False)  # the starting LM, frozen
@@ -145,7 +146,7 @@ def load_reward_model(path: str, kind: str, device: torch.device, prompt_templat
     """A reward model that starts from the causal LM at ``path`` (a local directory or a Hugging Face id;
     safetensors only): its backbone and frozen prior are that LM's weights, its head is fresh. The frozen
     prior is kept in ``prior_dtype`` (bf16 under bf16 autocast: it only runs forward passes). ``options``:
-    RewardModel's delimiter and autocast."""
+    RewardModel's delimiter, autocast and prompt words (system_prompt, question_template)."""
     lm, tokenizer = load_causal_lm(path, what="reward model")
     rm = RewardModel(lm, tokenizer, kind, prompt_template, **options).to(device)
     rm.prior.to(prior_dtype)

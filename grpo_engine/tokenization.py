@@ -19,21 +19,39 @@ PIECE_CONTEXT = 4  # tokens decoded before a token to read its text in context (
 REPLACEMENT = "\ufffd"  # what a decoder gives for the bytes of a character cut in the middle
 
 
-def prompt_formatter(tokenizer, template: str):
-    """The run's ``prompt_template`` as a function question -> prompt text.
+def prompt_formatter(tokenizer, template: str, system_prompt: str = "", question_template: str = ""):
+    """The run's prompt keys as a function question -> prompt text, exactly as the model reads it.
 
-    chat: the tokenizer's chat template with the question as the user's turn and the assistant's turn
-    opened (the template adds any BOS itself); plain: the question on its own line, after the BOS token
-    when the tokenizer has one; auto: chat when the tokenizer has a chat template, else plain.
+    1. ``question_template`` words the question: its ``{question}`` is replaced by it (plain replacement, so
+       other braces, such as DeepSeekMath's ``\\boxed{}``, stay as they are); empty = the question itself.
+    2. ``template`` makes it a prompt. chat: the tokenizer's chat template with ``system_prompt`` as a system
+       turn (when given), the worded question as the user's turn and the assistant's turn opened (the template
+       adds any BOS itself); plain: the system prompt on its own line, then the question on its own line, after
+       the BOS token when the tokenizer has one; auto: chat when the tokenizer has a chat template, else plain.
+
+    >>> class Plain: chat_template, bos_token = None, "<s>"
+    >>> prompt_formatter(Plain(), "auto", "Be brief.", "Q: {question} in {braces}?")("1+1")
+    '<s>Be brief.\\nQ: 1+1 in {braces}?\\n'
     """
     has_chat = bool(getattr(tokenizer, "chat_template", None))
     if template == "chat" and not has_chat:
         raise ValueError("prompt_template: 'chat', but the model's tokenizer has no chat template; use 'plain'")
+
+    def worded(question: str) -> str:
+        return question_template.replace("{question}", question) if question_template else question
+
     if template == "chat" or (template == "auto" and has_chat):
-        return lambda q: tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                                       add_generation_prompt=True)
-    bos = tokenizer.bos_token or ""
-    return lambda q: bos + format_prompt(q)
+        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return lambda q: tokenizer.apply_chat_template(system + [{"role": "user", "content": worded(q)}],
+                                                       tokenize=False, add_generation_prompt=True)
+    head = (tokenizer.bos_token or "") + (format_prompt(system_prompt) if system_prompt else "")
+    return lambda q: head + format_prompt(worded(q))
+
+
+def run_prompt(tokenizer, spec, template: str | None = None):
+    """:func:`prompt_formatter` for a run spec's prompt keys (``template`` in place of its prompt_template when
+    given: a model read through its own chat template)."""
+    return prompt_formatter(tokenizer, template or spec.prompt_template, spec.system_prompt, spec.question_template)
 
 
 def end_token_ids(model, tokenizer) -> list[int]:
