@@ -2,9 +2,9 @@
 
 ``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/get_logs``, ``/wait_run``, ``/list_groups``,
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
-``/preview_rewards``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
+``/preview_rewards``, ``/preview_prompt``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
 the diagnosis ``/search_samples``, ``/question_history`` wrap app.api (and app.manage_api, app.exports,
-app.datasets, app.reward_preview, app.diagnose_api) one to one; a refused request reaches the client as gr.Error with
+app.datasets, app.reward_preview, app.prompt_preview, app.diagnose_api) one to one; a refused request reaches the client as gr.Error with
 its reason. app.ui registers :data:`ENDPOINTS` under their function names.
 
 No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
@@ -19,7 +19,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from app import api, auth, datasets, diagnose_api, exports, manage_api, reward_preview
+from app import api, auth, datasets, diagnose_api, exports, manage_api, prompt_preview, reward_preview
 
 
 def call_api(fn, *args):
@@ -157,6 +157,14 @@ def preview_rewards(spec: dict) -> dict:
     return call_api(reward_preview.preview_rewards, spec)
 
 
+def preview_prompt(spec: dict) -> dict:
+    """The run spec's first training question as its model reads it: question_template, system_prompt and
+    prompt_template applied, special tokens included (the tokenizer loaded in a subprocess). Returns {model,
+    question, prompt, token_count, special_tokens, stand_in} (stand_in: the dataset is a Hugging Face id, read only
+    by the worker, and a stand-in question is worded)."""
+    return call_api(prompt_preview.preview_prompt, spec)
+
+
 def search_samples(run_id: int, reward_min: float | None = None, reward_max: float | None = None,
                    outcome: str = "any", spread_min: float | None = None, spread_max: float | None = None,
                    length_min: int | None = None, length_max: int | None = None, step_min: int | None = None,
@@ -185,5 +193,5 @@ def question_history(run_id: int, question: str, other_runs: bool = True) -> dic
 
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
 ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, get_logs, wait_run, list_groups, get_group, cancel_run,
-             compare_runs, export_run, upload_dataset, preview_dataset, preview_rewards, rename_run, annotate_run,
+             compare_runs, export_run, upload_dataset, preview_dataset, preview_rewards, preview_prompt, rename_run, annotate_run,
              archive_run, delete_run, search_samples, question_history)

@@ -2,7 +2,7 @@
 runtime & saving), each showing its essential keys and folding the rest under "More options"; keys that do not
 apply to the chosen options are hidden. A bar at the top holds the presets and the Launch button; a refused launch
 marks the field it names and opens its section. The dataset upload and the dataset's first rows sit next to the
-'dataset' field; "Test rewards" scores the dataset's first rows with the form's named rewards. Launch opens the Run
+'dataset' field; "Show the model's prompt" shows its first training question as the model reads it; "Test rewards" scores the dataset's first rows with the form's named rewards. Launch opens the Run
 tab on the new run."""
 import html
 import json
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app import api, datasets, reward_preview
+from app import api, datasets, prompt_preview, reward_preview
 from app.launch_form import (APPLIES, DECIDING, PRESETS, SECTIONS, applicable, applies, label, preset_values,
                              section_of)
 from app.render import upload_preview_html
@@ -51,7 +51,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
             with gr.Column(elem_classes=["launch-section"]):
                 gr.Markdown(f"#### {section.title}")
                 if section.title == "Model & data":
-                    upload_info, dataset_upload = _model_and_data(inputs)
+                    upload_info, dataset_upload, show_prompt, prompt_shown = _model_and_data(inputs)
                 else:
                     _rows(section.essential, inputs)
                 if section.title == "Reward":  # shown with the rewards key (not for a learned reward model)
@@ -67,6 +67,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
                                         *form, *folds], **PRIVATE).then(None, js=SHOW_INVALID)
     preset.input(lambda name: form_values(preset_values(name)), preset, form, **PRIVATE)
     test_rewards.click(_test_rewards, form, rewards_preview, **PRIVATE)
+    show_prompt.click(_show_prompt, form, prompt_shown, **PRIVATE)
     dependent = [inputs[k] for k in APPLIES] + [test_box]
     deciding = [inputs[k] for k in DECIDING]
     for box in deciding:  # a preset or "Launch again" changes them too: .change, not .input
@@ -83,7 +84,8 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
 
 def _model_and_data(inputs: dict):
     """The first section's essentials: name and model, then the dataset beside its upload, its first rows below,
-    then the prompt template. Returns (the preview HTML, the upload component)."""
+    then the prompt keys and "Show the model's prompt". Returns (the dataset preview HTML, the upload component,
+    the prompt button, the prompt's HTML)."""
     with gr.Row():
         for key in ("name", "model"):
             inputs[key] = _field_input(FIELD[key])
@@ -95,8 +97,11 @@ def _model_and_data(inputs: dict):
                                  height=90, scale=1)
     upload_info = gr.HTML(elem_id="dataset-upload-info")
     with gr.Row():
-        inputs["prompt_template"] = _field_input(FIELD["prompt_template"])
-    return upload_info, dataset_upload
+        for key in ("prompt_template", "system_prompt", "question_template"):
+            inputs[key] = _field_input(FIELD[key])
+    show_prompt = gr.Button("Show the model's prompt", elem_id="show-prompt", scale=0, min_width=200)
+    prompt_shown = gr.HTML(elem_id="prompt-preview")
+    return upload_info, dataset_upload, show_prompt, prompt_shown
 
 
 def _rows(keys: tuple[str, ...], inputs: dict, per_row: int = 3) -> None:
@@ -169,6 +174,15 @@ def _test_rewards(*values):
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
     try:
         return reward_preview.preview_html(reward_preview.preview_rewards(spec))
+    except api.ApiError as e:
+        return f'<div class="error">{html.escape(str(e))}</div>'
+
+
+def _show_prompt(*values):
+    """The dataset's first training question as the form's model reads it (app.prompt_preview), or why not."""
+    spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
+    try:
+        return prompt_preview.prompt_html(prompt_preview.preview_prompt(spec))
     except api.ApiError as e:
         return f'<div class="error">{html.escape(str(e))}</div>'
 

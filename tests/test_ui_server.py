@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
 ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/get_logs", "/wait_run", "/list_groups",
              "/get_group", "/cancel_run", "/compare_runs", "/export_run", "/upload_dataset", "/preview_dataset",
-             "/preview_rewards", "/rename_run", "/annotate_run", "/archive_run", "/delete_run",
+             "/preview_rewards", "/preview_prompt", "/rename_run", "/annotate_run", "/archive_run", "/delete_run",
              "/search_samples", "/question_history"}
 
 
