@@ -12,8 +12,8 @@ and returns one warning dict per rule that fires::
 lists the rules (id, title, when it fires, what to do) for the docs and the UI; :func:`rules_markdown` is
 that list as a Markdown table.
 
-Windows. The training steps are the recorded rows with step >= 1 (step 0 is the evaluation before
-training). The recent window is the last max(5, 20%) of them (rounded up), the earlier window as many rows
+Windows (app.health_metrics). The training steps are the recorded rows with step >= 1 (step 0 is the evaluation
+before training). The recent window is the last max(5, 20%) of them (rounded up), the earlier window as many rows
 just before it. A rule needs MIN_STEPS (10) training steps, except the two that read the recent
 window alone (zero_spread, truncation: MIN_STEPS_RECENT, 5). A window's mean is over the rows that hold the
 metric; a rule whose metric is absent from a window it reads does not fire (older runs lack ``repetition``
@@ -23,18 +23,16 @@ Pure Python, standard library only: no store, no torch, no Gradio.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-Row = Mapping[str, Any]
+from app.health_metrics import Row, fmt, mean_of, number, pearson, span, training_rows, window_size, windows
+
 HealthWarning = dict[str, Any]  # one warning: rule, title, message, steps, metrics, severity
 
 # windows
 MIN_STEPS = 10  # training steps recorded before a rule that compares windows may fire
 MIN_STEPS_RECENT = 5  # ... before a rule that reads the recent window alone may fire
-RECENT_SHARE = 0.2  # the recent window: this share of the training steps (rounded up) ...
-RECENT_MIN = 5  # ... and at least this many
 
 # reward_hacking
 HACK_REWARD_RISE = 0.1  # reward_mean rise (recent window mean minus a baseline window mean), absolute
@@ -120,75 +118,9 @@ RULES: tuple[Rule, ...] = (REWARD_HACKING, LENGTH_REWARD, REPETITION_RISING, ENT
                            ZERO_SPREAD, TRUNCATION)
 
 
-# --- reading the metrics --------------------------------------------------------------------------------
-
-def _number(value: Any) -> float | None:
-    """``value`` as a float, or None when it is missing, not a number or not finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def training_rows(metrics: Iterable[Row]) -> list[Row]:
-    """The rows of training steps (step >= 1), in the order given."""
-    return [r for r in metrics if isinstance(r.get("step"), int) and r["step"] >= 1]
-
-
-def window_size(n_steps: int) -> int:
-    """Rows in the recent (and the earlier) window of a run with ``n_steps`` training steps.
-
-    >>> window_size(10), window_size(40), window_size(101)
-    (5, 8, 21)
-    """
-    return max(RECENT_MIN, math.ceil(RECENT_SHARE * n_steps))
-
-
-def windows(rows: Sequence[Row]) -> tuple[list[Row], list[Row]]:
-    """(earlier, recent): the last window_size rows, and as many rows before them (fewer when there are not)."""
-    n = window_size(len(rows))
-    recent = list(rows[-n:])
-    earlier = list(rows[max(0, len(rows) - 2 * n):max(0, len(rows) - n)])
-    return earlier, recent
-
-
-def mean_of(rows: Iterable[Row], name: str) -> float | None:
-    """Mean of metric ``name`` over the rows that hold it; None when none does."""
-    values = [v for v in (_number(r.get(name)) for r in rows) if v is not None]
-    return sum(values) / len(values) if values else None
-
-
-def span(rows: Sequence[Row]) -> list[int]:
-    """[first step, last step] of ``rows``."""
-    return [rows[0]["step"], rows[-1]["step"]]
-
-
-def pearson(pairs: Sequence[tuple[float, float]]) -> float | None:
-    """Pearson correlation of the pairs; None for fewer than 2 or when either side has no spread.
-
-    >>> pearson([(1, 2), (2, 4), (3, 6)]), pearson([(1, 5), (2, 5)])
-    (1.0, None)
-    """
-    n = len(pairs)
-    if n < 2:
-        return None
-    mx = sum(x for x, _ in pairs) / n
-    my = sum(y for _, y in pairs) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pairs)
-    syy = sum((y - my) ** 2 for _, y in pairs)
-    if sxx <= 1e-12 or syy <= 1e-12:
-        return None
-    sxy = sum((x - mx) * (y - my) for x, y in pairs)
-    return round(sxy / math.sqrt(sxx * syy), 12)
-
-
 def _warn(rule: Rule, message: str, steps: list[int], metrics: list[str]) -> HealthWarning:
     return {"rule": rule.id, "title": rule.title, "message": message, "steps": steps, "metrics": metrics,
             "severity": "warning"}
-
-
-def _fmt(x: float) -> str:
-    """A measured number as messages show it: 2 decimals, 3 significant digits below 0.1."""
-    return f"{x:.2f}" if abs(x) >= 0.1 or x == 0 else f"{x:.3g}"
 
 
 # --- the rules --------------------------------------------------------------------------------------------
@@ -196,7 +128,7 @@ def _fmt(x: float) -> str:
 def _eval_points(metrics: Sequence[Row], first: int, last: int) -> list[tuple[int, float]]:
     """(step, eval/accuracy) of the evaluations from the last one at or before step ``first`` to step ``last``."""
     points = [(r["step"], v) for r in metrics if isinstance(r.get("step"), int)
-              and (v := _number(r.get("eval/accuracy"))) is not None]
+              and (v := number(r.get("eval/accuracy"))) is not None]
     start = max((i for i, (s, _) in enumerate(points) if s <= first), default=0)
     return [(s, v) for s, v in points[start:] if s <= last]
 
@@ -223,10 +155,10 @@ def check_reward_hacking(metrics: Sequence[Row], length_reward: Sequence, config
         change = points[-1][1] - points[0][1]
         if change >= HACK_EVAL_RISE:
             continue
-        rm = [v for r in metrics if (v := _number(r.get("rm/accuracy_after"))) is not None]
+        rm = [v for r in metrics if (v := number(r.get("rm/accuracy_after"))) is not None]
         also = f" and the learned reward model (held-out accuracy {rm[-1]:.2f} at its last training)" if rm else ""
         return _warn(REWARD_HACKING,
-                     f"reward_mean rose by {_fmt(now - before)} ({_fmt(before)} -> {_fmt(now)}, steps "
+                     f"reward_mean rose by {fmt(now - before)} ({fmt(before)} -> {fmt(now)}, steps "
                      f"{base[0]['step']}-{base[-1]['step']} vs {recent[0]['step']}-{recent[-1]['step']}) while "
                      f"eval/accuracy changed by {change:+.3f} ({points[0][1]:.3f} -> {points[-1][1]:.3f} over "
                      f"{len(points)} evaluations): look at samples with a high reward that the verifier calls "
@@ -242,7 +174,7 @@ def check_length_reward(metrics: Sequence[Row], length_reward: Sequence, config:
     Only a positive r: short right answers beating long wrong (or cut) ones is normal. The window shown is
     the recent one, where the samples come from."""
     rows = training_rows(metrics)
-    pairs = [(x, y) for x, y in ((_number(a), _number(b)) for a, b in length_reward)
+    pairs = [(x, y) for x, y in ((number(a), number(b)) for a, b in length_reward)
              if x is not None and y is not None]
     if len(rows) < MIN_STEPS or len(pairs) < LENGTH_PAIRS:
         return None
@@ -287,8 +219,8 @@ def check_entropy_collapse(metrics: Sequence[Row], length_reward: Sequence, conf
     if now >= ENTROPY_SHARE * start and not (now < ENTROPY_FLOOR < start):
         return None
     return _warn(ENTROPY_COLLAPSE,
-                 f"entropy fell to {_fmt(now)} nats in steps {recent[0]['step']}-{recent[-1]['step']}, from "
-                 f"{_fmt(start)} in the first {len(first)} steps ({now / start:.0%} of it): the policy samples "
+                 f"entropy fell to {fmt(now)} nats in steps {recent[0]['step']}-{recent[-1]['step']}, from "
+                 f"{fmt(start)} in the first {len(first)} steps ({now / start:.0%} of it): the policy samples "
                  "almost one output and stops exploring. Lower the learning rate, raise the temperature, or "
                  "use clip-higher (clip_eps_high).",
                  [first[0]["step"], recent[-1]["step"]], ["entropy"])
@@ -308,10 +240,10 @@ def check_kl_runaway(metrics: Sequence[Row], length_reward: Sequence, config: Ma
     now, before = mean_of(recent, "kl"), mean_of(earlier, "kl")
     where = f"steps {recent[0]['step']}-{recent[-1]['step']}"
     if now is not None and now > KL_LIMIT:
-        found = f"kl averages {_fmt(now)} nats/token in {where}, above {KL_LIMIT}"
+        found = f"kl averages {fmt(now)} nats/token in {where}, above {KL_LIMIT}"
     elif now is not None and before is not None and now > KL_GROWTH_FLOOR and now > KL_GROWTH * before:
-        found = (f"kl grew {now / before:.1f}x, from {_fmt(before)} to {_fmt(now)} nats/token in {where}" if before > 0
-                 else f"kl rose from 0 to {_fmt(now)} nats/token in {where}")
+        found = (f"kl grew {now / before:.1f}x, from {fmt(before)} to {fmt(now)} nats/token in {where}" if before > 0
+                 else f"kl rose from 0 to {fmt(now)} nats/token in {where}")
     else:
         return None
     coef = config.get("kl_coef")
@@ -322,8 +254,8 @@ def check_kl_runaway(metrics: Sequence[Row], length_reward: Sequence, config: Ma
 
 def _group_kinds(rows: Sequence[Row]) -> str:
     """What the recent zero-spread groups are, from groups/all_right and groups/all_wrong when recorded."""
-    right = sum(v for r in rows if (v := _number(r.get("groups/all_right"))) is not None)
-    wrong = sum(v for r in rows if (v := _number(r.get("groups/all_wrong"))) is not None)
+    right = sum(v for r in rows if (v := number(r.get("groups/all_right"))) is not None)
+    wrong = sum(v for r in rows if (v := number(r.get("groups/all_wrong"))) is not None)
     if right + wrong <= 0:
         return ""
     if right > wrong:
