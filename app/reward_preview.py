@@ -41,7 +41,8 @@ def preview_rewards(spec: dict | str | None) -> dict:
     rows = preview_dataset(config["dataset"], config["question_field"], config["answer_field"],
                            config["solution_field"])["preview"]
     request = {"rewards": list(config["rewards"]), "rows": rows, "supervision": config["supervision"],
-               "step_delimiter": config["step_delimiter"], "max_new_tokens": config["max_new_tokens"]}
+               "step_delimiter": config["step_delimiter"], "max_new_tokens": config["max_new_tokens"],
+               "answer_match": config["answer_match"]}
     result = _run_subprocess(request)
     return {"names": [r["name"] for r in config["rewards"]],
             "weights": {r["name"]: r["weight"] for r in config["rewards"]}, "rows": result["rows"]}

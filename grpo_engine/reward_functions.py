@@ -2,10 +2,11 @@
 
 Every reward function has the signature ``(question, completion, reference, **row) -> float`` (process supervision:
 ``-> list[float]``, one number per step). ``row`` holds the dataset row's other fields (``solution``) and what the
-engine knows of the output: ``correct`` (the verifier's verdict, 1.0 or 0.0), ``completion_tokens`` (its length in
-tokens, end token included), ``max_new_tokens`` (the run's) and, with process supervision, ``steps`` (its steps'
-texts). An output's reward is the weighted sum of its rewards; each reward's own value (unweighted) is recorded in
-the sample's ``reward_components`` under its name.
+engine knows of the output: ``correct`` (the verifier's verdict, 1.0 or 0.0, under the run's ``answer_match``),
+``answer_match`` (the run's rule, 'strict' or 'flexible'), ``completion_tokens`` (its length in tokens, end token
+included), ``max_new_tokens`` (the run's) and, with process supervision, ``steps`` (its steps' texts). An output's
+reward is the weighted sum of its rewards; each reward's own value (unweighted) is recorded in the sample's
+``reward_components`` under its name.
 
 The built-ins (:data:`BUILTINS`) are outcome rewards: ``accuracy``, ``format``, ``length``, ``repetition``. A custom
 reward is named like a built-in: ``module:function`` (or its name) declared by an installed package in the entry
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .rewards import answers_match, extract_final_answer, _reference_final_answer
+from .rewards import extract_final_answer, outcome_reward
 
 ENTRY_POINT_GROUP = "grpo_dashboard.rewards"  # where installed packages declare their reward functions
 SWITCH = "GRPO_ALLOW_CUSTOM_REWARDS"  # the operator's switch for custom rewards (dashboard and workers)
@@ -41,19 +42,22 @@ REPETITION_MAX_PENALTY = 1.0  # repetition: the reward of an output that only re
 # ---- the built-ins ----------------------------------------------------------------------------------
 
 def _correct(completion: str, reference: str, row: dict) -> float:
-    """The verifier's verdict: ``row["correct"]`` when the engine passes it, else computed (rewards.answers_match)."""
+    """The verifier's verdict: ``row["correct"]`` when the engine passes it (judged under the run's answer_match),
+    else computed (rewards.outcome_reward) under ``row["answer_match"]`` ('strict' when it is not given)."""
     if row.get("correct") is not None:
         return float(row["correct"])
-    answer = extract_final_answer(completion)[0]
-    return float(answer is not None and answers_match(answer, _reference_final_answer(reference)))
+    return outcome_reward(completion, reference, match=row.get("answer_match") or "strict")[1]["correct"]
 
 
 def accuracy_reward(question: str, completion: str, reference: str, **row: Any) -> float:
-    """1.0 when the output's final answer equals the reference answer (the verifier: rewards.answers_match, exact
-    numbers or math-verify), else 0.0.
+    """1.0 when the output's final answer equals the reference answer (the verifier: rewards.outcome_reward, exact
+    numbers or math-verify; the final answer read as ``row["answer_match"]`` says, strict by default), else 0.0.
 
     >>> accuracy_reward("2+3*4", "3*4=12\\n2+12=14\\n#### 14", "14"), accuracy_reward("q", "#### 15", "14")
     (1.0, 0.0)
+    >>> prose = "3 + 5 = 8 apples."
+    >>> accuracy_reward("q", prose, "8"), accuracy_reward("q", prose, "8", answer_match="flexible")
+    (0.0, 1.0)
     """
     return _correct(completion, reference, row)
 
@@ -315,8 +319,8 @@ def named_rewards(spec: Any, judged: Any, rows: list[dict], lengths: list[int]) 
     outputs = []
     for i, row in enumerate(rows):
         extra = {k: v for k, v in row.items() if k not in ("question", "answer")}
-        extra.update(correct=judged.outcome[i][1]["correct"], completion_tokens=lengths[i],
-                     max_new_tokens=spec.max_new_tokens)
+        extra.update(correct=judged.outcome[i][1]["correct"], answer_match=spec.answer_match,
+                     completion_tokens=lengths[i], max_new_tokens=spec.max_new_tokens)
         if process:
             extra["steps"] = judged.steps[i]
         outputs.append({"question": row["question"], "completion": judged.texts[i], "reference": row["answer"],

@@ -1,9 +1,9 @@
 """``python -m grpo_engine.reward_preview``: a run spec's named rewards on a few dataset rows, JSON in and JSON out.
 
 The Launch tab's "Test rewards" (app.reward_preview) runs this in a subprocess, so that a custom reward function never
-runs inside the web process. It reads ``{rewards, rows, supervision, step_delimiter, max_new_tokens}`` on stdin, with
-``rows`` dataset examples ``{question, answer, solution}``; each row's reference solution (its answer when it has
-none) is scored as the completion. It writes ``{rows: [{row, question, completion, components, reward,
+runs inside the web process. It reads ``{rewards, rows, supervision, step_delimiter, max_new_tokens, answer_match}``
+on stdin, with ``rows`` dataset examples ``{question, answer, solution}``; each row's reference solution (its answer
+when it has none) is scored as the completion. It writes ``{rows: [{row, question, completion, components, reward,
 step_rewards}]}`` on stdout, or ``{error}`` when a reward cannot be loaded or fails. Whatever the reward functions
 print goes to stderr. No torch.
 """
@@ -18,8 +18,9 @@ from .reward_functions import RewardFunctionError, accuracy_reward, score_output
 
 def preview(request: dict) -> dict:
     """Score ``request["rows"]`` with ``request["rewards"]``: each row's solution as the completion; no token count
-    (``length`` counts characters / 4), ``correct`` the verifier's verdict on it. With supervision 'process' the
-    completion's steps are its pieces between step delimiters, ``reward`` is the mean step reward.
+    (``length`` counts characters / 4), ``correct`` the verifier's verdict on it under ``answer_match`` (strict when
+    the request has none). With supervision 'process' the completion's steps are its pieces between step
+    delimiters, ``reward`` is the mean step reward.
 
     >>> preview({"rewards": [{"name": "format", "weight": 2.0}], "max_new_tokens": 32,
     ...          "rows": [{"question": "2+3", "answer": "5", "solution": "2+3=5\\n#### 5"}]})["rows"][0]["reward"]
@@ -27,11 +28,13 @@ def preview(request: dict) -> dict:
     """
     process = request.get("supervision") == "process"
     delimiter = decode_delimiter(request.get("step_delimiter") or "\\n")
+    match = request.get("answer_match") or "strict"
     outputs = []
     for row in request["rows"]:
         completion = row.get("solution") or row["answer"]
         extra = {"solution": row.get("solution", ""), "max_new_tokens": request.get("max_new_tokens"),
-                 "correct": accuracy_reward(row["question"], completion, row["answer"])}
+                 "answer_match": match, "correct": accuracy_reward(row["question"], completion, row["answer"],
+                                                                   answer_match=match)}
         if process:
             extra["steps"] = [step for step in completion.split(delimiter) if step.strip()]
         outputs.append({"question": row["question"], "completion": completion, "reference": row["answer"],

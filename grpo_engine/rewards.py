@@ -5,7 +5,9 @@ The process reward model's part (4.1.3) on the built-in task is played by builti
 which reads and compares a solution's final answer line with this module's functions.
 
 Final answers are read from a completion in two forms (:func:`extract_final_answer`): a GSM8K
-``#### <answer>`` last line, or the last ``\\boxed{...}``. Two answers are compared as mathematics,
+``#### <answer>`` last line, or the last ``\\boxed{...}``. That is the 'strict' rule; the 'flexible' one
+(RunSpec.answer_match, :func:`final_answer`) also takes the last number of a completion that states no answer
+so (:func:`last_number`, lm-eval's GSM8K "flexible-extract"). Two answers are compared as mathematics,
 not as strings (:func:`answers_match`): plain numbers in pure Python, anything else with
 Hugging Face's math-verify (imported only when needed, so the web process stays light).
 Pure Python: no torch.
@@ -107,6 +109,51 @@ def _reference_final_answer(reference: str) -> str:
         return last[len(ANSWER_PREFIX.strip()):].strip()
     boxed = _last_boxed(reference)
     return boxed if boxed is not None else reference.strip()
+
+
+# lm-eval's GSM8K "flexible-extract" regex: a signed run of two or more of $ digits . , or a signed integer
+_FLEXIBLE_NUMBER_RE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+STRICT_FORMS = ("gsm8k", "boxed")  # the forms of a final answer stated as the strict rule reads it
+MATCH_RULES = ("strict", "flexible")  # RunSpec.answer_match's values, as final_answer reads them
+
+
+def last_number(text: str) -> str | None:
+    """The last number of ``text`` as lm-eval's GSM8K "flexible-extract" reads it: the last match of the regex
+    ``(-?[$0-9.,]{2,})|(-?[0-9]+)``, with ``$`` and ``,`` taken out and a trailing ``.`` cut. A match without a
+    digit (an ellipsis ``...``, ``$,``) is no number: the one before it counts. None when there is none.
+
+    >>> last_number("so she has 3 + 5 = 8 apples."), last_number("It costs $1,000.")
+    ('8', '1000')
+    >>> last_number("It fell to -4 degrees..."), last_number("no digits here") is None
+    ('-4', True)
+    """
+    for match in reversed(list(_FLEXIBLE_NUMBER_RE.finditer(text))):
+        number = match.group().replace("$", "").replace(",", "")
+        number = number[:-1] if number.endswith(".") else number
+        if any(ch.isdigit() for ch in number):
+            return number
+    return None
+
+
+def final_answer(completion: str, match: str = "strict") -> tuple[str | None, str]:
+    """The completion's final answer under the rule ``match`` (RunSpec.answer_match) and the form it was found in.
+
+    'strict': :func:`extract_final_answer` (forms ``"gsm8k"``, ``"boxed"``, ``"none"``). 'flexible': that answer
+    when there is one, else the completion's last number (:func:`last_number`, form ``"number"``), so an
+    instruct model's answer in prose counts; ``(None, "none")`` when it holds no number either.
+
+    >>> final_answer("so she has 3 + 5 = 8 apples.", "flexible"), final_answer("so she has 3 + 5 = 8 apples.")
+    (('8', 'number'), (None, 'none'))
+    >>> final_answer("5 + 9 = 14, not 15\\n#### 14", "flexible"), final_answer("\\\\boxed{14}, not 15", "flexible")
+    (('14', 'gsm8k'), ('14', 'boxed'))
+    """
+    if match not in MATCH_RULES:
+        raise ValueError(f"answer match must be one of {', '.join(MATCH_RULES)}, got {match!r}")
+    answer, form = extract_final_answer(completion)
+    if answer is not None or match == "strict":
+        return answer, form
+    number = last_number(completion)
+    return (number, "number") if number is not None else (None, "none")
 
 
 # ---- comparing two answers ------------------------------------------------------------------------
@@ -230,19 +277,26 @@ def answers_match(predicted: str, reference: str) -> bool:
 
 
 def outcome_reward(
-    completion: str, reference_answer: str, format_weight: float = 0.0
+    completion: str, reference_answer: str, format_weight: float = 0.0, match: str = "strict"
 ) -> tuple[float, dict[str, float]]:
     """The verifier: 1.0 when the final answer equals the reference, else 0.0, plus a format reward.
 
-    total = correct + format_weight * formatted. Components: ``correct`` (the final answer matches,
-    :func:`answers_match`), ``formatted`` (a final answer was found, ``####`` line or ``\\boxed{}``,
-    :func:`extract_final_answer`) and, only when ``format_weight > 0``, ``format`` (its share of the
-    total). The reference may be a bare answer or a whole GSM8K / MATH solution (its ``####`` line
-    or its last box is the answer).
+    total = correct + format_weight * formatted. Components: ``correct`` (the final answer under the rule
+    ``match``, :func:`final_answer`, matches: :func:`answers_match`), ``formatted`` (a final answer is stated in
+    the strict form, ``####`` line or ``\\boxed{}``, :func:`extract_final_answer`, whatever ``match`` is) and,
+    only when ``format_weight > 0``, ``format`` (its share of the total). The reference may be a bare answer or
+    a whole GSM8K / MATH solution (its ``####`` line or its last box is the answer).
+
+    >>> outcome_reward("so she has 3 + 5 = 8 apples.", "8", match="flexible")
+    (1.0, {'correct': 1.0, 'formatted': 0.0})
+    >>> outcome_reward("so she has 3 + 5 = 8 apples.", "8", format_weight=0.5)
+    (0.0, {'correct': 0.0, 'formatted': 0.0, 'format': 0.0})
+    >>> outcome_reward("3 + 5 = 8\\n#### 8", "8", format_weight=0.5, match="flexible")
+    (1.5, {'correct': 1.0, 'formatted': 1.0, 'format': 0.5})
     """
-    answer = extract_final_answer(completion)[0]
+    answer, form = final_answer(completion, match)
     correct = float(answer is not None and answers_match(answer, _reference_final_answer(reference_answer)))
-    formatted = float(answer is not None)
+    formatted = float(form in STRICT_FORMS)
     components = {"correct": correct, "formatted": formatted}
     total = correct
     if format_weight > 0:
