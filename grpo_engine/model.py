@@ -1,4 +1,5 @@
-"""Policies: the built-in tiny model, and loading any causal LM by Hugging Face id or local path.
+"""Policies: the built-in tiny model, and loading any causal LM by Hugging Face id or local path (a model
+directory, or a .gguf file converted once into one: grpo_engine.gguf_model).
 
 The built-in policy (``builtin-arith``) is a small Llama-architecture transformer with its own
 small tokenizer (characters, and numbers of up to 3 digits as single tokens). It is created on first use by a short supervised warm start on a
@@ -8,24 +9,21 @@ model directory (config.json, model.safetensors, tokenizer.json) that any transf
 """
 from __future__ import annotations
 
-import fcntl
-import os
 import random
 import shutil
 import string
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-import transformers
-from packaging.version import Version
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from .config import BUILTIN_MODEL, is_local_path
+from .config import BUILTIN_MODEL, is_gguf, is_local_path
 from .builtin_task import warmup_examples
 from .data import format_prompt
+from .gguf_model import gguf_model_dir
+from .model_cache import DTYPE_KEYWORD, build_once
 
 BUILTIN_VERSION = "v6"  # bump when the recipe below changes; the cache is keyed by it
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -37,9 +35,6 @@ PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 BUILTIN_ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=4, max_position_embeddings=64)
 WARMUP = dict(examples=8000, wrong_share=0.75, steps=900, batch_size=64, lr=3e-3, seed=0)
-# from_pretrained's keyword for the weights' dtype: "dtype" from transformers 4.56 on, where "torch_dtype" still
-# works but logs a deprecation warning at every load; before 4.56 "dtype" is not read (the checkpoint's dtype stays)
-DTYPE_KEYWORD = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -121,34 +116,17 @@ def train_from_scratch(out_dir: Path, examples: list[dict], arch: dict, *, steps
     tokenizer.save_pretrained(out_dir)  # tokenizer.json + tokenizer_config.json
 
 
-@contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def builtin_model_dir(cache_dir: Path, log=print, progress=no_progress) -> Path:
     """The cached built-in policy directory, created on first use (safe across processes); ``progress``
     follows the warm start of that first use (see create_builtin_model)."""
     target = Path(cache_dir) / f"{BUILTIN_MODEL}-{BUILTIN_VERSION}"
-    if (target / "model.safetensors").exists():
-        return target
-    with _file_lock(Path(cache_dir) / f".{BUILTIN_MODEL}.lock"):
-        if (target / "model.safetensors").exists():  # another process built it meanwhile
-            return target
+
+    def build(tmp: Path) -> None:
         log("creating the built-in model (first use only)")
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
         create_builtin_model(tmp, log=log, progress=progress)
-        if not (tmp / "model.safetensors").exists():  # transformers saves on rank 0 only in a distributed launch
-            raise RuntimeError("the built-in model was not written; create it from the main process only")
-        shutil.rmtree(target, ignore_errors=True)  # an incomplete directory from an interrupted build
-        tmp.rename(target)
+
+    build_once(target, Path(cache_dir) / f".{BUILTIN_MODEL}.lock", build,
+               missing="the built-in model was not written; create it from the main process only")
     return target
 
 
@@ -164,10 +142,14 @@ def write_builtin_model(out_dir: Path, cache_dir: Path, log=print) -> Path:
 
 
 def resolve_model_path(model: str, cache_dir: Path, log=print, progress=no_progress) -> str:
-    """The built-in preset's cached directory (built on first use, ``progress`` following its warm start), or
-    ``model`` unchanged (a hub id or a local path)."""
+    """The directory a run's ``model`` (or ``reward_model``, ``label_completer``) loads from: the built-in preset's
+    cached directory (built on first use, ``progress`` following its warm start), a .gguf file's converted
+    directory in the cache (converted on first use: grpo_engine.gguf_model), or ``model`` unchanged (a hub id or
+    a local directory)."""
     if model == BUILTIN_MODEL:
         return str(builtin_model_dir(cache_dir, log=log, progress=progress))
+    if is_gguf(model):
+        return str(gguf_model_dir(model, cache_dir, log=log))
     return model
 
 
