@@ -22,7 +22,8 @@ from app.paths import check_custom_rewards, check_spec_paths, is_local_path
 from app.settings import get_settings
 from app.run_health import run_warnings
 from app.step_detail import step_details
-from grpo_engine.config import SpecError, check_budget, shown, validate_spec
+from grpo_engine.config import SpecError, check_budget, is_gguf, shown, validate_spec
+from grpo_engine.gguf_header import gguf_parameter_counts
 from grpo_engine.hub import check_hub_ids
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 
@@ -122,11 +123,14 @@ def launch_run(spec: dict | str | None) -> dict:
 
 
 def _local_counts(value: str) -> tuple[int, list[tuple[int, int]]] | None:
-    """count_parameters of a local model directory; None for the built-in model, a Hugging Face id, a
-    directory without safetensors or one whose headers do not read (the worker reports that when it loads it)."""
+    """count_parameters of a local model directory, or of a .gguf file from its header (the fp32 weights the run
+    trains, whatever the file's quantization); None for the built-in model, a Hugging Face id, a directory without
+    safetensors or a file whose headers do not read (the worker reports that when it loads it)."""
     if not is_local_path(value):
         return None
     try:
+        if is_gguf(value):
+            return gguf_parameter_counts(Path(value).expanduser().resolve())
         return count_parameters(Path(value).expanduser().resolve())
     except (OSError, ValueError):
         return None
@@ -134,9 +138,9 @@ def _local_counts(value: str) -> tuple[int, list[tuple[int, int]]] | None:
 
 def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
     """The memory of a validated run spec's weights (grpo_engine.memory), when its ``model`` is a local
-    directory with safetensors; else None. The reward model (reward: model) is the policy's weights when
-    ``reward_model`` is empty, or a local directory; a Hugging Face id there is left out (the estimate is
-    then a lower bound)."""
+    directory with safetensors or a .gguf file; else None. The reward model (reward: model) is the policy's
+    weights when ``reward_model`` is empty, or a local directory or .gguf file; a Hugging Face id there is left
+    out (the estimate is then a lower bound)."""
     counts = _local_counts(config["model"])
     if counts is None:
         return None
@@ -184,7 +188,7 @@ def check_fits_a_gpu(config: dict) -> None:
     ``device: gpu`` run is refused when none of their GPUs is big enough; a ``device: auto`` run only when
     every one of them has a GPU and none is big enough (a CPU worker may take it); a ``device: cpu`` run,
     or any run when no GPU worker is known, is accepted. bf16 unless ``precision`` is 'fp32' ('auto' is
-    bf16 on a GPU). Only local model directories are measured, from their safetensors headers: the
+    bf16 on a GPU). Only local models are measured, from their safetensors or GGUF headers: the
     built-in model is tiny, and a Hugging Face id is not fetched here (it may be large, or the dashboard
     offline); the worker checks those when it loads them.
     """

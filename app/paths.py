@@ -5,7 +5,8 @@ A run spec's ``model``, ``reward_model`` and ``dataset`` are each a built-in nam
 must resolve, after ``~``, ``..`` and symlinks, inside one of the roots (GRPO_PATH_ROOTS; by default
 the data directory and the directory the process started in, plus the uploads directory), so a run
 spec cannot make a worker read files elsewhere on its machine. Then it must exist, a model directory
-must hold a ``config.json``, a dataset file must read cleanly (grpo_engine.data.check_dataset_file, from
+must hold a ``config.json`` (or the model is a .gguf file: a file starting with the GGUF magic, where the gguf
+package that converts it is installed), a dataset file must read cleanly (grpo_engine.data.check_dataset_file, from
 the spec's question / answer / solution columns), and a dataset directory (a Hugging Face dataset saved
 locally, read by the ``datasets`` library) must hold data files.
 
@@ -14,10 +15,12 @@ with its own roots. Pure Python: no torch, no Gradio.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
-from grpo_engine.config import SpecError, is_local_path  # noqa: F401 (is_local_path: used here, and by app.api)
+from grpo_engine.config import SpecError, is_gguf, is_local_path  # noqa: F401 (is_local_path: app.api uses it too)
 from grpo_engine.data import check_dataset_file
+from grpo_engine.gguf_header import is_gguf_file
 from grpo_engine.reward_functions import check_custom_allowed, file_reference
 
 PATH_KEYS = ("model", "reward_model", "label_completer", "dataset", "rm_data")  # the run-spec keys that may name a local path
@@ -63,8 +66,8 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
 
     For each of ``model``, ``reward_model``, ``label_completer``, ``dataset`` and ``rm_data`` that is a local path (:func:`is_local_path`):
     it resolves inside a root (checked first, so nothing is said about files elsewhere), exists, and is
-    a directory with ``config.json`` (the models) or a dataset file that reads cleanly (the dataset).
-    Raises SpecError naming the key.
+    a directory with ``config.json`` or a .gguf file (the models: :func:`check_gguf_file`) or a dataset file that
+    reads cleanly (the dataset). Raises SpecError naming the key.
     """
     for key in PATH_KEYS:
         value = config.get(key) or ""
@@ -87,8 +90,27 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
                 check_dataset_file(path, name=value, fields=spec_fields(config))
             except ValueError as e:
                 raise SpecError(key, str(e)) from None
+        elif is_gguf(value):
+            check_gguf_file(key, value, path)
         elif not (path / "config.json").is_file():
             raise SpecError(key, f"{value!r} is not a model directory: it has no config.json")
+
+
+def check_gguf_file(key: str, value: str, path: Path) -> None:
+    """Refuse, naming ``key``, a .gguf model that is not a file starting with the GGUF magic, or that this machine
+    cannot convert (the gguf package missing: validate_spec says so for ``model``, this for the other model
+    keys)."""
+    if not path.is_file():
+        raise SpecError(key, f"{value!r} is not a .gguf file but a directory")
+    try:
+        ok = is_gguf_file(path)
+    except OSError as e:
+        raise SpecError(key, f"{value!r} cannot be read: {e.strerror or e}") from None
+    if not ok:
+        raise SpecError(key, f"{value!r} is not a GGUF file (it does not start with 'GGUF')")
+    if importlib.util.find_spec("gguf") is None:
+        raise SpecError(key, f"{value!r} is a .gguf file, which needs the gguf package to read: "
+                             "pip install 'grpo-dashboard[gguf]'")
 
 
 def check_custom_rewards(config: dict, roots: list[Path] | tuple[Path, ...], allowed: bool) -> None:
