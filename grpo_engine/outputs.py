@@ -90,11 +90,13 @@ class Judged:
 
 
 def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
-          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER, checker: str = "builtin") -> Judged:
-    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question.
-    With ``process``, each output is also cut into steps (the end token is no step) and each step checked by
-    ``checker`` (RunSpec.step_checker: :func:`step_verdicts`); 'rollouts' leaves the verdicts empty for the
-    caller to sample (rollout_labels.rollout_verdicts)."""
+          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER, checker: str = "builtin",
+          match: str = "strict") -> Judged:
+    """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question. The
+    verifier reads final answers as ``match`` says (RunSpec.answer_match: rewards.final_answer). With ``process``,
+    each output is also cut into steps (the end token is no step) and each step checked by ``checker``
+    (RunSpec.step_checker: :func:`step_verdicts`); 'rollouts' leaves the verdicts empty for the caller to sample
+    (rollout_labels.rollout_verdicts)."""
     lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
     ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
     pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
@@ -103,7 +105,7 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
     out = Judged(texts, [], [])
     for i, ex in enumerate(examples):
         out.tokens.append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
-        out.outcome.append(outcome_reward(texts[i], ex["answer"], format_weight))
+        out.outcome.append(outcome_reward(texts[i], ex["answer"], format_weight, match))
         if process:
             steps, ends = step_boundaries(pieces[i], delimiter)
             out.steps.append(steps)
@@ -115,9 +117,10 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
 
 def step_verdicts(steps: list[str], question: str, answer_right: bool, checker: str) -> list[float]:
     """1.0 or 0.0 for each step of one output. 'builtin': the built-in task's exact checker (each step the next
-    operation, the last the answer line); 'arithmetic': every equation in a step holds
-    (step_check.step_equations_hold; a step with none counts as right) and the last step also needs the
-    verifier's right final answer (``answer_right``).
+    operation, the last the answer line; it reads the strict '#### <answer>' form whatever the run's answer_match);
+    'arithmetic': every equation in a step holds (step_check.step_equations_hold; a step with none counts as right)
+    and the last step also needs the verifier's right final answer (``answer_right``, judged under the run's
+    answer_match: with 'flexible' an output whose last number is right ends on a right step).
 
     >>> step_verdicts(["48/2 = 24 clips", "24 + 48 = 70", "#### 72"], "How many?", True, "arithmetic")
     [1.0, 0.0, 1.0]

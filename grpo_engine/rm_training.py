@@ -37,9 +37,9 @@ class RewardModelState:
 def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunSpec, kind: str,
                     device, check: Callable[[], None] = no_check, completer: Completer | None = None) -> list[RMExample]:
     """One output per question from the current policy (sampled as in training), labelled without humans:
-    by the verifier (ORM) or the run's step labels (PRM: RunSpec.step_checker; 'rollouts' continues each step
-    with the same policy, or with ``completer``). Generates B x G outputs at a time, calling ``check`` before
-    each batch (it raises to stop)."""
+    by the verifier under the run's answer_match (ORM) or the run's step labels (PRM: RunSpec.step_checker;
+    'rollouts' continues each step with the same policy, or with ``completer``). Generates B x G outputs at a
+    time, calling ``check`` before each batch (it raises to stop)."""
     policy.eval()
     out = []
     for i in range(0, len(questions), spec.batch_size * spec.group_size):
@@ -51,13 +51,15 @@ def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunS
         end_ids = end_token_ids(policy, tokenizer)
         mask, ended = completion_mask(completions, end_ids)
         judged = judge(tokenizer, completions, mask, ended, chunk, kind == "prm",
-                       delimiter=decode_delimiter(spec.step_delimiter), checker=spec.step_checker)
+                       delimiter=decode_delimiter(spec.step_delimiter), checker=spec.step_checker,
+                       match=spec.answer_match)
         if kind == "prm" and spec.step_checker == "rollouts":
             judged.verdicts = rollout_verdicts(
                 policy, tokenizer, prompts["input_ids"], prompts["attention_mask"], completions, judged.step_ends,
                 judged.texts, [e["answer"] for e in chunk], n=spec.label_rollouts, estimate=spec.label_estimate,
                 max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p, end_ids=end_ids,
-                completer=completer, questions=[e["question"] for e in chunk], tokens=judged.tokens)
+                completer=completer, questions=[e["question"] for e in chunk], tokens=judged.tokens,
+                match=spec.answer_match)
         out += rm_examples(judged, chunk, kind)
     return out
 

@@ -6,9 +6,10 @@ output N times from the prefix s_1..s_k; step k is labelled by
     hard estimation:  1 if any of the N continuations reaches the reference answer, else 0
     soft estimation:  the share of the N continuations that do
 
-The last step is the output's own end: it is labelled by whether the output itself is right. Continuations
-of every step of every output are sampled in a few large batches (the prompts' keys and values are computed
-once per prefix and shared by its N continuations: ``sampling.generate``).
+The last step is the output's own end: it is labelled by whether the output itself is right. "Reaches the
+reference answer" is the verifier's verdict under the run's answer_match (``match``: rewards.final_answer).
+Continuations of every step of every output are sampled in a few large batches (the prompts' keys and values are
+computed once per prefix and shared by its N continuations: ``sampling.generate``).
 
 The completer is the current policy (it continues from the exact tokens it sampled, the end of step k
 included), or another local model (``label_completer``: a :class:`Completer`, which reads the question through
@@ -105,10 +106,12 @@ def _left_padded(rows: list[list[int]], pad: int, device) -> dict[str, torch.Ten
 
 @torch.no_grad()
 def _continued_right(model, tokenizer, prefixes, answers: list[str], *, n: int, max_new_tokens: int,
-                     temperature: float, top_p: float, end_ids: list[int], batch: int, device) -> list[list[bool]]:
+                     temperature: float, top_p: float, end_ids: list[int], batch: int, device,
+                     match: str) -> list[list[bool]]:
     """For each prefix (output index, prompt ids, output ids so far): whether each of ``n`` continuations reaches
     the output's reference answer. ``batch`` prefixes are continued at once; each continued output is judged by the
-    verifier on its own text (the output so far, then the continuation up to its end token), never the prompt's."""
+    verifier (final answers read as ``match`` says) on its own text (the output so far, then the continuation up to
+    its end token), never the prompt's."""
     right: list[list[bool]] = []
     for start in range(0, len(prefixes), batch):
         chunk = prefixes[start:start + batch]
@@ -120,7 +123,8 @@ def _continued_right(model, tokenizer, prefixes, answers: list[str], *, n: int, 
         rows = [chunk[k // n][2] + sampled[k, : content[k]].tolist() for k in range(len(content))]
         outputs = tokenizer.batch_decode(rows, skip_special_tokens=True)
         for j, (i, _, _) in enumerate(chunk):
-            right.append([outcome_reward(outputs[j * n + r], answers[i])[1]["correct"] > 0 for r in range(n)])
+            right.append([outcome_reward(outputs[j * n + r], answers[i], match=match)[1]["correct"] > 0
+                          for r in range(n)])
     return right
 
 
@@ -128,7 +132,8 @@ def _continued_right(model, tokenizer, prefixes, answers: list[str], *, n: int, 
 def rollout_shares(model, tokenizer, prompt_ids, prompt_attn, completions, step_ends: list[list[int]],
                    texts: list[str], answers: list[str], *, n: int, max_new_tokens: int, temperature: float,
                    top_p: float, end_ids: list[int], batch: int = 64, completer: Completer | None = None,
-                   questions: list[str] | None = None, tokens: list[list[str]] | None = None) -> list[list[float]]:
+                   questions: list[str] | None = None, tokens: list[list[str]] | None = None,
+                   match: str = "strict") -> list[list[float]]:
     """For each step of N sampled outputs, the share of its ``n`` continuations that reach the reference answer;
     the last step's is the output's own verdict (1.0 or 0.0).
 
@@ -136,7 +141,7 @@ def rollout_shares(model, tokenizer, prompt_ids, prompt_attn, completions, step_
     step's last token index in output i; ``texts[i]``: its text; ``answers[i]``: its question's reference answer.
     ``model`` / ``tokenizer`` / ``end_ids``: the policy, which continues from its own tokens. With a
     ``completer``, that model continues instead, from ``questions[i]`` and the output's token texts
-    ``tokens[i]`` (see :class:`Completer`)."""
+    ``tokens[i]`` (see :class:`Completer`). ``match``: how the verifier reads final answers (RunSpec.answer_match)."""
     if completer is None:
         prefixes = _prefixes(prompt_ids, prompt_attn, completions, step_ends)
     else:
@@ -144,10 +149,10 @@ def rollout_shares(model, tokenizer, prompt_ids, prompt_attn, completions, step_
         prefixes = _completer_prefixes(completer, questions, tokens, step_ends)
     right = _continued_right(model, tokenizer, prefixes, answers, n=n, max_new_tokens=max_new_tokens,
                              temperature=temperature, top_p=top_p, end_ids=end_ids, batch=batch,
-                             device=completions.device)
+                             device=completions.device, match=match)
     shares = iter([sum(r) / len(r) for r in right])
-    return [[next(shares) for _ in ends[:-1]] + ([float(outcome_reward(texts[i], answers[i])[1]["correct"] > 0)]
-                                                 if ends else [])
+    return [[next(shares) for _ in ends[:-1]]
+            + ([float(outcome_reward(texts[i], answers[i], match=match)[1]["correct"] > 0)] if ends else [])
             for i, ends in enumerate(step_ends)]
 
 

@@ -177,7 +177,8 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     B = N // G
     rows = [sampled.batch[i // G] for i in range(N)]
     judged = judge(learner.tokenizer, sampled.completions, sampled.mask, sampled.ended, rows,
-                   spec.supervision == "process", spec.format_reward, learner.delimiter, spec.step_checker)
+                   spec.supervision == "process", spec.format_reward, learner.delimiter, spec.step_checker,
+                   spec.answer_match)
     labelling = time.time()
     shares: list[list[float] | None] = [None] * N
     if spec.supervision == "process" and rm is None and spec.step_checker == "rollouts" and not spec.rewards:
@@ -238,7 +239,7 @@ def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: 
                           sampled.completions, judged.step_ends, judged.texts, [r["answer"] for r in rows],
                           n=spec.label_rollouts, max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
                           top_p=spec.top_p, end_ids=learner.end_ids, completer=learner.completer,
-                          questions=[r["question"] for r in rows], tokens=judged.tokens)
+                          questions=[r["question"] for r in rows], tokens=judged.tokens, match=spec.answer_match)
 
 
 def logprobs(model, mb: MicroBatch, s: Sampled, temperature: float, entropy: bool = True):

@@ -102,6 +102,28 @@ def test_hard_and_soft_estimates_on_a_hand_made_completer(estimate, expected):
                             tokens=tokens, **kwargs) == expected
 
 
+class ProseLM(ScriptedLM):
+    """ScriptedLM whose continuations state their number without '####': '= 14' (the right one) or '= 99'."""
+
+    def __init__(self, tokenizer, right: dict[int, int]):
+        super().__init__(tokenizer, right)
+        self.scripts = [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id]
+                        for t in ("= 14", "= 99")]
+
+
+@pytest.mark.parametrize("match, expected", [("strict", [[0.0, 0.0, 1.0], [0.0, 0.0]]),
+                                             ("flexible", [[0.75, 0.0, 1.0], [0.75, 0.0]])])
+def test_continuations_reach_the_answer_as_the_runs_answer_match_reads_it(match, expected):
+    tokenizer = build_tokenizer()
+    prompt, attn, completions, step_ends, texts, _ = scripted_outputs(tokenizer)
+    kwargs = dict(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id], match=match)
+    # 3 of 4 continuations after the first step end '= 14': the last number is the answer, stated without '####';
+    # the last steps are the outputs' own '#### 14' (right) and '#### 5' (wrong) under both rules
+    shares = rollout_shares(ProseLM(tokenizer, {2: 3, 3: 0}), tokenizer, prompt, attn, completions, step_ends, texts,
+                            ["14", "14"], **kwargs)
+    assert shares == expected
+
+
 def test_rollout_labels_of_the_builtin_policy_agree_with_the_exact_checker(grpo_cache_dir):
     rollouts, exact, _ = labelled_steps(grpo_cache_dir, questions=48, n=4, estimate="hard")
     assert [len(r) for r in rollouts] == [len(e) for e in exact]  # one label per step
