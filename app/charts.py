@@ -4,7 +4,7 @@
 grpo_engine.recorder.METRIC_REGISTRY, where ``reward/<name>`` stands for every recorded ``reward/...`` metric; a
 recorded metric the registry does not name goes to "other"), two panels
 a row, each with its own legend to its right, all on one step axis. Only panels with something recorded are
-drawn; shares (metrics named ``*_frac`` or ``*accuracy*``) are drawn on a fixed 0 to 1 axis so that their height
+drawn; shares (metrics named ``*_frac``, ``*accuracy*`` or ``eval/*``) are drawn on a fixed 0 to 1 axis so that their height
 means the same in every run. Each series can be smoothed (:func:`ema`): the smoothed line bold, the raw values
 faint behind it.
 
@@ -44,7 +44,8 @@ def ema(values: list[float], weight: float) -> list[float]:
 
 def is_share(name: str) -> bool:
     """Whether a metric is a share between 0 and 1 (drawn on a fixed 0 to 1 axis)."""
-    return name.endswith("_frac") or "accuracy" in name or name.startswith("tokens/adv_") or name == "repetition"
+    return (name.endswith("_frac") or "accuracy" in name or name.startswith(("tokens/adv_", "eval/"))
+            or name == "repetition")
 
 
 RM_PANEL = "reward model"

@@ -15,7 +15,8 @@ that list as a Markdown table.
 Windows (app.health_metrics). The training steps are the recorded rows with step >= 1 (step 0 is the evaluation
 before training). The recent window is the last max(5, 20%) of them (rounded up), the earlier window as many rows
 just before it. A rule needs MIN_STEPS (10) training steps, except the two that read the recent
-window alone (zero_spread, truncation: MIN_STEPS_RECENT, 5). A window's mean is over the rows that hold the
+window alone (zero_spread, truncation: MIN_STEPS_RECENT, 5) and answer_form, which reads the latest evaluation
+(step 0's, before training, included). A window's mean is over the rows that hold the
 metric; a rule whose metric is absent from a window it reads does not fire (older runs lack ``repetition``
 and ``groups/*``, a run with kl_coef 0 has no ``kl``).
 
@@ -64,6 +65,12 @@ ZERO_SPREAD_LEVEL = 0.8  # recent mean share of groups whose rewards are all equ
 # truncation
 TRUNCATION_LEVEL = 0.2  # recent mean share of completions cut at max_new_tokens
 
+# answer_form: the latest evaluation's eval/accuracy_flexible, eval/accuracy_strict and eval/format
+FORM_FLEXIBLE_LEVEL = 0.2  # a fifth of the held-out questions answered right (by the last number) or more ...
+FORM_GAP = 0.15  # ... at least this much above the strict accuracy (right answers the reward does not see) ...
+FORM_FORMAT_LEVEL = 0.5  # ... while fewer than this share of the outputs state a final answer in the strict form
+FORM_METRICS = ("eval/accuracy_strict", "eval/accuracy_flexible", "eval/format")
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -74,6 +81,13 @@ class Rule:
     action: str
 
 
+ANSWER_FORM = Rule(
+    "answer_form", "Right answers, wrong form",
+    f"at the latest evaluation (step 0's included), eval/accuracy_flexible is >= {FORM_FLEXIBLE_LEVEL} and "
+    f">= {FORM_GAP} above eval/accuracy_strict while eval/format is < {FORM_FORMAT_LEVEL}; not with answer_match "
+    "'flexible'",
+    "set answer_match: flexible; or ask for the form with question_template (e.g. '{question}\\nLet's think step "
+    "by step and output the final answer after \"####\".'); or pay for it with format_reward")
 REWARD_HACKING = Rule(
     "reward_hacking", "Reward up, accuracy flat",
     f"reward_mean's recent-window mean is >= {HACK_REWARD_RISE} above its earlier-window mean (or, failing "
@@ -114,8 +128,8 @@ TRUNCATION = Rule(
     "raise max_new_tokens, or set mask_truncated or overlong_penalty")
 
 # every rule, in the order health_warnings checks them
-RULES: tuple[Rule, ...] = (REWARD_HACKING, LENGTH_REWARD, REPETITION_RISING, ENTROPY_COLLAPSE, KL_RUNAWAY,
-                           ZERO_SPREAD, TRUNCATION)
+RULES: tuple[Rule, ...] = (ANSWER_FORM, REWARD_HACKING, LENGTH_REWARD, REPETITION_RISING, ENTROPY_COLLAPSE,
+                           KL_RUNAWAY, ZERO_SPREAD, TRUNCATION)
 
 
 def _warn(rule: Rule, message: str, steps: list[int], metrics: list[str]) -> HealthWarning:
@@ -313,10 +327,56 @@ def check_truncation(metrics: Sequence[Row], length_reward: Sequence, config: Ma
                  span(recent), ["truncated_frac", "completion_len"])
 
 
+def latest_evaluation(metrics: Sequence[Row]) -> tuple[int, list[float]] | None:
+    """(step, [strict accuracy, flexible accuracy, format share]) of the last row holding all FORM_METRICS; None
+    when none does (a run recorded before evaluation measured them, or with eval_every 0)."""
+    for row in reversed(metrics):
+        values = [number(row.get(k)) for k in FORM_METRICS]
+        if isinstance(row.get("step"), int) and all(v is not None for v in values):
+            return row["step"], values
+    return None
+
+
+def _form_remedies(config: Mapping) -> list[str]:
+    """What to change for answer_form, leaving out what the config already has."""
+    template = ("reword question_template to ask for a last line '#### <answer>'" if config.get("question_template")
+                else "ask for the form with question_template, e.g. '{question}\\nLet's think step by step and output "
+                     "the final answer after \"####\".'")
+    remedies = ["set answer_match: flexible (the reward then also counts an output's last number)", template]
+    rewards = config.get("rewards") or []
+    if config.get("supervision") != "process" and not config.get("format_reward") and not any(
+            r.get("name") == "format" for r in rewards if isinstance(r, Mapping)):
+        remedies.append('add {"name": "format", "weight": 0.2} to rewards' if rewards
+                        else "pay for the form with format_reward (e.g. 0.2)")
+    return remedies
+
+
+def check_answer_form(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """answer_form: at the latest evaluation (latest_evaluation; step 0's counts, so the warning comes before
+    training wastes steps on rewards of 0), eval/accuracy_flexible is >= FORM_FLEXIBLE_LEVEL (0.2) and
+    >= FORM_GAP (0.15) above eval/accuracy_strict, while eval/format is < FORM_FORMAT_LEVEL (0.5): the model
+    answers right in prose, which the strict verifier reads as no answer. Not with answer_match 'flexible' (the
+    reward counts those answers already)."""
+    latest = latest_evaluation(metrics)
+    if latest is None or config.get("answer_match") == "flexible":
+        return None
+    step, (strict, flexible, formatted) = latest
+    if flexible < FORM_FLEXIBLE_LEVEL or round(flexible - strict, 9) < FORM_GAP or formatted >= FORM_FORMAT_LEVEL:
+        return None
+    remedies = _form_remedies(config)
+    return _warn(ANSWER_FORM,
+                 f"at step {step}'s evaluation {flexible:.0%} of held-out answers are right by their last number but "
+                 f"only {strict:.0%} as the reward reads them ('#### <answer>' or \\boxed{{}}, stated by "
+                 f"{formatted:.0%} of the outputs): the model's answers are right but not stated in the form the "
+                 f"reward reads, so they earn nothing. {remedies[0][0].upper()}{remedies[0][1:]}; or "
+                 f"{'; or '.join(remedies[1:])}.",
+                 [step, step], list(FORM_METRICS))
+
+
 Check = Callable[[Sequence[Row], Sequence, Mapping], "HealthWarning | None"]
 # each rule's check, in RULES' order
 CHECKS: tuple[tuple[Rule, Check], ...] = (
-    (REWARD_HACKING, check_reward_hacking), (LENGTH_REWARD, check_length_reward),
+    (ANSWER_FORM, check_answer_form), (REWARD_HACKING, check_reward_hacking), (LENGTH_REWARD, check_length_reward),
     (REPETITION_RISING, check_repetition_rising), (ENTROPY_COLLAPSE, check_entropy_collapse),
     (KL_RUNAWAY, check_kl_runaway), (ZERO_SPREAD, check_zero_spread), (TRUNCATION, check_truncation))
 

@@ -82,7 +82,7 @@ class Recorder:
         "saving" (a checkpoint, or the final policy)."""
 
     def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
-        """Metrics of one finished step (1-based). ``eval/accuracy`` appears on evaluation steps."""
+        """Metrics of one finished step (1-based). EVAL_METRICS appear on evaluation steps."""
 
     def groups(self, step: int, groups: list[GroupRecord]) -> None:
         """Every group sampled at ``step``, with rewards and per-token advantages."""
@@ -160,8 +160,15 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("correct_frac", "share of sampled outputs whose final answer the verifier accepts", "accuracy"),
     Metric("zero_std_frac", "share of groups whose rewards are all equal (their advantages are 0: they teach nothing)",
            "fractions"),
-    Metric("eval/accuracy", "held-out greedy accuracy (exact final answer); at step 0, before training, and every "
-           "eval_every steps", "accuracy", headline=True),
+    Metric("eval/accuracy", "held-out greedy accuracy (exact final answer, read as answer_match says); at step 0, "
+           "before training, and every eval_every steps", "accuracy", headline=True),
+    Metric("eval/accuracy_strict", "held-out greedy accuracy counting only final answers stated as '#### <answer>' "
+           "(the last line) or \\boxed{...}, whatever answer_match is; on the steps of eval/accuracy", "accuracy"),
+    Metric("eval/accuracy_flexible", "held-out greedy accuracy also counting the last number of an output that "
+           "states no such answer (lm-eval's flexible extraction), whatever answer_match is; on the same steps",
+           "accuracy"),
+    Metric("eval/format", "share of held-out greedy outputs that state a final answer as '#### <answer>' or "
+           "\\boxed{...}, right or wrong; on the same steps", "accuracy"),
     Metric("kl", "mean over tokens of the k3 estimator of KL(pi_theta || pi_ref) (Eq. 4)", "KL and loss", headline=True),
     Metric("loss", "policy loss -J_GRPO (Eq. 3), its per-token terms aggregated as loss_type says, averaged over "
            "the mu updates", "KL and loss", headline=True),
@@ -217,7 +224,9 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
 RM_PREFIX = "rm/"  # the reward model's metrics: recorded only with ``reward: model``
 FAMILY = "<name>"  # a registry name ending so stands for a family of metrics: reward/<name> is reward/length, ...
 
-# name -> meaning: the metrics of every training step (``eval/accuracy`` and ``time/eval`` on evaluation steps)
+# what every evaluation records (step 0 and the evaluation steps): the run's accuracy, both rules' and the format's
+EVAL_METRICS = ("eval/accuracy", "eval/accuracy_strict", "eval/accuracy_flexible", "eval/format")
+# name -> meaning: the metrics of every training step (EVAL_METRICS and ``time/eval`` on evaluation steps)
 METRICS: dict[str, str] = {m.name: m.meaning for m in METRIC_REGISTRY
                            if not m.name.startswith(RM_PREFIX) and not m.name.endswith(FAMILY)}
 # name -> meaning: the reward model's (re)trainings, on the steps described above

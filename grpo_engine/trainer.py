@@ -33,7 +33,7 @@ import torch
 from . import checkpoint
 from .config import RunSpec
 from .loading import load_learner, new_iteration
-from .recorder import Recorder, StopRequested, no_check, stop_check
+from .recorder import EVAL_METRICS, Recorder, StopRequested, no_check, stop_check
 from .reward_model import RMExample
 from .rewards import outcome_reward
 from .rm_training import RewardModelState, train_reward_model
@@ -144,8 +144,8 @@ class TrainingRun:
                               f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_after']:.3f}")
         if self.spec.eval_every:
             self.recorder.phase("evaluating")
-            metrics["eval/accuracy"] = self.eval_accuracy()
-            self.recorder.log(f"step 0: eval/accuracy {metrics['eval/accuracy']:.3f}")
+            metrics.update(self.eval_metrics())
+            self.recorder.log(f"step 0: {eval_summary(metrics)}")
         if metrics:
             self.recorder.step(0, 0, metrics)
 
@@ -168,7 +168,7 @@ class TrainingRun:
         if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
             t_eval = time.time()
             self.recorder.phase("evaluating")
-            metrics["eval/accuracy"] = self.eval_accuracy()
+            metrics.update(self.eval_metrics())
             metrics["time/eval"] = time.time() - t_eval
         # RM refresh (Algorithm 1) at the end of every iteration but the last, after which nothing uses the RM
         if self.rm is not None and step == iteration * spec.steps_per_iteration and iteration < spec.iterations:
@@ -183,7 +183,7 @@ class TrainingRun:
         self.training_phase()
         if "eval/accuracy" in metrics:
             self.recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, "
-                              f"kl {metrics['kl']:.4f}, eval/accuracy {metrics['eval/accuracy']:.3f}")
+                              f"kl {metrics['kl']:.4f}, {eval_summary(metrics)}")
         if self.checkpointing and step % spec.checkpoint_every == 0 and step < spec.total_steps:
             self.save_checkpoint(iteration)
             self.training_phase()
@@ -253,13 +253,15 @@ class TrainingRun:
             self.recorder.log(f"checkpoint after step {self.step} saved in {time.time() - t:.1f}s")
         procs.barrier()  # no process runs ahead of a checkpoint that is still being written
 
-    def eval_accuracy(self) -> float:
-        """Held-out greedy accuracy; each process evaluates every n-th question."""
+    def eval_metrics(self) -> dict[str, float]:
+        """The held-out evaluation's EVAL_METRICS; each process evaluates every n-th question, and the shares are
+        of all the held-out questions (each process's counts summed)."""
         learner, procs = self.learner, self.procs
         mine = self.heldout[procs.rank::procs.n]
-        correct = evaluate(learner.unwrapped(), learner.tokenizer, learner.prompt, mine, self.spec.max_new_tokens,
-                           learner.dev) * len(mine)
-        return procs.sum([correct])[0] / max(1, len(self.heldout))
+        shares = evaluate(learner.unwrapped(), learner.tokenizer, learner.prompt, mine, self.spec.max_new_tokens,
+                          learner.dev, self.spec.answer_match)
+        counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
+        return {k: c / max(1, len(self.heldout)) for k, c in zip(EVAL_METRICS, counts)}
 
     def train_reward_model(self) -> dict[str, float]:
         """Train (or refresh) the reward model on the main process; every process then gets its weights."""
@@ -291,14 +293,49 @@ class TrainingRun:
 
 
 @torch.no_grad()
-def evaluate(policy, tokenizer, prompt, examples: list[dict], max_new_tokens: int, device) -> float:
-    """Held-out greedy accuracy: the share of questions whose final answer is exactly right."""
+def evaluate(policy, tokenizer, prompt, examples: list[dict], max_new_tokens: int, device,
+             match: str = "strict") -> dict[str, float]:
+    """The held-out greedy evaluation of ``examples``: EVAL_METRICS as shares of them (eval_scores), the run's
+    accuracy under ``match`` (RunSpec.answer_match)."""
     policy.eval()
-    correct = 0.0
+    texts: list[str] = []
     for i in range(0, len(examples), EVAL_BATCH):
         chunk = examples[i : i + EVAL_BATCH]
         prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
         comps = generate(policy, tokenizer, prompts, repeat=1, max_new_tokens=max_new_tokens, greedy=True)
-        texts = completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
-        correct += sum(outcome_reward(t, e["answer"])[0] for t, e in zip(texts, chunk))
-    return correct / max(1, len(examples))
+        texts += completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
+    return eval_scores(texts, [e["answer"] for e in examples], match)
+
+
+def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> dict[str, float]:
+    """EVAL_METRICS of outputs ``texts`` to questions with reference ``answers``, each a share of the outputs:
+    right under the strict rule, under the flexible one, under ``match`` (eval/accuracy), and stating a final
+    answer in the strict form (eval/format). An output stating one has the same verdict under both rules.
+
+    >>> scores = eval_scores(["3 + 5 = 8 apples.", "#### 14", "#### 9", "no idea"], ["8", "14", "7", "3"], "flexible")
+    >>> [scores[k] for k in EVAL_METRICS]
+    [0.5, 0.25, 0.5, 0.5]
+    """
+    right = {"strict": 0.0, "flexible": 0.0}
+    formatted = 0.0
+    for text, answer in zip(texts, answers):
+        verdict = outcome_reward(text, answer)[1]
+        right["strict"] += verdict["correct"]
+        formatted += verdict["formatted"]
+        if not verdict["formatted"]:  # no answer in the strict form: the flexible rule reads the last number
+            verdict = outcome_reward(text, answer, match="flexible")[1]
+        right["flexible"] += verdict["correct"]
+    n = max(1, len(texts))
+    return {"eval/accuracy": right[match] / n, "eval/accuracy_strict": right["strict"] / n,
+            "eval/accuracy_flexible": right["flexible"] / n, "eval/format": formatted / n}
+
+
+def eval_summary(metrics: dict[str, float]) -> str:
+    """An evaluation's numbers as the log line gives them.
+
+    >>> eval_summary({"eval/accuracy": 0.5, "eval/accuracy_strict": 0.25, "eval/accuracy_flexible": 0.5,
+    ...               "eval/format": 0.5})
+    'eval/accuracy 0.500 (strict 0.250, flexible 0.500, format 0.500)'
+    """
+    return (f"eval/accuracy {metrics['eval/accuracy']:.3f} (strict {metrics['eval/accuracy_strict']:.3f}, "
+            f"flexible {metrics['eval/accuracy_flexible']:.3f}, format {metrics['eval/format']:.3f})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.charts import NO_STEPS, PANELS, chart_panels, compare_figure, ema, metrics_figure, recorded_metrics
-from grpo_engine.recorder import METRIC_REGISTRY
+from grpo_engine.recorder import EVAL_METRICS, METRIC_REGISTRY
 
 
 def _rows(n: int = 4, **extra) -> list[dict]:
@@ -111,6 +111,20 @@ def test_sparse_series_are_not_smoothed_and_series_in_a_panel_differ_in_dash():
     assert list(evaluation.y) == [0.2, 0.6] and "markers" in evaluation.mode
     shown = {t.name: t for t in fig.data if t.showlegend is not False}
     assert shown["correct_frac"].line.dash != shown["eval/accuracy"].line.dash
+
+
+def test_every_evaluation_metric_is_drawn_in_the_accuracy_panel_on_zero_to_one():
+    rows = _rows(6)
+    for row in (rows[0], rows[5]):
+        row.update({"eval/accuracy": 0.3, "eval/accuracy_strict": 0.1, "eval/accuracy_flexible": 0.3,
+                    "eval/format": 0.2})
+    assert dict(chart_panels(rows))["accuracy"] == ("correct_frac", *EVAL_METRICS)
+    fig = metrics_figure(rows, smoothing=0.6)
+    shown = {t.name: t for t in fig.data if t.showlegend is not False}
+    assert {_panel_of(fig)[k] for k in EVAL_METRICS} == {"accuracy"}
+    assert tuple(fig.layout["yaxis" + shown["eval/format"].yaxis[1:]].range) == (-0.03, 1.03)
+    assert len({shown[k].line.dash for k in ("correct_frac", *EVAL_METRICS)}) == 5  # told apart in grey too
+    assert all("markers" in shown[k].mode for k in EVAL_METRICS)  # evaluations are sparse: points, not smoothed
 
 
 def test_picked_metrics_limit_the_panels():

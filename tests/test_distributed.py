@@ -17,6 +17,7 @@ import pytest
 from app import store
 from app.db import session_scope
 from grpo_engine.config import validate_spec
+from grpo_engine.recorder import EVAL_METRICS
 from workers.distributed import MainProcessRecorder
 from workers.recorder import interrupt
 from workers.runner import execute_run
@@ -24,7 +25,7 @@ from workers.runner import execute_run
 SPEC = {"steps_per_iteration": 30, "batch_size": 4, "group_size": 4, "max_new_tokens": 32, "eval_every": 10,
         "checkpoint_every": 2, "devices": 2, "device": "cpu", "seed": 3}
 COMPARED = ("reward_mean", "reward_std", "correct_frac", "zero_std_frac", "loss", "kl", "clip_frac", "entropy",
-            "completion_len", "truncated_frac", "grad_norm", "eval/accuracy")
+            "completion_len", "truncated_frac", "grad_norm", *EVAL_METRICS)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from gradio_client.exceptions import AppError
 
 from app import store
 from app.db import session_scope
-from grpo_engine.recorder import METRICS
+from grpo_engine.recorder import EVAL_METRICS, METRICS
 from tests.servers import free_port, wait_until_answers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,11 +108,12 @@ def check_short_run(url: str, logs, spec: dict = SPEC) -> tuple[Client, int]:
     # 2. metrics: step 0 (evaluation before training), then every step with every documented metric
     metrics = client.predict(run_id, api_name="/get_metrics")
     assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4]
-    step_keys = set(METRICS) - {"eval/accuracy", "time/eval"}
+    step_keys = set(METRICS) - {*EVAL_METRICS, "time/eval"}
     for m in metrics[1:]:
         assert step_keys <= set(m), sorted(step_keys - set(m))
         assert m["iteration"] == 1
     assert [m["step"] for m in metrics if "eval/accuracy" in m] == [0, 2, 4]
+    assert all(set(EVAL_METRICS) <= set(m) for m in metrics if "eval/accuracy" in m)
     assert all(0.0 <= m["eval/accuracy"] <= 1.0 for m in metrics if "eval/accuracy" in m)
 
     # 3. groups: B groups per step, G samples each, advantages = group-normalised rewards on every token

@@ -92,8 +92,8 @@ def test_rules_markdown_lists_every_rule():
     assert len(table.splitlines()) == 2 + len(RULES)
     for rule in RULES:
         assert f"`{rule.id}`" in table
-    assert [r.id for r in RULES] == ["reward_hacking", "length_reward", "repetition_rising", "entropy_collapse",
-                                     "kl_runaway", "zero_spread", "truncation"]
+    assert [r.id for r in RULES] == ["answer_form", "reward_hacking", "length_reward", "repetition_rising",
+                                     "entropy_collapse", "kl_runaway", "zero_spread", "truncation"]
     assert [rule for rule, _ in health.CHECKS] == list(RULES)
 
 
@@ -321,3 +321,64 @@ def test_truncation_leaves_out_what_is_set():
 ], ids=["just-under", "too-few-steps", "missing"])
 def test_truncation_does_not_fire(metrics):
     assert "truncation" not in fired(metrics)
+
+
+# --- answer_form ------------------------------------------------------------------------------------------
+
+STRICT = {"answer_match": "strict", "format_reward": 0.0, "rewards": [], "question_template": "",
+          "supervision": "outcome"}
+
+
+def evaluation(step: int, strict: float, flexible: float, formatted: float, match: str = "strict") -> dict:
+    """One evaluation's row as the trainer records it: eval/accuracy is the run's rule's."""
+    return {"step": step, "iteration": 0 if step == 0 else 1, "eval/accuracy": flexible if match == "flexible" else strict,
+            "eval/accuracy_strict": strict, "eval/accuracy_flexible": flexible, "eval/format": formatted}
+
+
+def test_answer_form_fires_at_step_0_for_an_instruct_model_answering_in_prose():
+    w = only("answer_form", [evaluation(0, 0.0, 0.35, 0.02)], config=STRICT)
+    assert w["steps"] == [0, 0] and w["metrics"] == ["eval/accuracy_strict", "eval/accuracy_flexible", "eval/format"]
+    assert "35% of held-out answers are right by their last number but only 0%" in w["message"]
+    assert "stated by 2% of the outputs" in w["message"]
+    assert "the model's answers are right but not stated in the form the reward reads" in w["message"]
+    for key in ("answer_match: flexible", "question_template", "output the final answer after \"####\"",
+                "format_reward"):
+        assert key in w["message"], key
+
+
+def test_answer_form_reads_the_latest_evaluation():
+    metrics = run(20, {0: 0.0, 10: 0.0, 20: 0.3}, reward_mean=0.0)
+    metrics[0].update(evaluation(0, 0.0, 0.3, 0.0))
+    metrics[10].update(evaluation(10, 0.0, 0.3, 0.1))
+    assert only("answer_form", metrics, config=STRICT)["steps"] == [10, 10]
+    metrics[20].update(evaluation(20, 0.3, 0.35, 0.9))  # learned the form: the latest evaluation is healthy
+    assert "answer_form" not in fired(metrics, config=STRICT)
+
+
+def test_answer_form_leaves_out_what_the_config_has():
+    template = {**STRICT, "question_template": "{question}\nAnswer after ####."}
+    w = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config=template)
+    assert "reword question_template" in w["message"] and "Let's think" not in w["message"]
+    paid = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "format_reward": 0.1})
+    assert "format_reward" not in paid["message"]
+    named = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "rewards": [{"name": "accuracy"}]})
+    assert '{"name": "format", "weight": 0.2} to rewards' in named["message"]
+    process = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "supervision": "process"})
+    assert "format_reward" not in process["message"] and '"name": "format"' not in process["message"]
+
+
+@pytest.mark.parametrize("metrics, config", [
+    ([evaluation(0, 0.0, 0.19, 0.0)], STRICT),  # flexible just under 0.2
+    ([evaluation(0, 0.06, 0.2, 0.0)], STRICT),  # a gap of 0.14
+    ([evaluation(0, 0.0, 0.4, 0.5)], STRICT),  # half the outputs state the strict form
+    ([evaluation(0, 0.3, 0.3, 0.9)], STRICT),  # a model that states its answers
+    ([evaluation(0, 0.0, 0.35, 0.02, "flexible")], {**STRICT, "answer_match": "flexible"}),  # the reward counts them
+    ([{"step": 0, "iteration": 0, "eval/accuracy": 0.0}], STRICT),  # an older run: no strict / flexible numbers
+    ([], STRICT),
+], ids=["flexible-low", "small-gap", "format-half", "stated", "flexible-rule", "older-run", "nothing"])
+def test_answer_form_does_not_fire(metrics, config):
+    assert "answer_form" not in fired(metrics, config=config)
+
+
+def test_answer_form_thresholds_are_inclusive():
+    assert "answer_form" in fired([evaluation(0, 0.05, 0.2, 0.49)], config=STRICT)  # 0.2, a gap of 0.15, < 0.5

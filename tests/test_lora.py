@@ -16,7 +16,7 @@ from grpo_engine import loading, sampling, step, trainer
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.model import builtin_model_dir, load_policy
 from grpo_engine.outputs import token_logprobs
-from grpo_engine.recorder import METRICS, MemoryRecorder
+from grpo_engine.recorder import EVAL_METRICS, METRICS, MemoryRecorder
 from grpo_engine.tokenization import completion_mask
 
 SPEC = dict(lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, group_size=4, eval_every=0,
@@ -47,7 +47,7 @@ def test_lora_run_completes_and_records_every_metric(lora_run):
     assert sorted(steps) == [1, 2, 3, 4]
     assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 1, 1]
     for s in (1, 2, 3, 4):
-        assert set(METRICS) - {"eval/accuracy", "time/eval"} <= set(steps[s]), set(METRICS) - set(steps[s])  # eval_every=0
+        assert set(METRICS) - {*EVAL_METRICS, "time/eval"} <= set(steps[s]), set(METRICS) - set(steps[s])  # eval_every=0
         assert all(math.isfinite(v) for v in steps[s].values())
     # the adapter starts as the identity (lora_B = 0): the policy is the reference at step 1
     assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)

@@ -17,7 +17,7 @@ from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.data import format_prompt, load_dataset
 from grpo_engine.model import load_policy, resolve_model_path
 from grpo_engine.objective import process_advantages
-from grpo_engine.recorder import METRICS, RM_METRICS, MemoryRecorder
+from grpo_engine.recorder import EVAL_METRICS, METRICS, RM_METRICS, MemoryRecorder
 from grpo_engine.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
 from grpo_engine.rewards import outcome_reward
 
@@ -149,7 +149,7 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
     steps = by_step(rec)
     assert sorted(steps) == [0, 1, 2, 3, 4]
     start = steps[0]  # the initial training on the initial policy's outputs
-    assert set(start) == {"step", "iteration", "eval/accuracy"} | set(RM_METRICS) - {"rm/accuracy_before"}
+    assert set(start) == {"step", "iteration", *EVAL_METRICS} | set(RM_METRICS) - {"rm/accuracy_before"}
     assert start["rm/train_examples"] == BASE["rm_samples"] and start["rm/replayed"] == 0
     replayed = round(0.1 * BASE["rm_samples"])
     # the last step of iteration 1 carries its refresh; after the last iteration nothing would use one

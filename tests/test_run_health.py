@@ -35,6 +35,26 @@ def test_get_run_lists_warnings_and_works_them_out_again_as_the_run_moves_on(db_
     assert 'data-rule="truncation"' in badge and "1 health warning" in badge
 
 
+def test_get_run_warns_at_step_0_when_right_answers_are_not_in_the_form_the_reward_reads(db_url, monkeypatch):
+    monkeypatch.setenv("GRPO_DATABASE_URL", db_url)
+    prose = {"eval/accuracy": 0.0, "eval/accuracy_strict": 0.0, "eval/accuracy_flexible": 0.4, "eval/format": 0.0}
+    strict_run, flexible_run = new_run(db_url), new_run(db_url, answer_match="flexible")
+    with session_scope(db_url) as s:
+        store.record_step(s, strict_run, 0, 0, prose)
+        store.record_step(s, flexible_run, 0, 0, {**prose, "eval/accuracy": 0.4})
+    [warning] = api.get_run(strict_run)["warnings"]
+    assert warning["rule"] == "answer_form" and warning["steps"] == [0, 0]
+    assert "answer_match: flexible" in warning["message"] and "format_reward" in warning["message"]
+    assert api.get_run(flexible_run)["warnings"] == []  # its reward already counts those answers
+    panels = dict(chart_panels(store_metrics(db_url, strict_run), warning["metrics"]))
+    assert panels == {"accuracy": tuple(warning["metrics"])}  # a click on it charts them in one panel
+
+
+def store_metrics(db_url: str, run_id: int) -> list[dict]:
+    with session_scope(db_url) as s:
+        return store.get_metrics(s, run_id)
+
+
 def test_rm_refreshes_are_drawn_on_every_panel_and_the_rm_panel_shows_the_policys_accuracy():
     metrics = [{"step": 0, "eval/accuracy": 0.3, "rm/accuracy_after": 0.9}]
     metrics += [{"step": s, "reward_mean": 0.5, "kl": 0.01, "eval/accuracy": 0.5 if s % 5 == 0 else None,

@@ -13,10 +13,10 @@ from grpo_engine.builtin_task import check_step
 from grpo_engine.config import validate_spec
 from grpo_engine.data import format_prompt
 from grpo_engine.objective import ADV_EPS, process_advantages
-from grpo_engine.recorder import METRICS, MemoryRecorder
+from grpo_engine.recorder import EVAL_METRICS, METRICS, MemoryRecorder
 from grpo_engine.rewards import outcome_reward
 from grpo_engine.tokenization import step_boundaries
-from grpo_engine.trainer import train
+from grpo_engine.trainer import eval_scores, train
 
 BASE = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
 
@@ -49,11 +49,12 @@ def test_outcome_run_completes_and_records_every_metric(outcome_run):
     assert rec.total_steps == 3
     steps = by_step(rec)
     assert sorted(steps) == [0, 1, 2, 3]
-    assert set(steps[0]) == {"step", "iteration", "eval/accuracy"}  # before training
+    assert set(steps[0]) == {"step", "iteration", *EVAL_METRICS}  # before training
     assert 0.0 <= steps[0]["eval/accuracy"] <= 1.0
     for s in (2, 3):  # eval_every=2, and the last step
         assert set(METRICS) <= set(steps[s]), set(METRICS) - set(steps[s])
-    assert set(METRICS) - {"eval/accuracy", "time/eval"} <= set(steps[1]) and "eval/accuracy" not in steps[1]
+    assert set(METRICS) - {*EVAL_METRICS, "time/eval"} <= set(steps[1])
+    assert not set(EVAL_METRICS) & set(steps[1])
     assert "time/eval" not in steps[1] and steps[2]["time/eval"] > 0
     for s in (1, 2, 3):
         assert steps[s]["iteration"] == 1
@@ -82,6 +83,50 @@ def test_outcome_groups_carry_group_normalised_advantages(outcome_run):
                 assert all(isinstance(a, float) for a in s.advantages)
                 expected = (s.reward - mean) / (std + ADV_EPS) if std > 0 else 0.0
                 assert s.advantages == pytest.approx([expected] * len(s.tokens), abs=1e-5)
+
+
+# --- answer_match: the reward's rule, and evaluation under both -----------------------------
+
+def check_evaluations(rec: MemoryRecorder, match: str) -> None:
+    """Step 0 and every evaluation step hold the four evaluation metrics, each a share, consistent with the rules:
+    strict <= flexible, the two differ only on outputs without a strict answer (flexible - strict <= 1 - format),
+    eval/accuracy is the run's rule's; the log line gives them all."""
+    evaluated = [m for m in rec.metrics if "eval/accuracy" in m]
+    assert [m["step"] for m in evaluated] == [0, 2, 3]
+    for m in evaluated:
+        assert set(EVAL_METRICS) <= set(m) and all(0.0 <= m[k] <= 1.0 for k in EVAL_METRICS)
+        strict, flexible, formatted = m["eval/accuracy_strict"], m["eval/accuracy_flexible"], m["eval/format"]
+        assert strict <= flexible <= strict + (1.0 - formatted) + 1e-9
+        assert m["eval/accuracy"] == m[f"eval/accuracy_{match}"]
+    logged = [line for line in rec.messages if "eval/accuracy" in line]
+    assert len(logged) == 3 and all("strict" in line and "flexible" in line and "format" in line for line in logged)
+
+
+def test_a_strict_run_records_both_rules_accuracies_and_the_format(outcome_run):
+    check_evaluations(outcome_run[1], "strict")
+
+
+def test_a_flexible_run_rewards_and_evaluates_by_the_last_number(grpo_cache_dir):
+    result, rec = run(grpo_cache_dir, answer_match="flexible", format_reward=0.5)
+    assert result["status"] == "completed"
+    check_evaluations(rec, "flexible")
+    samples = [(s, g.reference) for groups in rec.group_log.values() for g in groups for s in g.samples]
+    for s, reference in samples:  # the reward: the verifier under 'flexible', its format part the strict form's
+        assert (s.reward, s.reward_components) == outcome_reward(s.completion, reference, 0.5, "flexible")
+        assert s.reward_components["correct"] >= outcome_reward(s.completion, reference)[1]["correct"]
+    for step, groups in rec.group_log.items():  # correct_frac: the share of outputs the flexible verifier accepts
+        correct = [s.reward_components["correct"] for g in groups for s in g.samples]
+        assert by_step(rec)[step]["correct_frac"] == pytest.approx(sum(correct) / len(correct))
+
+
+def test_eval_scores_on_hand_outputs():
+    texts = ["Tom has 3 + 5 = 8 apples.", "#### 14", "#### 9", "so \\boxed{6}", "It is 1,000.", "no idea"]
+    answers = ["8", "14", "7", "6", "1000", "3"]
+    strict = eval_scores(texts, answers)
+    assert strict == {"eval/accuracy": 2 / 6, "eval/accuracy_strict": 2 / 6, "eval/accuracy_flexible": 4 / 6,
+                      "eval/format": 3 / 6}
+    assert eval_scores(texts, answers, "flexible") == {**strict, "eval/accuracy": 4 / 6}
+    assert eval_scores([], []) == dict.fromkeys(EVAL_METRICS, 0.0)
 
 
 # --- process supervision ---------------------------------------------------------------------
