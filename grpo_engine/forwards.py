@@ -110,8 +110,10 @@ def shared_prompt_logprobs(model, prompt_ids, prompt_attn, prompt_of, completion
     steps = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, prompt_ids.shape[1]:]  # (n, T - 1)
     rest = model(input_ids=completions[:, :-1], attention_mask=attn, position_ids=steps, use_cache=True,
                  **{CACHE: cache}).logits  # (n, T - 1, V): predict o_1 .. o_{T-1}
-    logits = torch.cat([out.logits[:, -1:][prompt_of], rest], dim=1)  # the prompt's last logits predict o_0
-    return logits_to_logprobs(logits, completions, temperature, entropy)
+    first = logits_to_logprobs(out.logits[:, -1:][prompt_of], completions[:, :1], temperature, entropy)  # o_0
+    later = logits_to_logprobs(rest, completions[:, 1:], temperature, entropy)  # o_1 .. o_{T-1}
+    return (torch.cat([first[0], later[0]], dim=1),
+            None if first[1] is None else torch.cat([first[1], later[1]], dim=1))
 
 
 def micro_batch_logprobs(model, mb: MicroBatch, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0,

