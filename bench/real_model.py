@@ -6,8 +6,8 @@ style, answers after ``####``) and worded by the run spec's ``question_template`
 engine (``grpo_engine.trainer.train``) in its own process, so that its peak RSS is its own, and prints a line every
 step and the held-out evaluation every ``eval_every`` steps:
 
-    step  10  reward 0.41  zero-spread 0.25  step  38.1s (sample 20.2, score 6.1, update 11.5)  rss 2.71 GB | eval 60s
-    strict 0.26  flexible 0.41  format 0.55
+    step  10  reward 0.41  zero-spread 0.25  step  38.1s (sample 15.2, score 5.7, update 17.2)  rss 6.89 GB | eval 41s:
+    strict 0.26  flexible 0.41  format 0.55   (one line)
 
 then, per trial, the start and end of each curve and whether the target holds: strict held-out accuracy at least
 doubles and reaches 0.40 within the run's steps, while flexible accuracy falls by no more than 0.05. The curves go
@@ -95,7 +95,8 @@ def trial(config: dict) -> None:
                          f"{metrics['time/scoring']:.1f}, update {metrics['time/update']:.1f})")
             line += f"  rss {rss_gb():.2f} GB"
             if "eval/accuracy_strict" in metrics:
-                line += (f" | eval {metrics.get('time/eval', 0):.0f}s strict {metrics['eval/accuracy_strict']:.2f}  flexible "
+                took = f" {metrics['time/eval']:.0f}s" if "time/eval" in metrics else ""  # step 0's is not timed
+                line += (f" | eval{took}: strict {metrics['eval/accuracy_strict']:.2f}  flexible "
                          f"{metrics['eval/accuracy_flexible']:.2f}  format {metrics['eval/format']:.2f}")
             print(line, flush=True)
 

@@ -28,6 +28,17 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
                 page.click("#tab-launch-button")
                 expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-arith: ")
                 page.screenshot(path=str(ARTIFACTS / f"launch-{width}.png"), full_page=True)
+                # the first question as the model reads it: the template's words around it, its token count
+                page.locator("#spec-question_template textarea, #spec-question_template input").first.fill(
+                    '{question}\nOutput the final answer after "####".')
+                page.click("#show-prompt")
+                shown = page.locator("#prompt-preview .prompt-preview")
+                expect(shown).to_contain_text("The first training question as the model reads it:", timeout=60_000)
+                expect(shown.locator("pre")).to_contain_text('Output the final answer after "####".')
+                assert re.search(r"reads it: \d+ tokens\.", shown.inner_text())
+                box = shown.bounding_box()
+                assert box["x"] >= 0 and box["x"] + box["width"] <= width  # nothing runs off the page
+                page.locator("#prompt-preview").screenshot(path=str(ARTIFACTS / f"launch-prompt-{width}.png"))
                 page.close()
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(30_000)
