@@ -145,15 +145,17 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(curves), figsize=(max(6.4, 4.2 * len(curves)), 3.6), sharey=True, squeeze=False)
     for ax, (label, evals) in zip(axes[0], curves.items()):
         steps = [e["step"] for e in evals]
         for key, style in (("strict", "-o"), ("flexible", "--s"), ("format", ":^")):
             ax.plot(steps, [e[key] for e in evals], style, label=key, markersize=4)
-        ax.axhline(TARGET_STRICT, color="grey", linewidth=0.8)
+        ax.axhline(TARGET_STRICT, color="grey", linewidth=0.8, label=f"target (strict {TARGET_STRICT:g})")
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("held-out share")
