@@ -81,7 +81,7 @@ def sample_detail(sample: dict, t: int) -> dict:
 
 # the reward components' names in words: key -> (text for a true / nonzero value, text for 0)
 _COMPONENT_WORDS = {"correct": ("verifier: correct ✓", "verifier: wrong ✗"),
-                    "formatted": ("final answer found", "no final answer found")}
+                    "formatted": ("final answer stated (#### or \\boxed)", "no #### or \\boxed final answer")}
 
 
 def _verdicts(components: dict, weights: dict | None = None) -> str:

@@ -15,6 +15,7 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
 
     .venv/bin/python bench/real_model.py                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
+    .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
 
@@ -173,7 +174,8 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=SPEC["steps_per_iteration"])
     parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")
-    parser.add_argument("--lora-lr", type=float, default=2e-5, help="learning_rate of the LoRA trial")
+    parser.add_argument("--lora-only", action="store_true", help="only the lora_rank 16 trial (on the first seed)")
+    parser.add_argument("--lora-lr", type=float, default=1e-4, help="learning_rate of the LoRA trial")
     parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's")
     parser.add_argument("--out", default=str(ROOT / "docs" / "real_model"), help="curves: OUT.json and OUT.png")
     parser.add_argument("--plot-only", help="redraw OUT.png from this curves JSON and stop")
@@ -192,7 +194,7 @@ def main() -> int:
     dataset.write_text("".join(json.dumps(r) + "\n" for r in word_problems(ROWS, seed=1234)))
     base = {**SPEC, "model": str(find_gguf(args.gguf, cache_dir)), "dataset": str(dataset),
             "steps_per_iteration": args.steps, **json.loads(args.spec)}
-    plan = [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
+    plan = [] if args.lora_only else [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
     if not args.no_lora:
         plan.append((f"LoRA 16, seed {args.seeds[0]}", {**base, "seed": args.seeds[0], "lora_rank": 16,
                                                          "learning_rate": args.lora_lr}))

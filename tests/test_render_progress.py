@@ -88,8 +88,8 @@ def test_reward_components_in_words_and_the_tooltip():
                 "reward_components": {"correct": c, "formatted": c, "format": 0.1 * c, "rm_score": 0.25, "len": 3.0}}
                for i, c in enumerate([1.0, 0.0])]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
-    for words in ("verifier: correct ✓", "verifier: wrong ✗", "final answer found", "no final answer found",
-                  "format reward +0.1", "reward model score 0.250", ">len 3<"):
+    for words in ("verifier: correct ✓", "verifier: wrong ✗", "final answer stated (#### or \\boxed)",
+                  "no #### or \\boxed final answer", "format reward +0.1", "reward model score 0.250", ">len 3<"):
         assert words in page, words
     span = token_span("a b", -0.5, 1.0)
     assert 'data-tip="&#x27;a b&#x27;  A = -0.5000"' in span and "title=" not in span
