@@ -11,20 +11,17 @@ that names the key.
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import json
 from dataclasses import MISSING, dataclass, field, fields as dc_fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from .reward_functions import check_rewards_apply
+from .spec_checks import check_prompt_keys, check_report_to, is_gguf  # noqa: F401 (is_gguf: app and model use it from here)
 from .spec_values import MAX_TEXT, Field, SpecError, _check_range, _coerce, shown
 
 BUILTIN_MODEL = "builtin-arith"
 BUILTIN_DATASET = "builtin-arith"
 FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json", ".gguf")  # a value ending so is a file, never a Hugging Face id
-# report_to's trackers: name (also the library's import name) -> what to pip install for it
-TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow-skinny", "wandb": "wandb"}
 
 
 def is_local_path(value: str) -> bool:
@@ -313,44 +310,6 @@ def _unknown_key_message(name: Any) -> str:
     return f"unknown key; valid keys are: {', '.join(FIELD_BY_NAME)}"
 
 
-def _check_report_to(value: Any) -> list[str]:
-    """``report_to`` as a list of tracker names: a JSON list, or text (the Launch form's) holding a JSON list or names
-    separated by commas. Refused (SpecError naming the key): an unknown or repeated name, and one whose library is not
-    installed here; the worker validates the spec again, so a run fails at its start on a worker without it.
-
-    >>> _check_report_to(" ")
-    []
-    >>> try:
-    ...     _check_report_to(["neptune"])
-    ... except SpecError as e:
-    ...     print(e)
-    report_to: unknown tracker 'neptune'; the trackers are 'tensorboard', 'mlflow', 'wandb'
-    """
-    allowed = ", ".join(map(repr, TRACKERS))
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = json.loads(text) if text.startswith("[") else [n.strip() for n in text.split(",") if n.strip()]
-        except json.JSONDecodeError as e:
-            raise SpecError("report_to", f"must be a list of tracker names or names separated by commas, got text "
-                                         f"that is not JSON ({e})") from None
-    if not isinstance(value, (list, tuple)):
-        raise SpecError("report_to", f"must be a list of tracker names ({allowed}), got {type(value).__name__} "
-                                     f"{shown(value)}")
-    names: list[str] = []
-    for name in value:
-        if not isinstance(name, str) or name.strip().lower() not in TRACKERS:
-            raise SpecError("report_to", f"unknown tracker {shown(name)}; the trackers are {allowed}")
-        name = name.strip().lower()
-        if name in names:
-            raise SpecError("report_to", f"names {name!r} twice")
-        if importlib.util.find_spec(name) is None:
-            raise SpecError("report_to", f"{name!r} is not installed on this machine: pip install {TRACKERS[name]} "
-                                         "(or all three: pip install 'grpo-dashboard[trackers]')")
-        names.append(name)
-    return names
-
-
 def _check_step_labels(values: dict[str, Any]) -> None:
     """Refuse step-label keys that cannot carry a signal or would not be read, naming the key: step labels
     without process supervision, 'builtin' on another dataset, and the rollouts' keys when steps are not
@@ -408,7 +367,7 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     values: dict[str, Any] = {}
     for f in FIELDS:
         raw = spec.get(f.name)
-        value = f.default if raw is None else _check_report_to(raw) if f.name == "report_to" else _coerce(f, raw)
+        value = f.default if raw is None else check_report_to(raw) if f.name == "report_to" else _coerce(f, raw)
         _check_range(f, value)
         values[f.name] = value
     for name in ("model", "dataset", "step_delimiter", "dataset_split", "question_field", "answer_field", "solution_field"):
@@ -441,33 +400,5 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         if any(c.isspace() for c in values[name]):
             raise SpecError(name, f"must be a Hugging Face model id or a local directory, got {values[name]!r}")
     _check_knobs(values)
-    _check_prompt_keys(values)
+    check_prompt_keys(values)
     return RunSpec(**values)
-
-
-QUESTION_SLOT = "{question}"  # where question_template puts the question
-
-
-def _check_prompt_keys(values: dict[str, Any]) -> None:
-    """Refuse, naming the key, a question_template without exactly one {question} (the question would be lost
-    or asked twice), and a .gguf model where the gguf package that reads it is missing.
-
-    >>> _check_prompt_keys({"question_template": "Q: {question}", "model": "m"})
-    >>> try:
-    ...     _check_prompt_keys({"question_template": "Solve it.", "model": "m"})
-    ... except SpecError as e:
-    ...     print(e)
-    question_template: must hold {question} once, where the question goes; got 'Solve it.'
-    """
-    template = values["question_template"]
-    if template and template.count(QUESTION_SLOT) != 1:
-        raise SpecError("question_template", f"must hold {QUESTION_SLOT} once, where the question goes; got "
-                                             f"{shown(template)}")
-    if is_gguf(values["model"]) and importlib.util.find_spec("gguf") is None:
-        raise SpecError("model", f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
-                                 "pip install 'grpo-dashboard[gguf]'")
-
-
-def is_gguf(model: str) -> bool:
-    """Whether ``model`` names a local GGUF file (converted once into a model directory where it is loaded)."""
-    return model.lower().endswith(".gguf")
