@@ -213,9 +213,11 @@ class RunSpec:
           "Recompute each layer's activations in the backward pass instead of keeping them: much less activation "
           "memory for long outputs or large micro-batches, at about a third more update time.")
     precision: str = key("auto",
-          "Mixed precision through Accelerate: 'auto' = bf16 on a GPU that supports it, fp32 otherwise; "
-          "'bf16' = bf16 autocast on any device; weights and optimizer stay fp32, the frozen reference (and a learned "
-          "reward model's frozen prior) are kept in bf16. 'fp32' = no autocast.",
+          "bf16 autocast of the forward passes: 'auto' = bf16 on a GPU that supports it, and on a CPU with bf16 "
+          "instructions (AVX-512 BF16 or AMX) for the log-prob passes and the update only (sampling stays fp32 on a "
+          "CPU, where it is faster), fp32 otherwise; 'bf16' = the same where the device lacks them (a GPU without "
+          "bf16 refuses it); weights and optimizer stay fp32, the frozen reference (and a learned reward model's "
+          "frozen prior) are kept in bf16. 'fp32' = no autocast.",
           choices=("auto", "fp32", "bf16"))
     device: str = key("auto",
           "Which workers may take the run: 'gpu' = only workers with a CUDA GPU, 'cpu' = only workers without one "

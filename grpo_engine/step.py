@@ -50,6 +50,7 @@ class Learner:
 
     spec: RunSpec
     accelerator: Any
+    scoring_bf16: bool  # loading.Precision: the log-prob passes and the update under bf16 autocast
     procs: Processes
     policy: Any
     optimizer: torch.optim.Optimizer
@@ -70,13 +71,18 @@ class Learner:
         """The policy itself, without a data-parallel wrapper."""
         return self.accelerator.unwrap_model(self.policy)
 
+    def autocast(self):
+        """The context of the log-prob passes and the update: bf16 autocast when ``scoring_bf16``. Sampling
+        runs outside it (in bf16 only where Accelerate's mixed precision autocasts the policy, on a GPU)."""
+        return torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.scoring_bf16)
+
     def ref_logprobs(self, mb: MicroBatch, s: Sampled) -> torch.Tensor:
         """log pi_ref of each completion token of the micro-batch ``mb`` of ``s``, (n, T)."""
         if self.reference is not None:
-            with self.accelerator.autocast():
+            with self.autocast():
                 return logprobs(self.reference, mb, s, self.spec.temperature, entropy=False)[0]
         model = self.unwrapped()
-        with model.disable_adapter():
+        with model.disable_adapter(), self.autocast():
             return logprobs(model, mb, s, self.spec.temperature, entropy=False)[0]
 
 
@@ -259,8 +265,9 @@ def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[MicroB
             ref_logp = in_step_order([learner.ref_logprobs(c, s) for c in chunks], chunks)
         if spec.policy_updates_per_batch > 1:
             model = learner.unwrapped()
-            old_logp = in_step_order([logprobs(model, c, s, spec.temperature, entropy=False)[0] for c in chunks],
-                                     chunks)
+            with learner.autocast():  # as the update's passes, so that the first update's ratio is exactly 1
+                old_logp = in_step_order([logprobs(model, c, s, spec.temperature, entropy=False)[0]
+                                          for c in chunks], chunks)
     return (None if ref_logp is None else ref_logp.clone()), (None if old_logp is None else old_logp.clone())
 
 
@@ -290,7 +297,8 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
         for k, mb in enumerate(chunks):
             c = mb.rows.to(mask.device)
             with learner.accelerator.no_sync(policy) if k < len(chunks) - 1 else nullcontext():
-                logp, ent = logprobs(policy, mb, s, spec.temperature)
+                with learner.autocast():
+                    logp, ent = logprobs(policy, mb, s, spec.temperature)
                 old = old_logp[c] if old_logp is not None else logp.detach()
                 ref = ref_logp[c] if ref_logp is not None else logp.detach()
                 loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef,

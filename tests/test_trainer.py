@@ -199,53 +199,6 @@ def test_several_policy_updates_per_batch_report_clipping(grpo_cache_dir):
         assert metrics["clip_frac"] > 0.0  # the second update sees ratios away from 1
 
 
-# --- Accelerate: device placement and mixed precision -----------------------------------------
-
-@pytest.mark.parametrize("precision,device_type,bf16_ok,expected", [
-    ("auto", "cuda", True, "bf16"), ("auto", "cuda", False, "no"), ("auto", "cpu", False, "no"),
-    ("fp32", "cuda", True, "no"), ("bf16", "cpu", False, "bf16"), ("bf16", "cuda", True, "bf16"),
-])
-def test_precision_resolves_per_device(precision, device_type, bf16_ok, expected):
-    from grpo_engine.loading import resolve_precision
-
-    assert resolve_precision(precision, device_type, bf16_ok) == expected
-
-
-def test_bf16_on_a_gpu_without_it_names_the_key():
-    from grpo_engine.loading import resolve_precision
-
-    with pytest.raises(ValueError, match="^precision: "):
-        resolve_precision("bf16", "cuda", False)
-
-
-def test_bf16_run_completes_under_autocast(grpo_cache_dir):
-    """precision: bf16 on the CPU: the run's forward passes run under Accelerate's bf16 autocast, and
-    jobs with different precisions can follow one another in one process (as in a worker)."""
-    seen = []
-
-    class Spy(MemoryRecorder):
-        def log(self, line):
-            seen.append(line)
-            super().log(line)
-
-    result, rec = run(grpo_cache_dir, Spy(), precision="bf16", steps_per_iteration=2, eval_every=0)
-    assert result["status"] == "completed"
-    assert any("bf16 mixed precision" in line for line in seen), seen
-    steps = by_step(rec)
-    assert all(math.isfinite(steps[s]["loss"]) and math.isfinite(steps[s]["grad_norm"]) for s in (1, 2))
-    # autocast is on in the trainer's Accelerator: a matmul inside it comes out in bf16
-    from grpo_engine.loading import make_accelerator
-
-    acc = make_accelerator("cpu", "bf16")
-    with acc.autocast():
-        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
-    acc = make_accelerator("cpu", "fp32")  # the next job in the same worker process may differ
-    with acc.autocast():
-        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
-    result, _ = run(grpo_cache_dir, precision="fp32", steps_per_iteration=1, eval_every=0)
-    assert result["status"] == "completed"
-
-
 @pytest.mark.parametrize("record_every,expected", [(2, [2, 3]), (0, []), (1, [1, 2, 3])])
 def test_record_every_keeps_groups_of_every_kth_step_and_the_last(grpo_cache_dir, record_every, expected):
     result, rec = run(grpo_cache_dir, record_every=record_every, eval_every=0)
