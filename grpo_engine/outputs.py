@@ -59,36 +59,35 @@ def logits_to_logprobs(logits: torch.Tensor, completions: torch.Tensor, temperat
     49,152-token vocabulary, N 32 and T 160, one (N, T, V) fp32 tensor is 1 GB.
     Example: logits [2, 0], token 0, T = 2 -> z = [1, 0], log pi = 1 - log(e + 1) = -0.3133; entropy 0.5822.
     """
-    logp, lse = SelectedLogSoftmax.apply(logits, completions, temperature)
-    if not entropy:
-        return logp, None
-    with torch.no_grad():  # H = logsumexp(z) - sum_v softmax(z)_v z_v
-        ent = torch.cat([lse_part - (torch.softmax(z, dim=-1) * z).sum(-1) for lse_part, z in
-                         zip(lse.split(LOGPROB_CHUNK, dim=1),
-                             (part.float() / temperature for part in logits.split(LOGPROB_CHUNK, dim=1)))], dim=1)
-    return logp, ent
+    logp, ent = SelectedLogSoftmax.apply(logits, completions, temperature, entropy)
+    return logp, (ent if entropy else None)
 
 
 class SelectedLogSoftmax(torch.autograd.Function):
-    """(logits (N, T, V), tokens (N, T), temperature) -> (log pi (N, T), logsumexp (N, T)); the gradient reaches
-    the logits only: d log pi_t / d logits_t = (onehot(o_t) - softmax(z_t)) / temperature. It keeps the logits
-    (the model's own output, no copy) and the (N, T) logsumexp, and works LOGPROB_CHUNK positions at a time."""
+    """(logits (N, T, V), tokens (N, T), temperature, entropy) -> (log pi (N, T), entropy (N, T), empty without
+    ``entropy``); the gradient reaches the logits only: d log pi_t / d logits_t = (onehot(o_t) - softmax(z_t)) /
+    temperature. It keeps the logits (the model's own output, no copy) and the (N, T) logsumexp, and works
+    LOGPROB_CHUNK positions at a time; the entropy H = logsumexp(z) - sum_v softmax(z)_v z_v is read off the same
+    chunk (no grad)."""
 
     @staticmethod
-    def forward(ctx, logits, tokens, temperature):
+    def forward(ctx, logits, tokens, temperature, entropy):
         logp = torch.empty(tokens.shape, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(logp)
+        ent = torch.empty_like(logp) if entropy else logp.new_empty(0)
         for cols in _chunks(tokens.shape[1]):
             z = logits[:, cols].float() / temperature  # (N, c, V)
             lse[:, cols] = torch.logsumexp(z, dim=-1)
             logp[:, cols] = z.gather(-1, tokens[:, cols].unsqueeze(-1)).squeeze(-1) - lse[:, cols]
+            if entropy:
+                ent[:, cols] = lse[:, cols] - (torch.softmax(z, dim=-1) * z).sum(-1)
         ctx.save_for_backward(logits, tokens, lse)
         ctx.temperature = temperature
-        ctx.mark_non_differentiable(lse)
-        return logp, lse
+        ctx.mark_non_differentiable(ent)
+        return logp, ent
 
     @staticmethod
-    def backward(ctx, grad_logp, _grad_lse):
+    def backward(ctx, grad_logp, _grad_ent):
         logits, tokens, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for cols in _chunks(tokens.shape[1]):
@@ -96,7 +95,7 @@ class SelectedLogSoftmax(torch.autograd.Function):
             part = torch.exp(z - lse[:, cols].unsqueeze(-1)).mul_(-grad_logp[:, cols].unsqueeze(-1))  # -g softmax
             part.scatter_add_(-1, tokens[:, cols].unsqueeze(-1), grad_logp[:, cols].unsqueeze(-1))  # + g onehot
             grad[:, cols] = part.div_(ctx.temperature)
-        return grad, None, None
+        return grad, None, None, None
 
 
 def _chunks(length: int) -> list[slice]:
