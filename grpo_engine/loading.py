@@ -56,8 +56,8 @@ def resolve_precision(precision: str, device_type: str, bf16_fast: bool) -> Prec
     fp32 -> no autocast. auto -> on CUDA, bf16 everywhere where supported; on the CPU, bf16 for scoring and
     the update where the CPU has bf16 instructions (AVX-512 BF16 or AMX: there a 2048x2048 bf16 matmul measured
     2.2x fp32's speed, and on SmolLM2-135M the log-prob passes 2.4x and the update 1.35x; without them bf16 is
-    emulated, and the same matmul measured 3x slower than fp32), fp32 otherwise. bf16 -> bf16 whatever the CPU; a CUDA device without bf16 support refuses it (ValueError
-    naming the key).
+    emulated, and the same matmul measured 3x slower than fp32), fp32 otherwise. bf16 -> bf16 whatever the CPU;
+    a CUDA device without bf16 support refuses it (ValueError naming the key).
     """
     if precision == "fp32":
         return Precision("no", False)
@@ -168,7 +168,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     if procs.n != spec.devices:
         raise ValueError(f"devices: the run asks for {spec.devices} processes but was started in {procs.n}")
     torch.manual_seed(spec.seed)
-    bf16 = precision.scoring_bf16  # the frozen copies are kept in bf16
+    bf16 = precision.scoring_bf16  # scoring and the update in bf16 autocast; the frozen copies kept in bf16
     recorder.log(f"loading model {spec.model!r} on {dev} ({precision.describe()})"
                  + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
     building = building_progress(recorder)
@@ -200,7 +200,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
-    learner = Learner(spec, accelerator, precision.scoring_bf16, procs, policy, optimizer, params, reference, tokenizer,
+    learner = Learner(spec, accelerator, bf16, procs, policy, optimizer, params, reference, tokenizer,
                       run_prompt(tokenizer, spec), end_token_ids(policy, tokenizer),
                       decode_delimiter(spec.step_delimiter))
     if spec.label_completer:  # validate_spec allows it only with rollout step labels
@@ -211,8 +211,8 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
 
 def load_completer(spec: RunSpec, recorder: Recorder, cache_dir: Path, dev: torch.device, bf16: bool) -> Completer:
     """The model that continues outputs for rollout step labels (``label_completer``): frozen, dropout off, in
-    bf16 when the run samples in bf16 (``bf16``), reading questions (worded by the run's prompt keys) through its own chat template when
-    it has one."""
+    bf16 when the run samples in bf16 (``bf16``), reading questions (worded by the run's prompt keys) through its
+    own chat template when it has one."""
     name = spec.label_completer
     recorder.phase("loading model")
     model, tokenizer = load_policy(name, cache_dir, dev, log=recorder.log, progress=building_progress(recorder))

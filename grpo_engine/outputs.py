@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from .builtin_task import STEP_DELIMITER, check_step
 from .data import format_prompt
