@@ -217,6 +217,13 @@ def list_runs() -> list[dict]:
         return store.list_runs(s)
 
 
+def store_snapshot() -> tuple[list[dict], tuple[int, int, int]]:
+    """Every run (as list_runs) and the newest metric, group and log-line ids (store.latest_writes), in one
+    transaction: the page's timer compares them with its last tick's to know whether anything changed."""
+    with session_scope() as s:
+        return store.list_runs(s), store.latest_writes(s)
+
+
 def get_run(run_id: Any) -> dict:
     """One run: status, config, progress, error and timestamps, and its health ``warnings`` (app.run_health: each
     {rule, title, message, steps, metrics, severity}; [] while nothing looks wrong)."""

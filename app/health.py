@@ -70,6 +70,8 @@ FORM_FLEXIBLE_LEVEL = 0.2  # a fifth of the held-out questions answered right (b
 FORM_GAP = 0.15  # ... at least this much above the strict accuracy (right answers the reward does not see) ...
 FORM_FORMAT_LEVEL = 0.5  # ... while fewer than this share of the outputs state a final answer in the strict form
 FORM_METRICS = ("eval/accuracy_strict", "eval/accuracy_flexible", "eval/format")
+CAUSE_CUT_LEVEL = 0.5  # zero spread's cause: at least this share of the outputs cut at max_new_tokens, or ...
+CAUSE_STATED_LEVEL = 0.2  # ... mostly all wrong with fewer than this share stating an answer in the strict form
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,9 @@ KL_RUNAWAY = Rule(
 ZERO_SPREAD = Rule(
     "zero_spread", "Most groups teach nothing",
     f"zero_std_frac's recent-window mean is >= {ZERO_SPREAD_LEVEL} (from {MIN_STEPS_RECENT} training steps on)",
-    "mostly all-right groups: use harder questions; mostly all-wrong: easier ones; or turn on skip_zero_spread "
-    "(dynamic sampling), or raise group_size")
+    "the message names the cause: outputs cut (raise max_new_tokens), no answer in the reward's form (answer_match, "
+    "question_template, format_reward), mostly all wrong (easier questions, group_size, temperature) or all right "
+    "(harder questions, skip_zero_spread)")
 TRUNCATION = Rule(
     "truncation", "Outputs cut short",
     f"truncated_frac's recent-window mean is >= {TRUNCATION_LEVEL} (from {MIN_STEPS_RECENT} training steps on)",
@@ -266,17 +269,37 @@ def check_kl_runaway(metrics: Sequence[Row], length_reward: Sequence, config: Ma
                  span(earlier + recent), ["kl"])
 
 
-def _group_kinds(rows: Sequence[Row]) -> str:
-    """What the recent zero-spread groups are, from groups/all_right and groups/all_wrong when recorded."""
+def zero_spread_cause(rows: Sequence[Row], config: Mapping) -> str:
+    """Why groups had all rewards equal over ``rows`` (metrics rows: a window, or one step's), read from the
+    evidence, with the key to change: most outputs cut at max_new_tokens (truncated_frac >= CAUSE_CUT_LEVEL);
+    all-wrong groups whose outputs state no answer in the form the reward reads (answer_stated_frac <
+    CAUSE_STATED_LEVEL: the reward cannot see an answer, however right); else mostly all wrong (too hard) or
+    all right (too easy), from groups/all_right and groups/all_wrong; else a general sentence. One or two
+    sentences, starting with a capital, ending with a period.
+
+    >>> zero_spread_cause([{"truncated_frac": 0.75, "groups/all_wrong": 4}], {"max_new_tokens": 96})
+    '75% of the outputs were cut at max_new_tokens (now 96), so they state no answer. Raise max_new_tokens.'
+    """
+    cut, stated = mean_of(rows, "truncated_frac"), mean_of(rows, "answer_stated_frac")
     right = sum(v for r in rows if (v := number(r.get("groups/all_right"))) is not None)
     wrong = sum(v for r in rows if (v := number(r.get("groups/all_wrong"))) is not None)
-    if right + wrong <= 0:
-        return ""
-    if right > wrong:
-        return f" Most are all right ({right:.0f} groups vs {wrong:.0f} all wrong): the questions are too easy."
+    if cut is not None and cut >= CAUSE_CUT_LEVEL:
+        limit = config.get("max_new_tokens")
+        return (f"{cut:.0%} of the outputs were cut at max_new_tokens{f' (now {limit})' if limit else ''}, so they "
+                "state no answer. Raise max_new_tokens.")
+    if wrong > right and stated is not None and stated < CAUSE_STATED_LEVEL:
+        remedies = _form_remedies(config)
+        return (f"Most are all wrong, and only {stated:.0%} of the outputs state a final answer in the form the "
+                f"reward reads ('#### <answer>' or \\boxed{{}}). {remedies[0][0].upper()}{remedies[0][1:]}; or "
+                f"{'; or '.join(remedies[1:])}.")
     if wrong > right:
-        return f" Most are all wrong ({wrong:.0f} groups vs {right:.0f} all right): the questions are too hard."
-    return f" As many are all right as all wrong ({right:.0f} each)."
+        return (f"Most are all wrong ({wrong:.0f} groups vs {right:.0f} all right): the questions are too hard. Use "
+                "easier questions, raise group_size or the temperature.")
+    if right > wrong:
+        return (f"Most are all right ({right:.0f} groups vs {wrong:.0f} all wrong): the questions are too easy. "
+                "Use harder questions" + ("." if config.get("skip_zero_spread") else ", or turn on skip_zero_spread."))
+    return ("Raise group_size or the temperature, use questions nearer the model's level"
+            + ("." if config.get("skip_zero_spread") else ", or turn on skip_zero_spread."))
 
 
 def recent_at_least(metrics: Sequence[Row], name: str, level: float) -> tuple[list[Row], float] | None:
@@ -292,20 +315,18 @@ def recent_at_least(metrics: Sequence[Row], name: str, level: float) -> tuple[li
 
 def check_zero_spread(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
     """zero_spread: zero_std_frac's recent-window mean is >= ZERO_SPREAD_LEVEL (0.8), after
-    >= MIN_STEPS_RECENT (5) training steps. The message says whether the groups are mostly all right or all
-    wrong (groups/all_right, groups/all_wrong, when recorded) and suggests skip_zero_spread unless it is on."""
+    >= MIN_STEPS_RECENT (5) training steps. The message names the cause and the key to change
+    (zero_spread_cause)."""
     high = recent_at_least(metrics, "zero_std_frac", ZERO_SPREAD_LEVEL)
     if high is None:
         return None
     recent, now = high
-    shown = ["zero_std_frac"] + [m for m in ("groups/all_right", "groups/all_wrong")
-                                 if mean_of(recent, m) is not None]
-    remedy = ("raise group_size, or use harder (or easier) questions" if config.get("skip_zero_spread")
-              else "turn on skip_zero_spread (dynamic sampling), raise group_size, or use harder (or easier) questions")
+    shown = ["zero_std_frac"] + [m for m in ("groups/all_right", "groups/all_wrong", "truncated_frac",
+                                             "answer_stated_frac") if mean_of(recent, m) is not None]
     return _warn(ZERO_SPREAD,
                  f"{now:.0%} of groups had all rewards equal in steps {recent[0]['step']}-{recent[-1]['step']}: "
-                 f"their advantages are 0, so they teach nothing.{_group_kinds(recent)} {remedy[0].upper()}"
-                 f"{remedy[1:]}.", span(recent), shown)
+                 f"their advantages are 0, so they teach nothing. {zero_spread_cause(recent, config)}",
+                 span(recent), shown)
 
 
 def check_truncation(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:

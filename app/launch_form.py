@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_engine.config import FIELDS
+from grpo_engine.config import BUILTIN_DATASET, FIELDS
+from grpo_engine.data import DATASET_SUFFIXES
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,15 @@ def label(key: str) -> str:
     return f"{words} · {key}"
 
 
+def _own_dataset(values: dict) -> bool:
+    """Whether the dataset is anything but the built-in one (its columns then matter)."""
+    return (values.get("dataset") or BUILTIN_DATASET) != BUILTIN_DATASET
+
+
 def _hub_dataset(values: dict) -> bool:
-    """Whether the dataset is anything but the built-in one (its columns and splits then matter)."""
-    return (values.get("dataset") or "builtin-arith") != "builtin-arith"
+    """Whether the dataset is read through Hugging Face datasets (a hub id or a dataset directory, not a .jsonl,
+    .csv or .parquet file): its configuration and splits then matter."""
+    return _own_dataset(values) and not str(values.get("dataset")).strip().lower().endswith(DATASET_SUFFIXES)
 
 
 def _learned_reward(values: dict) -> bool:
@@ -85,13 +92,13 @@ def _rollouts(values: dict) -> bool:
     dataset other than the built-in one)."""
     labels = values.get("step_labels") or "auto"
     return values.get("supervision") == "process" and (
-        labels == "rollouts" or (labels == "auto" and _hub_dataset(values)))
+        labels == "rollouts" or (labels == "auto" and _own_dataset(values)))
 
 
 # When a key applies, from the form's other values; a key not here always applies.
 APPLIES = {
     "dataset_config": _hub_dataset, "dataset_split": _hub_dataset, "eval_split": _hub_dataset,
-    "question_field": _hub_dataset, "answer_field": _hub_dataset, "solution_field": _hub_dataset,
+    "question_field": _own_dataset, "answer_field": _own_dataset, "solution_field": _own_dataset,
     "format_reward": lambda v: v.get("supervision") != "process",
     "rewards": lambda v: v.get("reward") != "model",
     "step_delimiter": lambda v: v.get("supervision") == "process",

@@ -10,6 +10,7 @@ groups 1-n samples   one output: completion, decoded tokens, per-token advantage
 runs 1-n run_logs    human-readable lines from the worker / engine
 Deleting a run deletes everything under it (ON DELETE CASCADE).
 workers              each worker process's queues and GPUs, and when it last reported
+id_high_water        the largest run id ever handed out (SQLite), so a deleted run's id is never reused
 """
 from __future__ import annotations
 
@@ -187,3 +188,15 @@ class Worker(Base):
     queues: Mapped[str] = mapped_column(Text)  # comma-separated Celery queue names
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # [{"name": str, "memory": bytes}]; [] without a GPU
     seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class IdHighWater(Base):
+    """The largest id a table has ever handed out, for SQLite: it numbers a new row max(id) + 1, so deleting the
+    newest run would give its id to the next run, and a service still holding that id would read someone else's
+    run. The store numbers SQLite's runs above this mark (store.create_run) and raises it when a run is deleted
+    (store.delete_run). PostgreSQL's sequences never reuse an id, so there the table stays unused."""
+
+    __tablename__ = "id_high_water"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)  # the table: "runs"
+    value: Mapped[int]

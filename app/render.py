@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
+from app.health import MIN_STEPS, MIN_STEPS_RECENT
+
 
 GROUP_COLUMNS = ["group", "prompt", "reward mean", "reward std"]
 # The reward-model table: each column's header and the recorded metric it shows ("change" is after - before)
@@ -61,7 +63,7 @@ def progress_html(run: dict, now: datetime | None = None, metrics: list[dict] | 
         f'<div class="run-title"><span class="badge {status}">{status}</span>'
         f'<b>#{run["run_id"]}</b> {html.escape(run["name"])}{_phase_html(run) if phase else ""}</div>'
         f'<div class="progress-track"><div class="progress-fill {status}" style="width:{pct:.1f}%"></div></div>'
-        f'<div class="progress-text">{" · ".join(_progress_parts(run, now))}</div>'
+        f'<div class="progress-text">{" · ".join(_progress_parts(run, now, metrics or []))}</div>'
         f'{_key_numbers_html(metrics or [])}{error}</div>'
     )
 
@@ -79,9 +81,10 @@ def _phase_html(run: dict) -> str:
             f'<span class="phase-fill" style="width:{100.0 * done / total:.1f}%"></span></span></span>')
 
 
-def _progress_parts(run: dict, now: datetime) -> list[str]:
+def _progress_parts(run: dict, now: datetime, metrics: list[dict]) -> list[str]:
     """The progress line's parts: iteration, step, percentage, the worker or the wait for one, the newest
-    checkpoint, elapsed time and ETA (while training) or the run's duration (once finished)."""
+    checkpoint, elapsed time and ETA (while training; ``metrics``' timings, see eta_seconds) or the run's
+    duration (once finished)."""
     status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
     started, finished = parse_time(run.get("started_at")), parse_time(run.get("finished_at"))
     parts = [f"step {step} / {total}", f"{100.0 * step / total if total else 0.0:.0f}%"]
@@ -102,10 +105,10 @@ def _progress_parts(run: dict, now: datetime) -> list[str]:
     if started and status == "running":
         elapsed = (now - started).total_seconds()
         parts.append(f"elapsed {duration_text(elapsed)}")
-        # ETA: the average time per finished step so far, times the steps left; before the first step is
-        # done there is nothing to average, and while the run still prepares (its phase) none is promised
+        # before the first step is done there is nothing to average, and while the run still prepares (its
+        # phase) no ETA is promised
         if step:
-            parts.append(f"ETA {duration_text(elapsed / step * (total - step))}")
+            parts.append(f"ETA {duration_text(eta_seconds(metrics, step, total, elapsed))}")
         elif run.get("phase") in (None, "training"):
             parts.append("ETA: estimating")
         if run.get("cancel_requested"):
@@ -113,6 +116,22 @@ def _progress_parts(run: dict, now: datetime) -> list[str]:
     elif started and finished:
         parts.append(f"ran {duration_text((finished - started).total_seconds())}")
     return parts
+
+
+def eta_seconds(metrics: list[dict], step: int, total: int, elapsed: float) -> float:
+    """The seconds a running run still needs: the steps left times the mean seconds of a recorded training step
+    (its time/step plus its time/eval, so evaluations count at their share), which leaves out what came before
+    the first step (loading, the built-in model's build, the reward model's first training). Without recorded
+    timings: the elapsed time per finished step.
+
+    >>> eta_seconds([{"step": 1, "time/step": 2.0}, {"step": 2, "time/step": 2.0, "time/eval": 2.0}], 2, 10, 300.0)
+    24.0
+    """
+    timed = [row for row in metrics if row.get("time/step") is not None]
+    if not timed:
+        return elapsed / step * (total - step)
+    seconds = sum(row["time/step"] + (row.get("time/eval") or 0.0) for row in timed)
+    return seconds / len(timed) * (total - step)
 
 
 def _key_numbers_html(metrics: list[dict]) -> str:
@@ -192,14 +211,25 @@ def upload_preview_html(result: dict, uploaded: bool = True) -> str:
             f'<table class="upload-preview"><tr><th>question</th><th>answer</th><th>solution</th></tr>{rows}</table>')
 
 
-def health_html(warnings: list[dict]) -> str:
-    """The Run tab's health badge: "✓ no warnings", or "⚠ n warnings" unfolding into each warning (app.health: its
-    title, message and the steps of its evidence); a click on one draws the metrics that show it (``data-rule``).
+def health_html(warnings: list[dict], steps: int | None = None) -> str:
+    """The Run tab's health badge: "⚠ n warnings" unfolding into each warning (app.health: its title, message
+    and the steps of its evidence; a click on one draws the metrics that show it, ``data-rule``); without any,
+    by the run's ``steps`` of training recorded (None: not counted): "too few steps yet" before the first rule
+    can fire (MIN_STEPS_RECENT), "no warnings so far" before every rule can (MIN_STEPS), else "no warnings".
 
     >>> health_html([])
     '<div class="health ok" data-warnings="0">✓ health: no warnings</div>'
+    >>> health_html([], 2)
+    '<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet (2 of 5 training steps; the rules read 5 to 10)</div>'
     """
     if not warnings:
+        if steps is not None and steps < MIN_STEPS_RECENT:
+            return ('<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet '
+                    f'({steps} of {MIN_STEPS_RECENT} training steps; the rules read {MIN_STEPS_RECENT} to {MIN_STEPS})'
+                    '</div>')
+        if steps is not None and steps < MIN_STEPS:
+            return ('<div class="health ok" data-warnings="0" data-state="partial">✓ health: no warnings so far '
+                    f'({steps} training steps; some rules wait for {MIN_STEPS})</div>')
         return '<div class="health ok" data-warnings="0">✓ health: no warnings</div>'
     items = "".join(
         f'<li data-rule="{html.escape(w["rule"], quote=True)}" title="Click: chart {html.escape(", ".join(w["metrics"]), quote=True)}">'

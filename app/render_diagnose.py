@@ -202,8 +202,9 @@ def gradient_chart_html(rows: list[dict], max_bars: int = MAX_BARS) -> str:
 
 # ---- found samples ----------------------------------------------------------------------------
 
-SAMPLE_COLUMNS = ["step", "group", "sample", "reward", "verdict", "length", "spread", "completion"]
+SAMPLE_COLUMNS = ["step", "group", "sample", "reward", "verdict", "length", "spread", "question", "completion"]
 COMPLETION_CHARS = 120  # a result's completion, on one line, cut to this
+QUESTION_CHARS = 80  # a result's question (the dataset's prompt, before any template), on one line, cut to this
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -229,7 +230,8 @@ def verdict_text(row: dict) -> str:
 def samples_frame(result: dict | None) -> pd.DataFrame:
     """One page of app.diagnose_api.search_samples as a table (SAMPLE_COLUMNS); empty without a result."""
     rows = [[r["step"], r["group_id"], r["sample_id"], round(r["reward"], 4), verdict_text(r), r["length"],
-             None if r["spread"] is None else round(r["spread"], 4), _one_line(r["completion"], COMPLETION_CHARS)]
+             None if r["spread"] is None else round(r["spread"], 4), _one_line(r["question"], QUESTION_CHARS),
+             _one_line(r["completion"], COMPLETION_CHARS)]
             for r in (result or {}).get("rows", [])]
     return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
 

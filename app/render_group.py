@@ -4,6 +4,7 @@ policy) with every per-token number in its tooltip; process samples' step marks 
 steps whose groups carry no gradient. Pure functions from app.api's dicts to HTML; no Gradio, no store."""
 import html
 
+from app.health import zero_spread_cause
 from app.step_detail import step_details
 
 # What a token's tint can show: key -> (words, the per-sample list it reads, the tint's colour as r, g, b)
@@ -15,12 +16,13 @@ COLOURINGS = {
 
 
 def _visible(token: str) -> str:
-    """HTML for a token's text: escaped, with spaces, tabs and newlines drawn as marks."""
+    """HTML for a token's text: escaped; spaces stay spaces (the text wraps between words, as it reads), tabs,
+    carriage returns and newlines are drawn as marks (the line break itself follows the token), an empty token
+    as ∅. A token's exact text, spaces included, is in its tooltip."""
     if token == "":
         return '<span class="ws">∅</span>'
     text = html.escape(token)
-    return (text.replace(" ", '<span class="ws">·</span>')
-                .replace("\t", '<span class="ws">→</span>')
+    return (text.replace("\t", '<span class="ws">→</span>')
                 .replace("\r", '<span class="ws">␍</span>')
                 .replace("\n", '<span class="ws">↵</span>'))
 
@@ -111,17 +113,31 @@ def _verdicts(components: dict, weights: dict | None = None) -> str:
     return " ".join(parts)
 
 
-def zero_spread_banner(groups: list[dict]) -> str:
-    """A warning when most (over half) of a step's groups (app.api.list_groups rows) have the same reward for
-    every output (every step, with process supervision: ``reward_std`` is over the step rewards): their
-    advantages are 0, so they teach the policy nothing; empty otherwise."""
-    flat = sum(1 for g in groups if g["reward_std"] == 0)
+def _cut_mark(sample: dict) -> str:
+    """' · cut at max_new_tokens' (marked) for an output that reached the length limit without an end token."""
+    if not sample.get("truncated"):
+        return ""
+    return (' · <span class="cut" title="the output reached max_new_tokens without an end token: it has no '
+            'final answer, and its reward says so">cut at max_new_tokens</span>')
+
+
+def flat_groups(groups: list[dict]) -> int:
+    """How many of a step's groups (app.api.list_groups rows) have the same reward for every output (every step,
+    with process supervision: ``reward_std`` is over the step rewards)."""
+    return sum(1 for g in groups if g["reward_std"] == 0)
+
+
+def zero_spread_banner(groups: list[dict], cause: str = "") -> str:
+    """A warning when most (over half) of a step's groups have the same reward for every output
+    (:func:`flat_groups`): their advantages are 0, so they teach the policy nothing; empty otherwise. ``cause``:
+    the step's evidence in words, with the key to change (app.health.zero_spread_cause; without it, that
+    function's general sentence)."""
+    flat = flat_groups(groups)
     if not groups or 2 * flat <= len(groups):
         return ""
     return (f'<div class="zero-spread" data-flat="{flat}" data-groups="{len(groups)}"><b>{flat} of {len(groups)} '
             'groups at this step have the same reward for every output (or every step)</b>: they carry no '
-            'gradient. Try a harder '
-            'or easier dataset, a larger group_size, or a higher temperature.</div>')
+            f'gradient. {html.escape(cause or zero_spread_cause([], {}))}</div>')
 
 
 def _prompt_html(group: dict) -> str:
@@ -293,6 +309,7 @@ def group_html(group: dict, colour: str = "advantage") -> str:
         out.append(
             f'<div class="sample" data-sample-id="{sample["sample_id"]}" data-reward="{sample["reward"]:.6g}">'
             f'<div class="sample-head"><b>sample {i + 1}</b> · {reward_text} · {len(sample["tokens"])} tokens'
+            f'{_cut_mark(sample)}'
             f'<div class="verdicts">{_verdicts(sample.get("reward_components") or {}, weights)}</div></div>'
             f'<div class="tokens">{"".join(spans)}</div>{_step_table(steps, group.get("step_label_rule"))}</div>'
         )

@@ -11,7 +11,8 @@ import gradio as gr
 
 from app import api
 from app.render import groups_frame
-from app.render_group import COLOURINGS, group_html, zero_spread_banner
+from app.health import zero_spread_cause
+from app.render_group import COLOURINGS, flat_groups, group_html, zero_spread_banner
 from app.tab_groups_find import build_find, build_history, wire_find, wire_history
 from app.tab_shared import PRIVATE, QUIET, Shared
 
@@ -44,9 +45,9 @@ def build_groups_tab(shared: Shared) -> None:
         steps_seen = gr.State(None)  # (run_id, group steps) last offered
 
     run_select = shared.groups_run_select
-    steps_io = ([run_select, step_slider, steps_seen], [step_slider, steps_seen])
+    steps_io = ([run_select, step_slider, steps_seen, pinned], [step_slider, steps_seen])
     run_select.change(_refresh_steps, *steps_io, **PRIVATE)
-    shared.timer.tick(_refresh_steps, *steps_io, **QUIET)
+    shared.store_seen.change(_refresh_steps, *steps_io, **QUIET)
     step_inputs = [run_select, step_slider, group_order, steps_seen, tint]
     step_out = [banner, groups_table, group_view, shown_group]
     step_slider.change(_show_step, [*step_inputs, pinned], step_out, **PRIVATE)
@@ -55,7 +56,7 @@ def build_groups_tab(shared: Shared) -> None:
     groups_table.select(_show_group, tint, [group_view, shown_group], **PRIVATE).then(
         lambda: None, None, pinned, **PRIVATE)
     tint.change(_retint, [shown_group, tint], group_view, **PRIVATE)
-    wire_find(shared, find, group_view, shown_group, tint, pinned)
+    wire_find(shared, find, group_view, shown_group, tint, pinned, step_slider)
     wire_history(shared, history_button, history_view, shown_group)
 
 
@@ -69,9 +70,11 @@ def _nearest_step(steps: list[int], value) -> int | None:
     return below[-1] if below else steps[0]
 
 
-def _refresh_steps(run_id, value, seen):
+def _refresh_steps(run_id, value, seen, pinned=None):
     """The slider over the run's recorded steps, when they changed (``seen``: the run and steps offered last);
-    at the latest step it moves on to the new latest, moved back it stays."""
+    at the latest step it moves on to the new latest, moved back it stays. On a run just picked it starts at
+    the latest step, unless a group of that run was opened with the run (``pinned``: the slider already stands at
+    that group's step)."""
     if run_id is None:
         return gr.Slider(0, 1, value=0), None
     try:
@@ -83,7 +86,7 @@ def _refresh_steps(run_id, value, seen):
     if not steps:
         return gr.Slider(0, 1, value=0, label="Step (no groups recorded yet)"), [run_id, steps]
     previous = seen[1] if seen is not None and seen[0] == run_id else []
-    following = not previous or value is None or value >= previous[-1]
+    following = value is None or (value >= previous[-1] if previous else pinned != run_id)
     value = steps[-1] if following else _nearest_step(steps, value)
     low = steps[0] if steps[0] < steps[-1] else steps[-1] - 1
     return (gr.Slider(low, steps[-1], value=value, step=1,
@@ -103,11 +106,22 @@ def _show_step(run_id, value, order, seen, tint, pinned=None):
         first = api.get_group(groups[0]["group_id"]) if groups else None
     except api.ApiError as e:
         return gr.HTML(visible=False), groups_frame([]), f'<div class="run-error">{html.escape(str(e))}</div>', None
-    banner = zero_spread_banner(groups)
+    banner = zero_spread_banner(groups, _zero_spread_cause(run_id, step) if 2 * flat_groups(groups) > len(groups)
+                                else "")
     if pinned is not None and pinned == run_id:
         return gr.HTML(banner, visible=bool(banner)), groups_frame(groups), gr.skip(), gr.skip()
     return (gr.HTML(banner, visible=bool(banner)), groups_frame(groups),
             group_html(first, tint) if first else "<div>No groups at this step.</div>", first and first["group_id"])
+
+
+def _zero_spread_cause(run_id: int, step: int) -> str:
+    """The zero-spread banner's cause at ``step``, from that step's metrics and the run's config."""
+    try:
+        row = next((m for m in api.get_metrics(run_id) if m["step"] == step), None)
+        config = api.get_run(run_id)["config"]
+    except api.ApiError:
+        return ""
+    return zero_spread_cause([row] if row else [], config)
 
 
 def _show_group(tint, evt: gr.SelectData):

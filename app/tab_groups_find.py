@@ -25,7 +25,7 @@ FILTERS = ("outcome", "kind", "reward_min", "reward_max", "spread_min", "spread_
            "step_min", "step_max", "contains", "sort", "descending")
 CLEARED = {"outcome": "any", "kind": "any", "sort": "step", "descending": False}  # the rest: "" (no bound)
 PAGE_SIZE = 50
-RESULT_WIDTHS = ["5%", "6%", "6%", "7%", "10%", "6%", "7%", "53%"]  # of the table's width: the completion, the rest
+RESULT_WIDTHS = ["5%", "6%", "6%", "7%", "10%", "6%", "7%", "20%", "33%"]  # of the table's width
 SCROLL_TO_FOUND = ("() => document.querySelector('#group-view .sample[data-found]')"
                    "?.scrollIntoView({behavior: 'smooth', block: 'nearest'})")
 SCROLL_TO_FIND = "() => document.getElementById('find-samples')?.scrollIntoView({block: 'start'})"
@@ -43,13 +43,15 @@ class Find:
     prev: gr.Button
     next: gr.Button
     shown: gr.State  # {"run", "page", "pages"} of the results shown; None before a search
+    section: gr.Accordion  # folded on opening (the cards come first); a chart click unfolds it
 
 
 def build_find() -> Find:
-    """The "Find samples" section (open): the filters, Find and Clear, the results and the pager."""
+    """The "Find samples" section (folded, so that the group's cards are near the top): the filters, Find and
+    Clear, the results and the pager."""
     # bounds as text ("" for none; diagnose_api parses it and names a bad one): an empty gr.Number would send 0
     bound = dict(value="", placeholder="any", max_lines=1, min_width=100)
-    with gr.Accordion("Find samples", open=True, elem_id="find-samples"):
+    with gr.Accordion("Find samples", open=False, elem_id="find-samples") as section:
         with gr.Row(equal_height=True):
             outcome = gr.Dropdown(list(OUTCOMES), value="any", label="Outcome", elem_id="find-outcome")
             kind = gr.Dropdown(list(KINDS), value="any", label="Group kind", elem_id="find-kind")
@@ -73,7 +75,8 @@ def build_find() -> Find:
             pager = gr.HTML(pager_text(None), elem_id="find-pager")
             next_ = gr.Button("Next ▶", size="sm", elem_id="find-next", interactive=False, scale=0, min_width=120)
         shown = gr.State(None)
-    return Find((outcome, kind, *bounds, contains, sort, descending), find, clear, results, pager, prev, next_, shown)
+    return Find((outcome, kind, *bounds, contains, sort, descending), find, clear, results, pager, prev, next_, shown,
+                section)
 
 
 def build_history() -> tuple[gr.Button, gr.HTML]:
@@ -85,28 +88,27 @@ def build_history() -> tuple[gr.Button, gr.HTML]:
 
 
 def wire_find(shared: Shared, f: Find, group_view: gr.HTML, shown_group: gr.State, tint: gr.Radio,
-              pinned: gr.State) -> None:
+              pinned: gr.State, step_slider: gr.Slider) -> None:
     """Find, the pager, Clear, a click on a result, another run, and a click on the Run tab's gradient chart. A group
-    they show is tinted by ``tint`` and ``pinned`` (its run noted), so following the latest step leaves it shown."""
+    they show is tinted by ``tint``; with it the step slider moves to its step (so the groups table above lists
+    that step's groups) and ``pinned`` notes its run, so the slider's move and its following the latest step leave
+    the group shown."""
     run_select = shared.groups_run_select
     page_out = [f.results, f.pager, f.shown, f.prev, f.next]
-    found_out = [*page_out, group_view, shown_group]
+    shown_out = [group_view, shown_group, step_slider, pinned]
+    found_out = [*page_out, *shown_out]
 
-    def pin(event):
-        """After ``event``: the shown group pinned to the Groups tab's run."""
-        return event.then(lambda run_id: run_id, run_select, pinned, **PRIVATE)
-
-    pin(f.find.click(_find, [run_select, tint, *f.filters], found_out, **PRIVATE))
+    f.find.click(_find, [run_select, tint, *f.filters], found_out, **PRIVATE)
     for name in ("contains", *(n for n in FILTERS if n.endswith(("_min", "_max")))):  # Enter in a text field
-        pin(f.filters[FILTERS.index(name)].submit(_find, [run_select, tint, *f.filters], found_out, **PRIVATE))
+        f.filters[FILTERS.index(name)].submit(_find, [run_select, tint, *f.filters], found_out, **PRIVATE)
     f.prev.click(_turn(-1), [run_select, f.shown], page_out, **PRIVATE)
     f.next.click(_turn(+1), [run_select, f.shown], page_out, **PRIVATE)
     f.clear.click(lambda: [CLEARED.get(name, "") for name in FILTERS], None, list(f.filters), **PRIVATE)
-    pin(f.results.select(_open_found, tint, [group_view, shown_group], **PRIVATE)).then(None, js=SCROLL_TO_FOUND)
+    f.results.select(_open_found, [run_select, tint], shown_out, **PRIVATE).then(None, js=SCROLL_TO_FOUND)
     run_select.change(_forget, [run_select, f.shown], page_out, **PRIVATE)
-    pin(shared.gradient_chart.click(
-        _open_bar, [shared.run_select, tint], [shared.tabs, run_select, *f.filters, *found_out], **PRIVATE
-    )).then(None, js=SCROLL_TO_FIND)
+    shared.gradient_chart.click(
+        _open_bar, [shared.run_select, tint], [shared.tabs, f.section, run_select, *f.filters, *found_out], **PRIVATE
+    ).then(None, js=SCROLL_TO_FIND)
 
 
 def wire_history(shared: Shared, button: gr.Button, view: gr.HTML, shown_group: gr.State) -> None:
@@ -136,23 +138,29 @@ def _page(run_id, values, result, error) -> tuple:
             gr.Button(interactive=result["page"] < result["pages"]))
 
 
-def _found_group(result, tint: str) -> tuple:
-    """The group of the first sample found (tinted by ``tint``), that sample marked, and its group id; a note where
-    none was found."""
+def _found_group(run_id, result, tint: str) -> tuple:
+    """The group of the first sample found (tinted by ``tint``), that sample marked, its group id, its step and
+    ``run_id`` (pinned); a note where none was found."""
     rows = (result or {}).get("rows") or []
     if not rows:
-        return ("<div>No sample found.</div>" if result else gr.skip()), (None if result else gr.skip())
+        return ("<div>No sample found.</div>" if result else gr.skip()), (None if result else gr.skip()), \
+            gr.skip(), gr.skip()
+    return _shown(run_id, rows[0]["group_id"], rows[0]["sample_id"], tint)
+
+
+def _shown(run_id, group_id: int, sample_id: int, tint: str) -> tuple:
+    """The group view with ``sample_id`` marked, the group's id and step, and ``run_id`` (pinned)."""
     try:
-        view = group_html(api.get_group(rows[0]["group_id"]), tint)
+        group = api.get_group(group_id)
     except api.ApiError as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>', None
-    return mark_sample(view, rows[0]["sample_id"]), rows[0]["group_id"]
+        return f'<div class="run-error">{html.escape(str(e))}</div>', None, gr.skip(), gr.skip()
+    return mark_sample(group_html(group, tint), sample_id), group_id, group["step"], run_id
 
 
 def _find(run_id, tint, *values):
     """The first page of samples found, and the group of the first shown."""
     result, error = _search(run_id, values, 1)
-    return *_page(run_id, values, result, error), *_found_group(result, tint)
+    return *_page(run_id, values, result, error), *_found_group(run_id, result, tint)
 
 
 def _turn(delta: int):
@@ -167,13 +175,13 @@ def _turn(delta: int):
     return turn
 
 
-def _open_found(tint, evt: gr.SelectData):
+def _open_found(run_id, tint, evt: gr.SelectData):
     """The group of the clicked result (its "group" and "sample" columns), that sample marked."""
     try:
         group_id, sample_id = int(evt.row_value[1]), int(evt.row_value[2])
-        return mark_sample(group_html(api.get_group(group_id), tint), sample_id), group_id
-    except (api.ApiError, TypeError, ValueError, IndexError) as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>', gr.skip()
+    except (TypeError, ValueError, IndexError) as e:
+        return f'<div class="run-error">{html.escape(str(e))}</div>', gr.skip(), gr.skip(), gr.skip()
+    return _shown(run_id, group_id, sample_id, tint)
 
 
 def _forget(run_id, shown):
@@ -188,11 +196,11 @@ def _open_bar(run_id, tint, evt: gr.EventData):
     the bar's steps and kind, and the first page of its samples found."""
     data = evt._data if isinstance(evt._data, dict) else {}
     if run_id is None or data.get("kind") not in dict(KINDS).values():
-        return (gr.skip(),) * (2 + len(FILTERS) + 7)
+        return (gr.skip(),) * (3 + len(FILTERS) + 9)
     values = {**{name: CLEARED.get(name, "") for name in FILTERS}, "kind": data["kind"],
               "step_min": str(data.get("step", "")), "step_max": str(data.get("step_end", data.get("step", "")))}
     filters = [values[name] for name in FILTERS]
-    return (gr.Tabs(selected="groups"), run_id, *filters, *_find(run_id, tint, *filters))
+    return (gr.Tabs(selected="groups"), gr.Accordion(open=True), run_id, *filters, *_find(run_id, tint, *filters))
 
 
 def _history(run_id, group_id):

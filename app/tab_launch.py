@@ -16,7 +16,7 @@ from app.launch_form import (APPLIES, DECIDING, PRESETS, SECTIONS, applicable, a
                              section_of)
 from app.render import upload_preview_html
 from app.render_runs import run_choices
-from app.tab_shared import PRIVATE, Shared
+from app.tab_shared import PRIVATE, REFRESH_SECONDS, Shared
 from grpo_engine.config import FIELDS
 
 FIELD = {f.name: f for f in FIELDS}
@@ -42,11 +42,13 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
     and hiding what does not apply."""
     inputs, folds = {}, []
     with gr.Tab("Launch", id="launch", elem_id="tab-launch"):
-        with gr.Row(elem_id="launch-bar", equal_height=True):
-            preset = gr.Dropdown(list(PRESETS), value=None, label="Start from a preset", elem_id="launch-preset",
-                                 scale=3)
-            launch_button = gr.Button("Launch", variant="primary", elem_id="launch-button", scale=1, min_width=160)
-        launch_result = gr.HTML(elem_id="launch-result")
+        with gr.Column(elem_id="launch-top"):  # stays in view: the bar, and what the last launch said
+            with gr.Row(elem_id="launch-bar", equal_height=True):
+                preset = gr.Dropdown(list(PRESETS), value=next(iter(PRESETS)),  # the defaults: the built-in demo
+                                     label="Start from a preset", elem_id="launch-preset", scale=3)
+                launch_button = gr.Button("Launch", variant="primary", elem_id="launch-button", scale=1,
+                                          min_width=160)
+            launch_result = gr.HTML(elem_id="launch-result")
         for section in SECTIONS:
             with gr.Column(elem_classes=["launch-section"]):
                 gr.Markdown(f"#### {section.title}")
@@ -63,12 +65,14 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
                 folds.append(fold)
     form = [inputs[f.name] for f in FIELDS]
 
-    launch_button.click(_launch, form, [launch_result, shared.tabs, shared.run_select, shared.groups_run_select,
-                                        *form, *folds], **PRIVATE).then(None, js=SHOW_INVALID)
+    launch_outputs = [launch_result, shared.tabs, shared.run_select, shared.groups_run_select, shared.timer, *form,
+                      *folds]
+    launch_button.click(_launch, form, launch_outputs, concurrency_id="runs-refresh",  # in line with the ticks
+                        **PRIVATE).then(None, js=SHOW_INVALID)
     preset.input(lambda name: form_values(preset_values(name)), preset, form, **PRIVATE)
     test_rewards.click(_test_rewards, form, rewards_preview, **PRIVATE)
     show_prompt.click(_show_prompt, form, prompt_shown, **PRIVATE)
-    dependent = [inputs[k] for k in APPLIES] + [test_box]
+    dependent = [inputs[k] for k in APPLIES] + [test_box] + folds
     deciding = [inputs[k] for k in DECIDING]
     for box in deciding:  # a preset or "Launch again" changes them too: .change, not .input
         box.change(_visibility, deciding, dependent, **PRIVATE)
@@ -114,9 +118,11 @@ def _rows(keys: tuple[str, ...], inputs: dict, per_row: int = 3) -> None:
 
 def _visibility(*deciding):
     """Each key that applies only under some options: shown when it applies to the form's current values; then the
-    "Test rewards" box, shown with the rewards key."""
+    "Test rewards" box, shown with the rewards key; then each section's "More options", shown when a key under it
+    applies (never a fold that opens onto nothing)."""
     values = dict(zip(DECIDING, deciding))
-    return [gr.update(visible=applies(key, values)) for key in APPLIES] + [gr.update(visible=applies("rewards", values))]
+    return ([gr.update(visible=applies(key, values)) for key in APPLIES] + [gr.update(visible=applies("rewards", values))]
+            + [gr.update(visible=any(applies(key, values) for key in section.more)) for section in SECTIONS])
 
 
 LIST_EXAMPLE = '[{"name": "accuracy", "weight": 1.0}, {"name": "length", "weight": 0.5}]'  # rewards
@@ -158,7 +164,7 @@ def _launch(*values):
         folds = [gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential
                  else gr.skip() for i in range(len(SECTIONS))]
         return (f'<div class="error" data-key="{key or ""}">Not launched: {html.escape(str(e))}</div>',
-                gr.skip(), gr.skip(), gr.skip(), *marks, *folds)
+                gr.skip(), gr.skip(), gr.skip(), gr.skip(), *marks, *folds)
     runs = api.list_runs()
     run_id = result["run_id"]
     choices = run_choices(runs)
@@ -166,6 +172,7 @@ def _launch(*values):
             gr.Tabs(selected="run"),
             gr.Dropdown(choices=choices, value=run_id),
             gr.Dropdown(choices=choices, value=run_id),
+            gr.Timer(REFRESH_SECONDS),  # the run is queued: the page follows it at the running pace at once
             *[gr.update(elem_classes=[]) for _ in FIELDS], *[gr.skip() for _ in SECTIONS])
 
 

@@ -13,6 +13,7 @@ import gradio as gr
 from app import api, exports
 from app.charts import metrics_figure, recorded_metrics
 from app.endpoints import call_api
+from app.health_metrics import training_rows
 from app.render import health_html, progress_html, rm_refresh_frame
 from app.render_diagnose import gradient_chart_html
 from app.tab_launch import LaunchForm, form_values
@@ -69,8 +70,10 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
     outputs = [progress, health, charts, shared.gradient_chart, rm_table, config_view, log_view, chart_seen, picked,
                cancel_button, buttons["model"], buttons["adapter"]]
     inputs = [run_select, chart_seen, smoothing, picked]
-    run_select.change(_show_run, inputs, outputs, **PRIVATE)
-    shared.timer.tick(_show_run, inputs, outputs, **QUIET)
+    # a tick and a change of run in one queue, one at a time: a tick that read the run before a Launch or a pick
+    # lands before the change's view of the new run, never after it
+    run_select.change(_show_run, inputs, outputs, concurrency_id="run-view", **PRIVATE)
+    shared.store_seen.change(_show_run, inputs, outputs, concurrency_id="run-view", **QUIET)
     smoothing.change(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     picked.input(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     cancel_button.click(_cancel, run_select, [progress, cancel_button], **PRIVATE)
@@ -120,6 +123,8 @@ def _show_run(run_id, seen, smoothing, picked):
     run's config never changes); the metric picker's choices when the recorded metrics change (reset to none on
     another run). One listener reads the run once a tick for all of them."""
     if run_id is None:
+        if api.list_runs():  # the Runs tab's refresh picks the newest in a moment: keep what is shown till then
+            return (gr.skip(),) * 12
         return (NO_RUN, "", None, "", gr.Dataframe(visible=False), None, "", None, gr.Dropdown([], value=[]),
                 *_button_states(None))
     try:
@@ -133,7 +138,7 @@ def _show_run(run_id, seen, smoothing, picked):
     same_run = seen is not None and seen[0] == run_id
     picker = (gr.skip() if same_run and seen[5:] == [recorded]
               else gr.Dropdown(recorded, value=[v for v in picked or [] if v in recorded] if same_run else []))
-    head = (progress_html(run, metrics=metrics), health_html(run["warnings"]))
+    head = (progress_html(run, metrics=metrics), health_html(run["warnings"], len(training_rows(metrics))))
     if seen is not None and key == list(seen):
         return *head, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen, picker, *_button_states(run)
     refreshes = rm_refresh_frame(metrics)

@@ -70,12 +70,12 @@ def build_runs_tab(shared: Shared) -> None:
     # the refresh for the new one
     refresh = dict(fn=_refresh_runs, inputs=inputs, outputs=outputs, concurrency_id="runs-refresh", **QUIET)
     shared.demo.load(**refresh)
-    shared.timer.tick(**refresh)
+    shared.store_seen.change(**refresh)
     for control in (status, archived):
         control.change(**refresh)
     search.input(**refresh)
     table.click(_table_click, None, [shared.tabs, shared.run_select, shared.groups_run_select, manage.select,
-                                     manage.accordion], **PRIVATE)
+                                     manage.accordion], concurrency_id="runs-refresh", **PRIVATE)
     _wire_manage(manage, lambda event: event.then(**refresh))
 
 
@@ -117,8 +117,10 @@ def _wire_manage(m: Manage, then_refresh) -> None:
 
 
 def _refresh_runs(seen, run_id, groups_run_id, compared, manage_id, status, search, show_archived):
-    """The table and the pickers' choices, each when it changed. A picker with no run, or a deleted one, takes
-    the newest; the Compare and Manage pickers drop deleted runs."""
+    """The table and the pickers' choices, each when it changed. A picker's value is set only where it must move:
+    a deleted run, or the Run and Groups pickers empty while runs exist (they take the newest); the Compare and
+    Manage pickers drop deleted runs. Otherwise a picker keeps what it shows: a tick reads the pickers when it
+    is sent, so a value it read can be older than a Launch or a click that lands first."""
     runs = manage_api.runs_overview()
     shown = [run for run in runs if matches(run, status, search, show_archived)]
     table = runs_table_html(runs, shown, manage_id, show_archived)
@@ -126,14 +128,23 @@ def _refresh_runs(seen, run_id, groups_run_id, compared, manage_id, status, sear
     ids = {run["run_id"] for run in runs}
     newest = runs[0]["run_id"] if runs else None
     seen = seen or {}
-    picked = [run_id, groups_run_id, manage_id, *(compared or [])]
-    stale = any(value is not None and value not in ids for value in picked) or (run_id is None and runs)
+
+    def picker(value, moved):
+        return gr.Dropdown(choices=choices, value=moved) if moved is not value else gr.Dropdown(choices=choices)
+
+    def single(value, empty):  # the value a single picker must move to, else ``value`` itself
+        if value is None:
+            return empty if runs else value
+        return value if value in ids else empty
+
+    kept = [r for r in compared or [] if r in ids]
+    moved = (single(run_id, newest), single(groups_run_id, newest),
+             compared if len(kept) == len(compared or []) else kept, single(manage_id, None))
+    values = (run_id, groups_run_id, compared, manage_id)
+    stale = any(m is not v for m, v in zip(moved, values))
     pickers = (gr.skip(),) * 4
     if choices != seen.get("choices") or stale:
-        pickers = (gr.Dropdown(choices=choices, value=run_id if run_id in ids else newest),
-                   gr.Dropdown(choices=choices, value=groups_run_id if groups_run_id in ids else newest),
-                   gr.Dropdown(choices=choices, value=[r for r in compared or [] if r in ids]),
-                   gr.Dropdown(choices=choices, value=manage_id if manage_id in ids else None))
+        pickers = tuple(picker(v, m) for v, m in zip(values, moved))
     return (gr.skip() if table == seen.get("table") else table, *pickers, {"table": table, "choices": choices})
 
 

@@ -1,10 +1,10 @@
 """The dashboard: a Gradio app with five tabs and the named API endpoints, and the server that serves it.
 
-Tabs: Launch (the run-spec form; app.tab_launch), Runs (every run, refreshed every 2 s; app.tab_runs), Run
+Tabs: Launch (the run-spec form; app.tab_launch), Runs (every run, refreshed on a change; app.tab_runs), Run
 (progress with iteration and ETA, live charts of every metric, reward-model refreshes, cancel, export, launch
 again, config, log; app.tab_run), Groups (a step's groups, sortable; the G completions of one side by side,
 each token coloured by its advantage; app.tab_groups) and Compare (several runs' curves and configs;
-app.tab_compare). What the tabs share (the tabs, the run pickers, the 2 s timer) is one app.tab_shared.Shared;
+app.tab_compare). What the tabs share (the tabs, the run pickers, the refresh timer) is one app.tab_shared.Shared;
 what they show is drawn by app.render; the styles are app/dashboard.css.
 
 The named endpoints (app.endpoints) wrap app.api one to one and are what ``gradio_client`` calls; the UI's
@@ -34,7 +34,7 @@ from app.tab_groups import build_groups_tab
 from app.tab_launch import build_launch_tab
 from app.tab_run import build_run_tab
 from app.tab_runs import build_runs_tab
-from app.tab_shared import PRIVATE, Shared, make_shared
+from app.tab_shared import PRIVATE, QUIET, Shared, make_shared, tick
 from app.web_security import SecurityMiddleware
 
 # the styles: dashboard.css (what the whole page shares) first, then one file per part of the page, by name
@@ -44,10 +44,30 @@ SHUTDOWN_SECONDS = 3
 
 # POST /logout (app.web_security) ends this browser's session; the reload then shows the login form
 LOGOUT_JS = "() => fetch('logout', {method: 'POST', credentials: 'same-origin'}).then(() => window.location.reload())"
-# Run on opening the page: the Run tab's log (#run-log) stays scrolled to its newest line unless the reader
-# scrolled up; scrolled back to the bottom, or shown another run's log, it follows again. Checked every 250 ms,
-# which also catches the log growing while its tab was hidden.
-LOG_FOLLOW_JS = """() => {
+# First in the page's <head> (app.web_security puts it there), ahead of Gradio's scripts: Gradio's status tracker counts a pending event's seconds in a
+# requestAnimationFrame loop that only a change of the event's status ends. The page's own loading tracker is
+# removed while still pending, so its loop would draw a frame every 16 ms for as long as the page is open (5-8% of
+# a core in the browser, bench/idle_cpu.py). grpoEndStrayTimers() (called by DASHBOARD_JS once the page is up)
+# skips one round of those counters' callbacks, which ends every loop running then; an event pending then keeps
+# working and its next pending state starts a new count.
+HEAD_JS = """<script>(() => {
+  const raf = window.requestAnimationFrame.bind(window);
+  let endUntil = 0;
+  window.requestAnimationFrame = (cb) => raf((time) => {
+    if (performance.now() < endUntil && String(cb).includes('performance.now()')) return;
+    cb(time);
+  });
+  window.grpoEndStrayTimers = () => { endUntil = performance.now() + 100; };
+})();</script>"""
+# Run on opening the page:
+# - the Run tab's log (#run-log) stays scrolled to its newest line unless the reader scrolled up; scrolled back to
+#   the bottom, or shown another run's log, it follows again. Checked every 250 ms, which also catches the log
+#   growing while its tab was hidden.
+# - a token's tooltip (data-tip on .token and .step-end) shows at once on hover in one #token-tip box in the body,
+#   placed by the token's place in the window (getBoundingClientRect): below it, or above it near the window's
+#   bottom, moved left to stay inside the window; a scroll hides it. (A CSS ::after box lands at the token's
+#   place in the page, off screen once the cards are scrolled into view.)
+DASHBOARD_JS = """() => {
   const atBottom = (t) => t.scrollTop + t.clientHeight >= t.scrollHeight - 4;
   document.addEventListener('scroll', (e) => {
     const t = e.target;
@@ -63,12 +83,30 @@ LOG_FOLLOW_JS = """() => {
     t.dataset.tail = tail;
     if (t.dataset.follow !== '0' && !atBottom(t)) t.scrollTop = t.scrollHeight;
   }, 250);
+  const tip = document.createElement('div');
+  tip.id = 'token-tip';
+  tip.setAttribute('role', 'tooltip');
+  document.body.appendChild(tip);
+  const hide = () => { tip.style.display = 'none'; };
+  document.addEventListener('mouseover', (e) => {
+    const el = e.target instanceof Element && e.target.closest('.token[data-tip], .step-end[data-tip]');
+    if (!el) return hide();
+    tip.textContent = el.dataset.tip;
+    tip.style.display = 'block';
+    const r = el.getBoundingClientRect(), gap = 6, edge = 8;
+    const w = tip.offsetWidth, h = tip.offsetHeight;
+    const below = r.bottom + gap + h <= window.innerHeight - edge;
+    tip.style.top = `${below ? r.bottom + gap : Math.max(edge, r.top - gap - h)}px`;
+    tip.style.left = `${Math.max(edge, Math.min(r.left, window.innerWidth - edge - w))}px`;
+  });
+  document.addEventListener('scroll', hide, true);
+  setTimeout(() => window.grpoEndStrayTimers && window.grpoEndStrayTimers(), 1000);
 }"""
 
 
 def build_ui(login: bool = False) -> gr.Blocks:
-    """The dashboard's Blocks: tabs, listeners, a 2 s refresh timer and the named endpoints; with ``login``, a
-    "Log out" button in the header.
+    """The dashboard's Blocks: tabs, listeners, a refresh timer (app.tab_shared.tick) and the named endpoints;
+    with ``login``, a "Log out" button in the header.
 
     Everything shown is read from the store (through app.api) on every refresh, so reloading the page
     or restarting the server shows the same runs, charts and groups.
@@ -89,6 +127,8 @@ def build_ui(login: bool = False) -> gr.Blocks:
             build_groups_tab(shared)
             build_compare_tab(shared)
         shared.timer.render()
+        shared.store_seen.render()
+        shared.timer.tick(tick, shared.store_seen, [shared.store_seen, shared.timer], **QUIET)
         _keep_run_pickers_in_sync(shared)
         for fn in ENDPOINTS:
             gr.api(fn, api_name=fn.__name__, concurrency_limit=ENDPOINT_CONCURRENCY)
@@ -162,9 +202,10 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
         sys.modules.setdefault("matplotlib", None)
     css = "\n".join(path.read_text(encoding="utf-8") for path in CSS_PATHS)
     gr.mount_gradio_app(parent, build_ui(login).queue(), path="/", show_error=False, auth=_login if login else None,
-                        max_file_size=settings.max_upload_bytes, css=css, js=LOG_FOLLOW_JS)
+                        max_file_size=settings.max_upload_bytes, css=css, js=DASHBOARD_JS)
     mounted = _gradio_app(parent)
     parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,
                           allow_methods=["*"], allow_headers=["*"])
-    parent.add_middleware(SecurityMiddleware, settings=settings, gradio_app=lambda: mounted, login=login)
+    parent.add_middleware(SecurityMiddleware, settings=settings, gradio_app=lambda: mounted, login=login,
+                          page_head=HEAD_JS)
     return parent

@@ -96,12 +96,13 @@ class SecurityMiddleware:
     """The rules of this module's docstring around ``app`` (the parent app holding the mounted Gradio app).
 
     ``gradio_app``: returns the mounted Gradio app (its session tokens and cookie names); ``login``: whether a
-    login is required.
+    login is required; ``page_head``: HTML put first in the page's <head>, ahead of Gradio's own scripts.
     """
 
     def __init__(self, app, settings: Settings, gradio_app: Callable, login: bool,
-                 throttle: LoginThrottle | None = None):
+                 throttle: LoginThrottle | None = None, page_head: str = ""):
         self.app, self.settings, self.gradio_app, self.login = app, settings, gradio_app, login
+        self.page_head = page_head.encode()
         self.throttle = throttle or LoginThrottle(free=settings.login_free_attempts)
         self.last_seen: dict[str, float] = {}  # session token -> when it was last used
         self.uploaded: dict[str, list[tuple[float, int]]] = {}  # user or address -> (when, bytes) of its uploads
@@ -118,6 +119,8 @@ class SecurityMiddleware:
             await _respond(send, 403, {"error": "requests from another origin are refused"})
             return
         send = self._with_headers(send)
+        if path == "/" and method == "GET" and self.page_head:
+            send = _edited_page(send, lambda body: body.replace(b"<head>", b"<head>" + self.page_head, 1))
         if not self.login:
             if path.rstrip("/") == "/gradio_api/upload" and method == "POST":
                 await self.upload(scope, receive, send, headers, (scope.get("client") or ("?", 0))[0])
@@ -140,7 +143,7 @@ class SecurityMiddleware:
             await _respond(send, 401, {"error": "Not authenticated"})
             return
         if user is None and path == "/":
-            send = _without_api_info(send)
+            send = _edited_page(send, _without_api_info)
         await self.app(scope, receive, send)
 
     # ---- origins, cookies, headers -------------------------------------------------------------------
@@ -343,8 +346,13 @@ def _replay(body: bytes):
     return receive
 
 
-def _without_api_info(send):
-    """``send`` for the login page: its embedded API description is emptied (the body is held until complete)."""
+def _without_api_info(body: bytes) -> bytes:
+    """The login page: its embedded API description emptied."""
+    return _API_INFO.sub(b"window.gradio_api_info = {};</script>", body)
+
+
+def _edited_page(send, edit: Callable[[bytes], bytes]):
+    """``send`` for the page's HTML: its body is held until complete, then sent as ``edit`` makes it."""
     held: dict = {}
     parts: list[bytes] = []
 
@@ -358,7 +366,7 @@ def _without_api_info(send):
         parts.append(message.get("body", b""))
         if message.get("more_body", False):
             return
-        body = _API_INFO.sub(b"window.gradio_api_info = {};</script>", b"".join(parts))
+        body = edit(b"".join(parts))
         start = held["start"]
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         await send({**start, "headers": headers + [(b"content-length", str(len(body)).encode())]})

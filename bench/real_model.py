@@ -16,6 +16,7 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
     .venv/bin/python bench/real_model.py                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
     .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
+    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --strict-bonus 0.5   # format paid only when right
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
 
@@ -201,6 +202,9 @@ def main() -> int:
     parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")
     parser.add_argument("--lora-only", action="store_true", help="only the lora_rank 16 trial (on the first seed)")
     parser.add_argument("--lora-lr", type=float, default=1e-4, help="learning_rate of the LoRA trial")
+    parser.add_argument("--strict-bonus", type=float, metavar="WEIGHT",
+                        help="pay the format reward only with a right answer: bench/strict_bonus.py's stated_right "
+                             "at this weight in place of the format reward")
     parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's")
     parser.add_argument("--out", default=str(ROOT / "docs" / "real_model"), help="curves: OUT.json and OUT.png")
     parser.add_argument("--plot-only", help="redraw OUT.png from this curves JSON and stop")
@@ -217,7 +221,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="grpo-real-model-"))
     dataset = write_word_problems(work / "word_problems.jsonl")
     base = {**SPEC, "model": str(find_gguf(args.gguf, cache_dir)), "dataset": str(dataset),
-            "steps_per_iteration": args.steps, **json.loads(args.spec)}
+            "steps_per_iteration": args.steps}
+    if args.strict_bonus is not None:
+        bonus = f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_right"
+        base["rewards"] = [{"name": "accuracy", "weight": 1.0}, {"name": bonus, "weight": args.strict_bonus}]
+    base.update(json.loads(args.spec))
     plan = [] if args.lora_only else [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
     if not args.no_lora:
         plan.append((f"LoRA 16, seed {args.seeds[0]}", {**base, "seed": args.seeds[0], "lora_rank": 16,

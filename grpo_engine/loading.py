@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from .math_shepherd import load_math_shepherd
 from .memory import estimate_memory, memory_limit, too_big_message
 from .model import disable_dropout, load_policy, resolve_model_path
 from .parallel import Processes
-from .recorder import Recorder
+from .recorder import Recorder, no_check, stop_check
 from .reward_model import RMExample, load_reward_model
 from .rm_training import RewardModelState
 from .rollout_labels import Completer
@@ -150,10 +151,19 @@ def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_p
                                          bf16=bf16))
 
 
-def building_progress(recorder: Recorder):
-    """A ``progress(done, total)`` for the built-in model's warm start that reports it as the run's phase."""
+def loading_check(recorder: Recorder, procs: Processes) -> Callable[[], None]:
+    """The stop check of loading, called between its phases and at every step of the built-in model's build: a
+    cancel, or the worker's stop, ends the run within seconds (StopRequested; ``train`` ends the run). One process
+    only: with several, the main process builds while the others wait at a barrier that a stop would never reach."""
+    return stop_check(recorder.should_stop) if procs.n == 1 else no_check
+
+
+def building_progress(recorder: Recorder, check: Callable[[], None] = no_check):
+    """A ``progress(done, total)`` for the built-in model's warm start that reports it as the run's phase and
+    calls ``check`` (loading_check) at each of its steps."""
     def progress(done: int, total: int) -> None:
         recorder.phase("building built-in model", done, total)
+        check()
     return progress
 
 
@@ -171,7 +181,8 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     bf16 = precision.scoring_bf16  # scoring and the update in bf16 autocast; the frozen copies kept in bf16
     recorder.log(f"loading model {spec.model!r} on {dev} ({precision.describe()})"
                  + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
-    building = building_progress(recorder)
+    check = loading_check(recorder, procs)
+    building = building_progress(recorder, check)
     if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
         if procs.main:
             for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else []),
@@ -179,6 +190,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
                 resolve_model_path(name, cache_dir, log=recorder.log, progress=building)
         procs.barrier()
     policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log, progress=building)
+    check()
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -189,6 +201,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
                                       fields=(spec.question_field, spec.answer_field, spec.solution_field))
     if spec.batch_size > len(train_set):
         raise ValueError(f"batch_size {spec.batch_size} is larger than the dataset's {len(train_set)} training rows")
+    check()
     if spec.lora_rank > 0:
         policy = wrap_lora(policy, spec.lora_rank)
     check_memory(policy, spec, bf16, dev, recorder.log)
@@ -204,24 +217,27 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
                       run_prompt(tokenizer, spec), end_token_ids(policy, tokenizer),
                       decode_delimiter(spec.step_delimiter))
     if spec.label_completer:  # validate_spec allows it only with rollout step labels
-        learner.completer = load_completer(spec, recorder, cache_dir, dev, precision.accelerate == "bf16")
-    rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16) if spec.reward == "model" else None
+        learner.completer = load_completer(spec, recorder, cache_dir, dev, precision.accelerate == "bf16", check)
+    check()
+    rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16, check) if spec.reward == "model" else None
     return learner, train_set, heldout, rm_state
 
 
-def load_completer(spec: RunSpec, recorder: Recorder, cache_dir: Path, dev: torch.device, bf16: bool) -> Completer:
+def load_completer(spec: RunSpec, recorder: Recorder, cache_dir: Path, dev: torch.device, bf16: bool,
+                   check: Callable[[], None] = no_check) -> Completer:
     """The model that continues outputs for rollout step labels (``label_completer``): frozen, dropout off, in
     bf16 when the run samples in bf16 (``bf16``), reading questions (worded by the run's prompt keys) through its
     own chat template when it has one."""
     name = spec.label_completer
     recorder.phase("loading model")
-    model, tokenizer = load_policy(name, cache_dir, dev, log=recorder.log, progress=building_progress(recorder))
+    model, tokenizer = load_policy(name, cache_dir, dev, log=recorder.log, progress=building_progress(recorder, check))
     model = model.eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
     recorder.log(f"label_completer {name!r}: {sum(p.numel() for p in model.parameters()):,} parameters, frozen")
     return Completer(model, tokenizer, run_prompt(tokenizer, spec, "auto"), end_token_ids(model, tokenizer))
 
 
-def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool) -> RewardModelState:
+def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool,
+                            check: Callable[[], None] = no_check) -> RewardModelState:
     """A learned ORM (outcome) or PRM (process), its backbone started from a causal LM, set on ``learner.rm``;
     with ``rm_data``, its Math-Shepherd-labelled solutions (a tenth, at most rm_samples / 4, held out)."""
     spec, dev = learner.spec, learner.dev
@@ -232,7 +248,7 @@ def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Pat
     recorder.phase("loading model")
     # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
     rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log,
-                                              progress=building_progress(recorder)),
+                                              progress=building_progress(recorder, check)),
                            kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
                            system_prompt=spec.system_prompt, question_template=spec.question_template,
                            prior_dtype=torch.bfloat16 if bf16 else torch.float32, delimiter=learner.delimiter,

@@ -177,6 +177,8 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
     Metric("entropy", "mean per-token entropy of the policy on the sampled outputs, in nats", "entropy (nats)"),
     Metric("completion_len", "mean completion length in tokens (EOS included)", "completion length (tokens)"),
     Metric("truncated_frac", "share of completions cut at max_new_tokens without an EOS", "fractions"),
+    Metric("answer_stated_frac", "share of sampled outputs that state a final answer in the strict form ('#### "
+           "<answer>' line or \\boxed{}), right or wrong", "fractions"),
     Metric("repetition", "mean over outputs of the share of word 3-grams that repeat an earlier one in the output "
            "(0 = none)", "fractions"),
     Metric("groups/all_right", "groups whose outputs the verifier all accepted (binary rewards: no gradient)",
@@ -199,6 +201,9 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
            "groups per step"),
     Metric("sampling/dropped", "groups whose rewards were all equal that skip_zero_spread dropped at this step (0 "
            "without it)", "groups per step"),
+    Metric("update/skipped", "1 when the optimizer did not step because every advantage of the batch was 0 (no "
+           "reward signal: every group zero-spread; the policy is unchanged, its loss and kl still measured), else 0",
+           None),
     Metric("time/sampling", "seconds spent generating the G outputs per question", "timing (s)"),
     Metric("time/scoring", "seconds spent on rewards, advantages and reference log-probs", "timing (s)"),
     Metric("time/labelling", "seconds spent labelling steps by rollouts (step_labels 'rollouts', else 0; not in "

@@ -33,6 +33,7 @@ from .parallel import Processes
 from .recorder import GroupRecord, SampleRecord
 from .reward_functions import REPETITION_MAX_PENALTY, named_rewards, repetition_reward, reward_means
 from .reward_model import RewardModel
+from .rewards import extract_final_answer
 from .sampling import generate
 from .tokenization import completion_mask
 from .forwards import MicroBatch, in_step_order, micro_batch_logprobs, plan_micro_batches
@@ -127,7 +128,9 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool,
               more: Callable[[int], list[dict]] | None = None) -> StepResult:
     """Steps 1-5 on this process's ``batch`` of questions. Every process calls it at every step (it gathers).
     With skip_zero_spread, groups whose rewards are all equal give way to groups for fresh questions, ``more(m)``
-    giving m of them (dynamic_sampling.informative_batch); when no process has a group left, no update is made."""
+    giving m of them (dynamic_sampling.informative_batch); when no process has a group left, no update is made.
+    When every advantage of the batch is 0 (every group zero-spread), the update's passes run and its metrics are
+    recorded, but the optimizer does not step: the policy stays exactly as it was (metric update/skipped)."""
     spec, t0 = learner.spec, time.time()
     sampled, scored, sampling = sample_scored(learner, batch)
     filled = Filled(sampled, scored, float(spec.batch_size), 0.0, True, sampling)
@@ -135,23 +138,32 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool,
         filled = informative_batch((sampled, scored, sampling), lambda m: sample_scored(learner, more(m)), len(batch),
                                    spec.max_resample, spec.group_size, learner.procs, learner.tokenizer.pad_token_id)
     sampled, scored = filled.sampled, filled.scored
+    steps = filled.trains and carries_signal(learner, scored.advantages)  # whether the optimizer steps
     chunks = plan_micro_batches(sampled.mask, sampled.prompt_attn, spec.group_size, spec.micro_batch_size)
     ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks) if filled.trains else (None, None)
     t2 = time.time()
-    sums = (update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks, detail=record) if filled.trains
-            else no_update(spec.policy_updates_per_batch))
+    sums = (update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks, detail=record, steps=steps)
+            if filled.trains else no_update(spec.policy_updates_per_batch))
     t3 = time.time()
     metrics = step_metrics(learner, sampled, scored, sums)
     if not filled.trains:  # no update: none of its metrics
         metrics = {k: v for k, v in metrics.items() if k not in UPDATE_METRICS}
     metrics.update({"time/sampling": filled.sampling, "time/scoring": t2 - t0 - filled.sampling - scored.labelling,
                     "time/labelling": scored.labelling, "time/update": t3 - t2,
-                    "sampling/drawn": filled.drawn, "sampling/dropped": filled.dropped})
+                    "sampling/drawn": filled.drawn, "sampling/dropped": filled.dropped,
+                    "update/skipped": float(not steps)})
     if learner.spec.rewards:  # reward/<name>: each named reward's mean over the whole batch
         metrics.update(reward_means(learner.procs.gather(scored.components), learner.spec.rewards))
     groups = (group_records(sampled, scored, learner.spec.group_size, learner.prompt, sums.get("detail"))
               if record else [])
     return StepResult(metrics, groups)
+
+
+def carries_signal(learner: Learner, advantages: torch.Tensor) -> bool:
+    """Whether some advantage of the whole batch (every process's) is not 0. A batch whose advantages are all 0
+    has no policy gradient; an optimizer step on it would still move the policy (AdamW divides the KL term's tiny
+    gradient by its own running scale), so on such a batch the optimizer does not step."""
+    return learner.procs.sum([float(bool((advantages != 0).any()))])[0] > 0
 
 
 def sample_scored(learner: Learner, batch: list[dict]) -> tuple[Sampled, Scored, float]:
@@ -272,10 +284,11 @@ def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[MicroB
 
 
 def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[MicroBatch],
-           detail: bool = False) -> dict:
+           detail: bool = False, steps: bool = True) -> dict:
     """4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches: a
     micro-batch's loss is its part of J's sum divided by the whole batch's denominator (objective.aggregate), so
-    they add up to the whole batch's loss. With several processes the gradients are averaged across them once, at
+    they add up to the whole batch's loss. ``steps`` False (every advantage 0: carries_signal) measures the
+    update without stepping the optimizer. With several processes the gradients are averaged across them once, at
     the last micro-batch; each process's denominator (objective.loss_denominator) makes that average the whole
     batch's loss (loss_type 'dapo' counts every process's tokens: one sum across them before the updates).
 
@@ -312,7 +325,8 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
             clip_sum += stats["clip_frac"].item() * chunk_tokens
             entropy_sum += (ent.detach() * mask[c]).sum().item()
         grad_norm = learner.accelerator.clip_grad_norm_(learner.params, 1.0).item()
-        optimizer.step()
+        if steps:
+            optimizer.step()
         per_update += [loss_sum, kl_sum, clip_sum]
     sums = {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm, "tokens": tokens}
     if views:
@@ -360,6 +374,8 @@ def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> di
         "learning_rate": learner.optimizer.param_groups[0]["lr"],
         "grad_norm": grad_norm if math.isfinite(grad_norm) else -1.0,
         "repetition": sum(procs.gather([repetition_share(t) for t in scored.texts])) / len(outputs),
+        "answer_stated_frac": sum(procs.gather([float(extract_final_answer(t)[0] is not None)
+                                                for t in scored.texts])) / len(outputs),
         **gradient_sources(procs, s, scored, learner.spec.group_size),
     }
 

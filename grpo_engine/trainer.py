@@ -58,7 +58,11 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
     (loading, training k/N, evaluating, saving, ...) is reported to ``recorder.phase`` as it goes.
     """
     t_load = time.time()
-    run = TrainingRun(spec, recorder, checkpoint_dir, *load_learner(spec, recorder, Path(cache_dir), device))
+    try:
+        loaded = load_learner(spec, recorder, Path(cache_dir), device)
+    except StopRequested as stopped:  # cancelled or stopped while loading (the built-in model's build included)
+        return stopped_while_loading(recorder, stopped.reason)
+    run = TrainingRun(spec, recorder, checkpoint_dir, *loaded)
     # What is loaded now (the libraries, the model's modules, the tokenizer) lives as long as the run: the cyclic
     # garbage collector leaves it alone from here on. Its full collections, which every step's garbage brings on
     # now and then, then scan only what was made since: ~10 ms instead of ~0.2-0.3 s on the built-in model.
@@ -71,6 +75,19 @@ def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None
         gc.unfreeze()
         del run
         gc.collect()
+
+
+def stop_status(reason: bool | str) -> str:
+    """The status a run stopped for ``reason`` (Recorder.should_stop's value) ends with."""
+    return "paused" if reason == "pause" else "cancelled"
+
+
+def stopped_while_loading(recorder: Recorder, reason: bool | str) -> dict:
+    """End the run before this attempt trained anything: nothing to save (a paused run resumes from its last
+    checkpoint, as it would have). ``step`` 0: no step of this attempt."""
+    status = stop_status(reason)
+    recorder.log(f"{status} while loading")
+    return {"status": status, "step": 0, "metrics": {}}
 
 
 def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -> dict:
@@ -182,8 +199,9 @@ class TrainingRun:
         self.recorder.step(step, iteration, metrics)
         self.training_phase()
         if "eval/accuracy" in metrics:
-            self.recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, "
-                              f"kl {metrics['kl']:.4f}, {eval_summary(metrics)}")
+            kl = f"kl {metrics['kl']:.4f}" if "kl" in metrics else "no update"  # (every advantage 0)
+            self.recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, {kl}, "
+                              f"{eval_summary(metrics)}")
         if self.checkpointing and step % spec.checkpoint_every == 0 and step < spec.total_steps:
             self.save_checkpoint(iteration)
             self.training_phase()
@@ -215,7 +233,7 @@ class TrainingRun:
     def stop_in_rm_work(self, stop: bool | str) -> dict:
         """End the run in the middle of the reward model's sampling or training: no checkpoint is saved (the
         work is half done), so a paused run resumes from its last checkpoint and does that work again."""
-        status = "paused" if stop == "pause" else "cancelled"
+        status = stop_status(stop)
         self.recorder.log(f"{status} during the reward model's work at step {self.step}"
                           + (f"; it resumes after step {self.saved_step}" if status == "paused" else ""))
         return {"status": status, "step": self.saved_step if status == "paused" else self.step, "metrics": {}}

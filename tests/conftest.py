@@ -62,7 +62,12 @@ def grpo_cache_dir(tmp_path_factory) -> Path:
     """One model cache for the whole session, with the built-in model already built in it."""
     from grpo_engine.model import builtin_model_dir
 
-    cache = Path(os.environ.get("GRPO_TEST_CACHE_DIR") or tmp_path_factory.getbasetemp() / "grpo-cache")
+    # pytest-xdist's workers each have a base temp under one shared folder: the cache goes there, so the model
+    # is built once for all of them (the other workers wait on its lock)
+    shared_temp = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared_temp = shared_temp.parent
+    cache = Path(os.environ.get("GRPO_TEST_CACHE_DIR") or shared_temp / "grpo-cache")
     builtin_model_dir(cache, log=lambda message: None)  # builds it on first use (a file lock guards it)
     return cache
 

@@ -221,10 +221,28 @@ def _check_a_long_completion_stays_in_its_card(page, db_url: str, run_id: int, s
         assert card["height"] < 500
     first, second = cards.nth(0).bounding_box(), cards.nth(1).bounding_box()
     assert first["x"] + first["width"] <= second["x"] or first["y"] + first["height"] <= second["y"]
+    _check_token_tips_stay_in_the_window(page, "A = -0.5000")
+
+
+def _check_token_tips_stay_in_the_window(page, text: str) -> None:
+    """At 1280 x 900 and 1600 x 1000, with the page scrolled to the cards: a token's tooltip shows at once on
+    hover, wholly inside the window, both for a token high in the window and for one near its bottom edge (the
+    tooltip then opens above it). Screenshots: token-tip-WIDTH.png."""
     token = page.locator("#group-view span.token").first
-    token.hover()
-    tip = token.evaluate("e => { const s = getComputedStyle(e, '::after'); return [s.content, s.display]; }")
-    assert "A = -0.5000" in tip[0] and tip[1] != "none"
+    tip = page.locator("#token-tip")
+    for width, height in ((1280, 900), (1600, 1000)):
+        page.set_viewport_size({"width": width, "height": height})
+        for from_top in (120, height - 40):  # the token's place in the window, from its top edge
+            token.evaluate(f"e => window.scrollBy(0, e.getBoundingClientRect().top - {from_top})")
+            page.mouse.move(0, 0)
+            token.hover()
+            expect(tip).to_be_visible()
+            assert text in tip.inner_text()
+            box = tip.bounding_box()
+            assert 0 <= box["x"] and box["x"] + box["width"] <= width, (width, box)
+            assert 0 <= box["y"] and box["y"] + box["height"] <= height, (width, height, from_top, box)
+        page.screenshot(path=str(ARTIFACTS / f"token-tip-{width}.png"))
+    page.set_viewport_size({"width": 1400, "height": 1000})
 
 
 @pytest.mark.slow

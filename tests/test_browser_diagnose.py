@@ -12,6 +12,8 @@ group. Screenshots go to test-artifacts/diagnose-{run,groups,history,tokens}-{12
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 from gradio_client import Client
 from playwright.sync_api import expect, sync_playwright
@@ -124,8 +126,20 @@ def _check_a_bar_opens_its_groups(page, client: Client, run_id: int, bar: dict, 
     expect(page.locator('#find-results [data-testid="cell-0-2"]')).to_have_text(str(first["sample_id"]))
     expect(page.locator("#group-view .group")).to_have_attribute("data-group-id", str(first["group_id"]))
     expect(page.locator(f'#group-view .sample[data-sample-id="{first["sample_id"]}"][data-found]')).to_be_visible()
+    _check_the_table_lists_the_shown_groups_step(page, first)
     assert page.evaluate(NO_SIDEWAYS_SCROLL)
     page.screenshot(path=str(ARTIFACTS / f"diagnose-groups-{width}.png"), full_page=True)
+
+
+def _check_the_table_lists_the_shown_groups_step(page, row: dict) -> None:
+    """The step slider stands at the found group's step, the groups table above lists that step's groups (the
+    found one among them), and the found group stays shown."""
+    expect(page.locator('#group-step input[type="number"]')).to_have_value(str(row["step"]))
+    expect(page.locator('#groups-table [role="gridcell"][data-col="0"]').filter(
+        has_text=re.compile(rf"^\s*{row['group_id']}\s*$"))).to_have_count(1)
+    page.wait_for_timeout(2_500)  # a tick of the timer: the slider does not jump back to the latest step
+    expect(page.locator('#group-step input[type="number"]')).to_have_value(str(row["step"]))
+    expect(page.locator("#group-view .group")).to_have_attribute("data-group-id", str(row["group_id"]))
 
 
 def _pick(page, elem_id: str, option: str) -> None:
@@ -160,6 +174,7 @@ def _check_wrong_answers_and_a_question_through_time(page, client: Client, run_i
     page.locator(f'#find-results [data-testid="cell-{found["rows"].index(row)}-3"]').click()
     expect(page.locator("#group-view .group")).to_have_attribute("data-group-id", str(row["group_id"]))
     expect(page.locator(f'#group-view .sample[data-sample-id="{row["sample_id"]}"][data-found]')).to_be_visible()
+    _check_the_table_lists_the_shown_groups_step(page, row)
 
     page.click("#question-history-button")
     history = page.locator("#question-history .question-history")

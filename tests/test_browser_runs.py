@@ -6,6 +6,8 @@ writes them. A screenshot goes to test-artifacts/runs-tab.png.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect, sync_playwright
 from sqlalchemy import update
@@ -13,6 +15,7 @@ from sqlalchemy import update
 from app import store
 from app.db import make_engine, session_scope, upgrade_database
 from app.models import Run
+from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.servers import ROOT, running_server, server_env
 
 CHROMIUM = "/usr/bin/chromium"
@@ -99,9 +102,122 @@ def _drive(page, url: str, ids: dict[str, int]) -> None:
     expect(failed).to_have_count(0)
 
     page.locator(f'#runs-table tr[data-run-id="{ids["running"]}"] .run-manage').click()  # a running run: refused
+    expect(name).to_have_value("running run")  # the Manage area holds it before Delete is asked
     page.locator("#manage-delete").click()
     expect(page.locator("#manage-message")).to_contain_text("is running: cancel it first")
 
     completed.locator(".run-name").click()  # a click on a row opens its run in the Run tab
     expect(page.locator("#run-select input").first).to_have_value(f"#{ids['completed']} best run so far (completed)")
     expect(page.locator("#tab-run")).to_be_visible()
+
+
+# every text the Run tab's progress shows from now on, in window.progressShown
+WATCH_PROGRESS = """() => {
+  window.progressShown = [];
+  new MutationObserver(() => {
+    const text = document.querySelector('#run-progress')?.textContent.trim();
+    if (text && text !== window.progressShown.at(-1)) window.progressShown.push(text);
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def _seed_two_runs_with_groups(db_url: str, steps: int) -> tuple[int, int]:
+    """Two completed runs, each with a group at every step 1..``steps``; returns their ids (the older first)."""
+    tokens = ["1", "+", "1"]
+    samples = [SampleRecord(completion="1+1", tokens=tokens, reward=float(i % 2), advantages=[i % 2 - 0.5] * 3,
+                            reward_components={"correct": float(i % 2)}) for i in range(4)]
+    ids = []
+    with session_scope(db_url) as s:
+        for name in ("older", "newest"):
+            run_id = store.create_run(s, {**SPEC, "name": name, "steps_per_iteration": steps}, name)
+            for step in range(1, steps + 1):
+                store.record_step(s, run_id, step, 1, {"reward_mean": 0.5})
+                store.record_groups(s, run_id, step, [GroupRecord("1+1", "2", samples).to_dict()])
+            s.execute(update(Run).where(Run.id == run_id).values(status="completed", step=steps))
+            ids.append(run_id)
+    return ids[0], ids[1]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_deleting_the_newest_run_and_launching_again_keeps_the_page_consistent(tmp_path):
+    """The newest run, open in the Run and Groups tabs at its last step, is deleted; a run launched next gets a
+    new id, both tabs show it, no error toast appears and the server logs no refused value."""
+    env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")  # the new run stays queued: what is drawn is the point
+    upgrade_database(env["GRPO_DATABASE_URL"])
+    older, newest = _seed_two_runs_with_groups(env["GRPO_DATABASE_URL"], steps=12)
+    try:
+        with running_server(tmp_path, env) as (url, _, log_path), sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.set_default_timeout(15_000)
+                expect.set_options(timeout=15_000)
+                page.goto(url)
+                run_picker = page.locator("#run-select input").first
+                groups_picker = page.locator("#groups-run-select input").first
+                page.locator("#tab-groups-button").click()
+                expect(groups_picker).to_have_value(f"#{newest} newest (completed)")
+                expect(page.locator("#group-step")).to_contain_text("12 recorded")
+
+                page.locator("#tab-runs-button").click()
+                page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
+                page.locator("#manage-delete").click()
+                page.locator("#manage-confirm-delete").click()
+                expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
+                expect(groups_picker).to_have_value(f"#{older} older (completed)")  # the pickers move to what is left
+
+                page.locator("#tab-launch-button").click()
+                page.evaluate(WATCH_PROGRESS)
+                page.locator("#launch-button").click()
+                launched = newest + 1  # never the deleted run's id
+                expect(page.locator("#launch-result")).to_contain_text(f"Launched run {launched}")
+                expect(run_picker).to_have_value(re.compile(rf"^#{launched} "))
+                expect(page.locator("#run-progress")).to_contain_text("queued")
+                page.wait_for_timeout(2_500)  # a tick of the timer
+                shown = page.evaluate("window.progressShown")
+                assert shown and not [text for text in shown if "No run selected" in text], shown
+                page.locator("#tab-groups-button").click()
+                expect(groups_picker).to_have_value(re.compile(rf"^#{launched} "))
+                expect(page.locator("#group-step")).to_contain_text("no groups recorded yet")
+                page.wait_for_timeout(3_000)  # a tick or two of the timer
+                (ROOT / "test-artifacts").mkdir(exist_ok=True)
+                page.screenshot(path=str(ROOT / "test-artifacts" / "after-delete-and-launch.png"), full_page=True)
+                expect(page.locator(".toast-body")).to_have_count(0)
+            finally:
+                browser.close()
+            log = log_path.read_text(errors="replace")
+            for refused in ("is not in the list of choices", "greater than maximum", "less than minimum"):
+                assert refused not in log, log[-5000:]
+    finally:
+        make_engine(env["GRPO_DATABASE_URL"]).dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_first_run_launched_is_shown_from_the_first_moment(tmp_path):
+    """On an empty store the Run tab says "No run selected."; once Launch opens it on run 1, it never says so
+    again, and its badge agrees with the picker."""
+    env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
+    with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            expect.set_options(timeout=15_000)
+            page.goto(url)
+            page.locator("#tab-run-button").click()
+            expect(page.locator("#run-progress")).to_contain_text("No run selected.")
+            page.locator("#tab-launch-button").click()
+            page.evaluate(WATCH_PROGRESS)
+            page.locator("#launch-button").click()
+            expect(page.locator("#run-select input").first).to_have_value(re.compile(r"^#1 .*\(queued\)$"))
+            expect(page.locator("#run-progress .badge")).to_have_text("queued")
+            page.wait_for_timeout(4_500)  # two ticks of the timer
+            shown = page.evaluate("window.progressShown")
+            first = next(i for i, text in enumerate(shown) if "#1" in text)
+            assert not [text for text in shown[first:] if "No run selected" in text], shown
+        finally:
+            browser.close()

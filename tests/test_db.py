@@ -57,7 +57,7 @@ def test_alembic_command_line_reads_the_settings(tmp_path):
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
     subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
     current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0007 (head)" in current.stdout
+    assert "0008 (head)" in current.stdout
     engine = make_engine(env["GRPO_DATABASE_URL"])
     assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
     engine.dispose()
@@ -143,10 +143,10 @@ def test_migration_0002_keeps_existing_runs(db_url):
 def test_migration_0007_packs_advantages_exactly_and_back(db_url):
     """Advantages recorded as JSON lists (0006) become float64 arrays bit for bit, and JSON again on downgrade."""
     values = [0.1, -1 / 3, 12.345678901234, 1e-300, -0.0, 5.0]
+    run_id = new_run(db_url)
     command.downgrade(alembic_config(db_url), "0006")
     engine = make_engine(db_url)
     engine.dispose()
-    run_id = new_run(db_url)
     with engine.begin() as connection:  # a group and two samples written by the 0006 schema
         connection.exec_driver_sql(
             "INSERT INTO groups (run_id, step, position, prompt, reference, reward_mean, reward_std) "
@@ -172,3 +172,18 @@ def test_migration_0007_packs_advantages_exactly_and_back(db_url):
     assert [json.loads(a) if isinstance(a, str) else a for a in stored] == [values, []]
     engine.dispose()
     upgrade_database(db_url)
+
+
+def test_migration_0008_starts_the_high_water_mark_at_the_largest_run_id(db_url):
+    """Runs made before id_high_water existed: the newest deleted without the store (no mark raised) still
+    leaves its id unused."""
+    newest = max(new_run(db_url) for _ in range(2))
+    command.downgrade(alembic_config(db_url), "0007")
+    make_engine(db_url).dispose()
+    upgrade_database(db_url)
+    engine = make_engine(db_url)
+    engine.dispose()
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"DELETE FROM runs WHERE id = {newest}")
+    assert new_run(db_url) > newest
+    engine.dispose()

@@ -172,6 +172,32 @@ def test_embedded_server_runs_a_short_run(tmp_path, grpo_cache_dir):
 
 
 @pytest.mark.slow
+def test_a_cancel_during_the_built_in_models_build_ends_the_run_within_seconds(tmp_path):
+    """A fresh model cache: the run's first phase builds the built-in model (minutes here); a cancel sent while
+    it builds is honoured within 10 s, and the half-built model is not left behind."""
+    cache = tmp_path / "cache"
+    server, url = start_server(tmp_path / "data", clean_env(cache))
+    worker_log = tmp_path / "data" / "worker.log"
+    logs = lambda: f"{server.log()}\n--- worker ---\n{worker_log.read_text(errors='replace')}"  # noqa: E731
+    try:
+        client = Client(url, verbose=False)
+        run_id = client.predict(SPEC, api_name="/launch_run")["run_id"]
+        deadline = time.monotonic() + 120
+        while not ((run := client.predict(run_id, api_name="/get_run"))["phase"] == "building built-in model"
+                   and (run["phase_done"] or 0) >= 1):
+            assert time.monotonic() < deadline and run["status"] in ("queued", "running"), f"{run}\n{logs()}"
+            time.sleep(0.2)
+        assert client.predict(run_id, api_name="/cancel_run")["status"] == "running"
+        cancelled_at = time.monotonic()
+        run = wait_finished(client, run_id, logs, timeout=10)
+        assert run["status"] == "cancelled" and time.monotonic() - cancelled_at < 10, f"{run}\n{logs()}"
+        assert any("cancelled while loading" in line for line in client.predict(run_id, api_name="/get_logs")), logs()
+        assert not [p.name for p in cache.iterdir() if p.is_dir()], logs()  # no partial model directory
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
 def test_embedded_server_runs_a_two_process_run_like_a_single_process_one(tmp_path, grpo_cache_dir):
     """devices: 2 on this machine's CPU: the worker launches 2 processes through Accelerate (gloo). The run
     passes the same checks as a single-process one, and records the same metrics and group fields."""

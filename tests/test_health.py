@@ -288,6 +288,22 @@ def test_zero_spread_says_too_easy_or_too_hard():
     assert "too hard" in hard["message"]
 
 
+def test_zero_spread_names_cut_outputs_and_answers_in_the_wrong_form():
+    """The cause read from the evidence, with the key to change: most outputs cut first; then all-wrong groups
+    whose outputs state no answer in the reward's form (a real instruct model answering in prose)."""
+    wrong = {"groups/all_right": 0, "groups/all_wrong": 4}
+    cut = only("zero_spread", run(20, zero_std_frac=1.0, truncated_frac=0.75, answer_stated_frac=0.0, **wrong),
+               config={"max_new_tokens": 96})
+    assert "75% of the outputs were cut at max_new_tokens (now 96)" in cut["message"]
+    assert "Raise max_new_tokens." in cut["message"] and "truncated_frac" in cut["metrics"]
+    form = only("zero_spread", run(20, zero_std_frac=1.0, truncated_frac=0.1, answer_stated_frac=0.05, **wrong))
+    assert "only 5% of the outputs state a final answer" in form["message"]
+    assert "answer_match: flexible" in form["message"] and "question_template" in form["message"]
+    assert "too hard" not in form["message"] and "answer_stated_frac" in form["metrics"]
+    stated = only("zero_spread", run(20, zero_std_frac=1.0, truncated_frac=0.1, answer_stated_frac=0.9, **wrong))
+    assert "too hard" in stated["message"]
+
+
 def test_zero_spread_does_not_suggest_dynamic_sampling_when_it_is_on():
     w = only("zero_spread", run(20, zero_std_frac=0.85), config={"skip_zero_spread": True})
     assert "skip_zero_spread" not in w["message"] and "group_size" in w["message"]

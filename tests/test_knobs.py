@@ -20,7 +20,7 @@ from grpo_engine.overlong import add_overlong_penalty, loss_mask, overlong_penal
 from grpo_engine.recorder import MemoryRecorder
 from grpo_engine.schedule import learning_rate_at
 from grpo_engine.outputs import encode_prompts
-from grpo_engine.step import Sampled, update
+from grpo_engine.step import Sampled, grpo_step, update
 from grpo_engine.tokenization import completion_mask
 from tests.test_checkpoint import assert_same_metrics, straight_and_resumed
 
@@ -215,6 +215,21 @@ def test_the_memory_estimate_counts_no_reference_without_a_kl_term():
 
 
 # --- short real runs ---------------------------------------------------------------------------
+
+def test_a_batch_without_signal_leaves_the_policy_unchanged(grpo_cache_dir):
+    """Every output cut at 16 tokens is wrong: every advantage is 0, so the optimizer does not step (AdamW would
+    still move the weights: the KL term's gradient divided by its running scale); the update's metrics are still
+    measured, and the step counts itself in update/skipped."""
+    spec = validate_spec({**RUN, "kl_coef": 0.04})
+    learner, train_set = loading.load_learner(spec, MemoryRecorder(), grpo_cache_dir, "cpu")[:2]
+    before = copy.deepcopy(learner.unwrapped().state_dict())
+    result = grpo_step(learner, [train_set[i] for i in range(spec.batch_size)], record=False)
+    assert result.metrics["zero_std_frac"] == 1.0 and result.metrics["update/skipped"] == 1.0
+    assert {"loss", "kl", "grad_norm"} <= set(result.metrics)
+    after = learner.unwrapped().state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not learner.optimizer.state  # AdamW never stepped
+
 
 @pytest.mark.parametrize("max_new_tokens", [24, 16])  # the built-in outputs take ~20 tokens: at 16 none is right
 def test_skip_zero_spread_trains_on_groups_whose_rewards_differ(grpo_cache_dir, max_new_tokens):

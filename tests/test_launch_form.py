@@ -46,3 +46,25 @@ def test_rollout_keys_apply_only_when_steps_are_labelled_by_rollouts():
     assert applies("label_estimate", {**process, "dataset": "/data/gsm8k.jsonl"})  # auto elsewhere: rollouts
     assert not applies("label_estimate", {**process, "dataset": "/data/gsm8k.jsonl", "step_labels": "arithmetic"})
     assert not applies("label_rollouts", {"supervision": "outcome", "step_labels": "rollouts"})
+
+
+def test_hugging_face_keys_apply_to_hub_datasets_and_columns_to_every_dataset_but_the_built_in_one():
+    for dataset, hub, columns in (("builtin-arith", False, False), ("/srv/data/gsm8k.jsonl", False, True),
+                                  ("uploads/train.CSV", False, True), ("openai/gsm8k", True, True)):
+        values = {"dataset": dataset}
+        assert [applies(k, values) for k in ("dataset_config", "dataset_split", "eval_split")] == [hub] * 3, dataset
+        assert [applies(k, values) for k in ("question_field", "answer_field")] == [columns] * 2, dataset
+
+
+def test_more_options_is_shown_only_where_a_key_under_it_applies():
+    from app.tab_launch import _visibility
+
+    def folds(**values):
+        updates = _visibility(*[values.get(k, "") for k in DECIDING])[-len(SECTIONS):]
+        return {section.title: update["visible"] for section, update in zip(SECTIONS, updates)}
+
+    built_in = folds(dataset="builtin-arith", supervision="outcome", reward="rule")
+    assert built_in == {"Model & data": False, "Algorithm": True, "Reward": False, "Runtime & saving": True}
+    assert folds(dataset="a.jsonl", supervision="process", reward="rule")["Model & data"]
+    assert folds(dataset="builtin-arith", supervision="process", reward="rule")["Reward"]
+    assert folds(dataset="builtin-arith", supervision="outcome", reward="model")["Reward"]

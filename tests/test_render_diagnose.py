@@ -87,17 +87,18 @@ def test_nothing_recorded_says_so():
 
 
 RESULT = {"run_id": 1, "total": 51, "page": 1, "page_size": 50, "pages": 2, "rows": [
-    {"sample_id": 7, "group_id": 3, "step": 2, "question": "q", "completion": "line one\nline <two> " + "x" * 200,
+    {"sample_id": 7, "group_id": 3, "step": 2, "question": "What is\n12 + 30?", "completion": "line one\nline <two> " + "x" * 200,
      "reward": 0.123456, "correct": False, "answer_found": False, "truncated": True, "length": 64, "spread": 0.5,
      "kind": "mixed"}]}
 
 
 def test_found_samples_are_one_row_each_with_their_verdict_in_a_word():
     frame = samples_frame(RESULT)
-    assert list(frame.columns) == ["step", "group", "sample", "reward", "verdict", "length", "spread", "completion"]
+    assert list(frame.columns) == ["step", "group", "sample", "reward", "verdict", "length", "spread", "question",
+                                   "completion"]
     row = frame.iloc[0]
     assert (row["step"], row["group"], row["sample"], row["reward"]) == (2, 3, 7, 0.1235)
-    assert row["verdict"] == "no answer · cut"
+    assert row["verdict"] == "no answer · cut" and row["question"] == "What is 12 + 30?"
     assert row["completion"].startswith("line one line <two> x") and row["completion"].endswith("…")
     assert samples_frame(None).empty
     assert [verdict_text(r) for r in ({"correct": True, "answer_found": True}, {"correct": False, "answer_found": True},

@@ -38,6 +38,16 @@ def test_training_names_the_phase_and_the_main_bar_counts_the_steps():
     assert "evaluating 1 / 4" in later and "ETA 5m 00s" in later  # the ETA stands once steps are done
 
 
+def test_the_eta_counts_the_recorded_steps_time_not_the_models_build():
+    """30 of 60 steps done 10 minutes after the start, of which the built-in model's build took 8: the steps took
+    2.5 s each (4 s with the evaluation of every tenth step), so 30 more take 75 + 3 x 1.5 s."""
+    rows = [{"step": s, "time/step": 2.5, **({"time/eval": 1.5} if s % 10 == 0 else {})} for s in range(1, 31)]
+    started = "2025-01-01T00:00:00+00:00"
+    page = progress_html({**RUNNING, "step": 30, "total_steps": 60, "phase": "training", "started_at": started},
+                         datetime(2025, 1, 1, 0, 10, tzinfo=timezone.utc), metrics=rows)
+    assert "elapsed 10m 00s" in page and "ETA 1m 20s" in page  # 79.5 s; elapsed / step would say 10m 00s
+
+
 def test_only_a_running_run_shows_a_phase():
     queued = progress_html({**RUNNING, "status": "queued", "started_at": None, "phase": "loading model"}, NOW)
     assert "waiting for a worker" in queued and 'class="phase"' not in queued
@@ -100,6 +110,8 @@ def test_the_banner_warns_when_most_groups_have_no_reward_spread():
     banner = zero_spread_banner(groups)
     assert 'data-flat="2" data-groups="3"' in banner and "carry no gradient" in banner
     assert "group_size" in banner and "temperature" in banner
+    cause = zero_spread_banner(groups, "Most are all wrong, and only 0% of the outputs state a final answer.")
+    assert "only 0% of the outputs state a final answer" in cause and "temperature" not in cause
     assert zero_spread_banner([{"reward_std": 0.0}, {"reward_std": 0.1}]) == ""  # half is not most
     assert zero_spread_banner([]) == ""
 

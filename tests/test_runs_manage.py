@@ -293,6 +293,28 @@ def test_runs_filter_by_status_search_and_archived():
     assert "No runs yet" in runs_table_html([], [])
 
 
+def test_a_tick_that_read_the_pickers_before_a_launch_keeps_the_launched_run_shown(api_env, sqlite_url):
+    """A Runs-table tick sent while the pickers showed run 1 runs after Launch created run 2 and opened it: it
+    brings run 2 into every picker's choices and sets no picker's value, so the launched run stays shown. A
+    deleted run still moves its pickers to the newest run left."""
+    from app.tab_runs import _refresh_runs
+
+    with session_scope(sqlite_url) as s:
+        first = _seed_run(s, "first")
+        seen = _refresh_runs(None, first, first, [first], None, "all", "", False)[-1]
+        launched = store.create_run(s, {**SPEC, "name": "launched"}, "launched")
+    _, *pickers, seen = _refresh_runs(seen, first, first, [first], None, "all", "", False)
+    for picker in pickers:
+        assert [value for _, value in picker.constructor_args["choices"]] == [launched, first]
+        assert "value" not in picker.constructor_args, picker.constructor_args
+    with session_scope(sqlite_url) as s:
+        store.delete_run(s, launched)
+    _, run, groups, compared, manage, _ = _refresh_runs(seen, launched, launched, [first, launched], launched,
+                                                         "all", "", False)
+    assert (run.constructor_args["value"], groups.constructor_args["value"]) == (first, first)
+    assert compared.constructor_args["value"] == [first] and manage.constructor_args["value"] is None
+
+
 # ---- the endpoints, on a live server ------------------------------------------------------------------
 
 

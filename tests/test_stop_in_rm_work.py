@@ -20,13 +20,19 @@ LONG_RM = {"reward": "model", "rm_samples": 50_000, "batch_size": 2, "group_size
 
 
 class StopAfter(MemoryRecorder):
-    """Says ``reason`` from its ``calls``-th should_stop on; counts the calls."""
+    """Says ``reason`` from its ``calls``-th should_stop in the reward model's work on; counts those calls (the
+    checks of loading, before it, go on)."""
 
     def __init__(self, calls: int, reason: str):
         super().__init__()
-        self.calls, self.reason, self.asked = calls, reason, 0
+        self.calls, self.reason, self.asked, self.current = calls, reason, 0, None
+
+    def phase(self, name, done=None, total=None):
+        self.current = name
 
     def should_stop(self):
+        if self.current != "training reward model":
+            return False
         self.asked += 1
         return self.reason if self.asked >= self.calls else False
 

@@ -20,7 +20,7 @@ from grpo_engine.config import validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers"}
+TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers", "id_high_water"}
 
 
 def new_run(url: str, **spec) -> int:
@@ -58,6 +58,20 @@ def group(prompt: str, rewards: list[float], process: bool = False) -> dict:
 
 
 # ---- runs -----------------------------------------------------------------------------------
+
+def test_a_run_id_is_never_reused_after_a_delete(db_url):
+    """A service holding a deleted run's id must never read another run under it: on SQLite (which numbers a
+    row max(id) + 1) as on PostgreSQL (a sequence)."""
+    first, second, newest = (new_run(db_url) for _ in range(3))
+    with session_scope(db_url) as s:
+        assert store.delete_run(s, newest) == "deleted"
+    again = new_run(db_url)
+    assert again > newest > second > first
+    with session_scope(db_url) as s:
+        for run_id in (first, second, again):
+            assert store.delete_run(s, run_id) == "deleted"
+        assert store.delete_run(s, again) == "missing"
+    assert new_run(db_url) > again  # every run gone: still above every id ever used
 
 
 def test_create_get_and_list_runs(db_url):
@@ -294,7 +308,8 @@ def test_deleting_a_run_deletes_everything_under_it(db_url):
         s.execute(delete(Run).where(Run.id == run_id))
     with session_scope(db_url) as s:
         for table in Base.metadata.sorted_tables:
-            assert s.scalar(select(func.count()).select_from(table)) == 0, table.name
+            if table.name != "id_high_water":  # the largest id used is kept on purpose
+                assert s.scalar(select(func.count()).select_from(table)) == 0, table.name
 
 
 # ---- leases ------------------------------------------------------------------

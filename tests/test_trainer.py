@@ -60,6 +60,10 @@ def test_outcome_run_completes_and_records_every_metric(outcome_run):
         assert steps[s]["iteration"] == 1
         assert all(math.isfinite(v) for v in steps[s].values())
         assert steps[s]["clip_frac"] == 0.0  # mu = 1: the ratio is exactly 1
+    # a step whose every group has zero spread (every advantage 0) is measured, not stepped; any other is stepped
+    for s in (1, 2, 3):
+        no_signal = steps[s]["groups/zero_spread"] == BASE["batch_size"]
+        assert steps[s]["update/skipped"] == float(no_signal), s
     assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)  # reference == policy at step 1
 
 
@@ -185,9 +189,11 @@ def test_should_stop_cancels_at_a_step_boundary(grpo_cache_dir):
 
 
 def test_should_stop_before_the_first_step(grpo_cache_dir):
+    """A stop asked from the start is heard while the run loads (loading.loading_check): it ends there."""
     result, rec = run(grpo_cache_dir, StopAfter(0), eval_every=0)
     assert result["status"] == "cancelled" and result["step"] == 0
-    assert rec.total_steps == 3 and rec.metrics == [] and rec.group_log == {}
+    assert rec.total_steps == 0 and rec.metrics == [] and rec.group_log == {}
+    assert "cancelled while loading" in rec.messages
 
 
 def test_several_policy_updates_per_batch_report_clipping(grpo_cache_dir):
@@ -238,7 +244,7 @@ def test_micro_batches_accumulate_the_same_update(grpo_cache_dir):
     """B x G = 8 outputs in micro-batches of 3, 3 and 2: step 1 (the same samples) gives the same loss, KL,
     clip share, entropy and gradient norm as one batch of 8, with mu = 2 so the clip and old log-probs count."""
     common = dict(steps_per_iteration=1, batch_size=2, group_size=4, eval_every=0, policy_updates_per_batch=2,
-                  max_new_tokens=32)
+                  max_new_tokens=32, precision="fp32")  # bf16 scoring rounds each micro-batch's sums its own way
     _, whole = run(grpo_cache_dir, **common)
     _, micro = run(grpo_cache_dir, micro_batch_size=3, **common)
     a, b = whole.metrics[0], micro.metrics[0]

@@ -242,7 +242,7 @@ def test_token_span_escapes_and_colours_by_advantage():
     assert "background:rgba(22,163,74,1.000)" in token_span(" a", 2.0, 2.0)  # full green
     assert 'class="token strong"' in token_span(" a", 2.0, 2.0)
     assert "background:rgba(22,163,74,0.000)" in token_span(" a", 0.0, 2.0)  # clear at 0
-    assert '<span class="ws">·</span>a' in token_span(" a", 0.0, 0.0)
+    assert '"> a</span>' in token_span(" a", 0.0, 0.0)  # a space stays a space, so the text wraps between words
 
 
 def test_group_html_shows_every_sample_and_step_marks():

@@ -7,8 +7,8 @@ finding samples across a run, and one question through time. Callers use them th
 """
 from app.store.manage import annotate_run, delete_run, metrics_after, rename_run, set_archived
 from app.store.records import (EXPORT_COLUMNS, GROUP_ORDERS, append_log, get_group, get_logs, get_metrics,
-                               group_steps, iter_sample_rows, list_groups, recent_lengths_rewards, record_groups,
-                               record_step, truncate_after)
+                               group_steps, iter_sample_rows, latest_writes, list_groups, recent_lengths_rewards,
+                               record_groups, record_step, truncate_after)
 from app.store.runs import (FINISHED_STATUSES, LeaseLost, claim_run, create_run, default_run_name, finish_run,
                             get_run, is_cancel_requested, list_runs, live_workers, mark_running, record_checkpoint,
                             renew_lease, report_worker, request_cancel, requeue_run, requeue_stale_runs,
@@ -17,7 +17,8 @@ from app.store.search import group_question, question_history, search_samples
 
 __all__ = ["EXPORT_COLUMNS", "FINISHED_STATUSES", "GROUP_ORDERS", "LeaseLost", "append_log", "claim_run",
            "create_run", "default_run_name", "finish_run", "get_group", "get_logs", "get_metrics", "get_run",
-           "group_steps", "is_cancel_requested", "iter_sample_rows", "list_groups", "list_runs", "live_workers",
+           "group_steps", "is_cancel_requested", "iter_sample_rows", "latest_writes", "list_groups", "list_runs",
+           "live_workers",
            "mark_running", "record_checkpoint", "record_groups", "record_step", "renew_lease", "report_worker",
            "request_cancel", "requeue_run", "requeue_stale_runs", "set_phase", "truncate_after",
            "annotate_run", "delete_run", "metrics_after", "rename_run", "set_archived", "group_question",

@@ -13,6 +13,7 @@ from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import Metric, Run
+from app.store.runs import raise_high_water
 
 RUNS_PER_QUERY = 200  # runs per metrics_after query: SQLite parses an OR of n terms n levels deep (at most 1000)
 
@@ -55,6 +56,7 @@ def delete_run(s: Session, run_id: int) -> str:
     """
     result = s.execute(delete(Run).where(Run.id == run_id, Run.status != "running"))
     if result.rowcount == 1:
+        raise_high_water(s, run_id)  # in the delete's transaction: no later run takes its id
         return "deleted"
     return "running" if s.scalar(select(Run.id).where(Run.id == run_id)) is not None else "missing"
 

@@ -326,3 +326,9 @@ def get_logs(s: Session, run_id: int, limit: int = 200) -> list[str]:
     """The last ``limit`` log lines of a run, oldest first."""
     rows = s.scalars(select(RunLog.message).where(RunLog.run_id == run_id).order_by(RunLog.id.desc()).limit(limit))
     return list(rows)[::-1]
+
+
+def latest_writes(s: Session) -> tuple[int, int, int]:
+    """The newest row id of the metrics, the groups and the log lines: any of them grows when anything records a
+    step, a group or a line. Three primary-key maxima, each read off its index."""
+    return tuple(s.scalar(select(func.coalesce(func.max(table.id), 0))) for table in (Metric, Group, RunLog))

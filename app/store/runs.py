@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from app.models import Run, Worker, utcnow
+from app.models import IdHighWater, Run, Worker, utcnow
 
 FINISHED_STATUSES = ("completed", "failed", "cancelled")  # a run's status is queued, running or one of these
 
@@ -69,9 +69,32 @@ def create_run(s: Session, spec: dict[str, Any], name: str) -> int:
         total_steps=spec["iterations"] * spec["steps_per_iteration"],
         cancel_requested=False,
     )
+    if _numbers_rows_itself(s):
+        run.id = _next_run_id()
     s.add(run)
     s.flush()
     return run.id
+
+
+def _numbers_rows_itself(s: Session) -> bool:
+    """Whether the store numbers runs itself: on SQLite, whose max(id) + 1 would reuse a deleted run's id
+    (models.IdHighWater); PostgreSQL's sequence never reuses one."""
+    return s.get_bind().dialect.name == "sqlite"
+
+
+def _next_run_id():
+    """One more than every run id ever used: the larger of the largest present and the high-water mark, read in
+    the INSERT itself (one statement, so two launches at once cannot read the same number)."""
+    present = select(func.coalesce(func.max(Run.id), 0)).scalar_subquery()
+    mark = select(func.coalesce(func.max(IdHighWater.value), 0)).where(IdHighWater.name == "runs").scalar_subquery()
+    return select(func.max(present, mark) + 1).scalar_subquery()
+
+
+def raise_high_water(s: Session, run_id: int) -> None:
+    """Run ``run_id`` is being deleted: keep its id in the high-water mark (SQLite), so no later run takes it."""
+    if _numbers_rows_itself(s):
+        s.execute(UPSERT["sqlite"](IdHighWater).values(name="runs", value=run_id).on_conflict_do_update(
+            index_elements=[IdHighWater.name], set_={"value": func.max(IdHighWater.value, run_id)}))
 
 
 SUMMARY_COLUMNS = (Run.id, Run.name, Run.status, Run.model, Run.dataset, Run.supervision, Run.step,
