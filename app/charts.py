@@ -8,7 +8,8 @@ drawn; shares (metrics named ``*_frac``, ``*accuracy*`` or ``eval/*``) are drawn
 means the same in every run. Each series can be smoothed (:func:`ema`): the smoothed line bold, the raw values
 faint behind it.
 
-:func:`compare_figure` is the Compare tab's: one panel per picked metric, each run a line of its own colour.
+:func:`compare_figure` is the Compare tab's: one panel per picked metric, each run a line of its own colour,
+smoothed the same way. A short series is smoothed less (:func:`series_weight`), and a few steps get a tick each.
 Pure functions of their arguments: no store, no Gradio.
 """
 from __future__ import annotations
@@ -40,6 +41,29 @@ def ema(values: list[float], weight: float) -> list[float]:
     for value in values:
         smoothed.append(value if not smoothed else weight * smoothed[-1] + (1 - weight) * value)
     return smoothed
+
+
+SMOOTHING = 0.6  # the charts' EMA weight on opening (the Run and Compare tabs' Smoothing sliders)
+SMOOTHING_INFO = "EMA weight of the bold lines, lowered for short runs (at most a tenth of the run); 0: the raw values"
+SMOOTH_SPAN = 10  # an EMA's memory, 1 / (1 - weight) points, is at most a tenth of the series
+
+
+def series_weight(weight: float, points: int) -> float:
+    """The EMA weight a series of ``points`` values is drawn with: ``weight``, lowered so that the average
+    remembers at most a tenth of the series (SMOOTH_SPAN), so a short run is not drawn lagging behind its
+    values: 10 points or fewer are drawn raw.
+
+    >>> series_weight(0.6, 10), series_weight(0.6, 20), series_weight(0.6, 100)
+    (0.0, 0.5, 0.6)
+    """
+    return max(0.0, min(weight, 1 - SMOOTH_SPAN / points)) if points else 0.0
+
+
+def step_ticks(fig: go.Figure, steps: list[int]) -> None:
+    """Whole-step ticks on ``fig``'s x axes: a tick every step when the steps span 10 or fewer (plotly would put
+    some at 1.5 and 2.5); plotly's own choice, always whole, above that."""
+    if steps and max(steps) - min(steps) <= 10:
+        fig.update_xaxes(dtick=1, tick0=0)
 
 
 def is_share(name: str) -> bool:
@@ -100,21 +124,25 @@ def _points(metrics: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def _series(key: str, steps: list[int], values: list[float], smoothing: float, sparse: bool, k: int,
-            legend: str) -> list[go.Scatter]:
-    """One metric's traces in its panel (the ``k``-th series there): with smoothing, the raw values faint
-    and the smoothed line bold on top, one legend entry for both; a sparse series (recorded on few steps,
-    e.g. evaluations) is drawn as it is, with markers."""
-    colour, dash = PALETTE[k % len(PALETTE)], DASHES[k % len(DASHES)]
-    common = dict(x=steps, legendgroup=key, legend=legend)
-    if sparse or smoothing <= 0:
+            legend: str, label: str | None = None, show: bool = True) -> list[go.Scatter]:
+    """One metric's traces in its panel (the ``k``-th series there), named ``label`` (default ``key``) in the
+    legend ``legend`` (``show``: whether it has an entry there): with smoothing (its weight lowered for a short
+    series, :func:`series_weight`), the raw values faint and the smoothed line bold on top, one legend entry for
+    both; a sparse series (recorded on few steps, e.g. evaluations) is drawn as it is, with markers."""
+    colour, dash, label = PALETTE[k % len(PALETTE)], DASHES[k % len(DASHES)], label or key
+    common = dict(x=steps, legendgroup=label, legend=legend)
+    weight = series_weight(smoothing, len(values))
+    hover = f"{label}<br>{key}, step %{{x}}: %{{y:.4g}}<extra></extra>" if label != key else \
+        f"{key}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"
+    if sparse or weight <= 0:
         mode = "lines+markers" if sparse or len(steps) < 40 else "lines"
-        return [go.Scatter(**common, y=values, name=key, mode=mode, line=dict(color=colour, width=2, dash=dash),
-                           marker=dict(size=5), hovertemplate=f"{key}<br>step %{{x}}: %{{y:.4g}}<extra></extra>")]
-    raw = go.Scatter(**common, y=values, name=f"{key} (raw)", showlegend=False, mode="lines", opacity=0.3,
-                     line=dict(color=colour, width=1), hovertemplate=f"{key}<br>step %{{x}}: %{{y:.4g}}<extra></extra>")
-    smooth = go.Scatter(**common, y=ema(values, smoothing), name=key, mode="lines",
+        return [go.Scatter(**common, y=values, name=label, mode=mode, showlegend=show,
+                           line=dict(color=colour, width=2, dash=dash), marker=dict(size=5), hovertemplate=hover)]
+    raw = go.Scatter(**common, y=values, name=f"{label} (raw)", showlegend=False, mode="lines", opacity=0.3,
+                     line=dict(color=colour, width=1), hovertemplate=hover)
+    smooth = go.Scatter(**common, y=ema(values, weight), name=label, mode="lines", showlegend=show,
                         line=dict(color=colour, width=2.5, dash=dash),
-                        hovertemplate=f"{key} smoothed<br>step %{{x}}: %{{y:.4g}}<extra></extra>")
+                        hovertemplate=hover.replace("<br>", f" smoothed ({weight:.2f})<br>", 1))
     return [raw, smooth]
 
 
@@ -181,6 +209,7 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
     fig.update_yaxes(exponentformat="e")  # 2e-04, not plotly's 200µ
     for axis in [a for a in fig.layout if a.startswith("xaxis") and a != "xaxis"]:
         fig.layout[axis].matches = "x"  # one step axis: the panels line up, and zooming one zooms all
+    step_ticks(fig, [m["step"] for m in metrics])
     # showlegend: plotly hides the first legend when it holds one entry, the panel's only metric
     fig.update_layout(height=height, template="plotly_white", margin=dict(l=55, r=LEGEND_PX, t=30, b=40),
                       showlegend=True, paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
@@ -199,25 +228,31 @@ def _refresh_lines(fig: go.Figure, steps: list[int], panels: int) -> None:
                            yanchor="bottom", font=dict(size=10, color="#9333ea"))
 
 
-def compare_figure(compared: dict, metric_keys: list[str]) -> go.Figure:
-    """One panel per metric, every compared run a line in it (the same colour for a run in every panel);
+def compare_figure(compared: dict, metric_keys: list[str], smoothing: float = 0.0) -> go.Figure:
+    """One panel per metric, every compared run a line in it (the same colour and dash for a run in every
+    panel), smoothed as the Run tab's charts are (``smoothing``, :func:`_series`); all panels on one step axis;
     shares on a fixed 0 to 1 axis."""
     metric_keys = metric_keys or ["reward_mean"]
     fig = make_subplots(rows=len(metric_keys), cols=1, subplot_titles=metric_keys, vertical_spacing=0.12)
+    every_step = []
     for j, run in enumerate(compared["runs"]):
         metrics = compared["metrics"][str(run["run_id"])]
+        recorded = len({m["step"] for m in metrics})
         for i, key in enumerate(metric_keys):
             steps, values = _points(metrics, key)
-            fig.add_trace(go.Scatter(x=steps, y=values, name=f"#{run['run_id']} {run['name']}",
-                                     legendgroup=str(run["run_id"]), showlegend=i == 0,
-                                     line=dict(color=PALETTE[j % len(PALETTE)]),
-                                     mode="lines+markers" if len(steps) < 40 else "lines"), row=i + 1, col=1)
+            every_step += steps
+            for trace in _series(key, steps, values, smoothing, 2 * len(steps) < recorded, j, "legend",
+                                 label=f"#{run['run_id']} {run['name']}", show=i == 0):
+                fig.add_trace(trace, row=i + 1, col=1)
     for i, key in enumerate(metric_keys):
         if is_share(key):
             fig.update_yaxes(range=[-0.03, 1.03], row=i + 1, col=1)
     fig.update_xaxes(title_text="step", row=len(metric_keys))
+    for axis in [a for a in fig.layout if a.startswith("xaxis") and a != "xaxis"]:
+        fig.layout[axis].matches = "x"  # one step axis: the panels line up, and zooming one zooms all
+    step_ticks(fig, every_step)
     fig.update_layout(height=260 * len(metric_keys) + 80, template="plotly_white",
                       margin=dict(l=55, r=20, t=40, b=40), paper_bgcolor="rgba(0,0,0,0)",
-                      plot_bgcolor="rgba(0,0,0,0)")
+                      plot_bgcolor="rgba(0,0,0,0)", uirevision="compare")
     fig.update_yaxes(exponentformat="e")
     return fig

@@ -170,20 +170,23 @@ def _round(value, digits: int = 4):
 
 
 def config_diff_html(compared: dict) -> str:
-    """The compared runs' configs as a table, one column per run; rows of differing keys highlighted."""
+    """The compared runs' configs, one column per run: a table of the keys that differ, and the keys they share
+    folded away below it."""
     runs, differing = compared["runs"], set(compared["differing_keys"])
     keys = sorted({k for r in runs for k in r["config"]})
-    keys = sorted(keys, key=lambda k: (k not in differing, k))  # differing keys first
-    head = "".join(f"<th>#{r['run_id']} {html.escape(r['name'])}</th>" for r in runs)
-    body = []
-    for k in keys:
-        cls = ' class="diff"' if k in differing else ""
-        cells = "".join(f"<td>{html.escape(str(r['config'].get(k, '')))}</td>" for r in runs)
-        body.append(f'<tr{cls} data-key="{html.escape(k)}"><th>{html.escape(k)}</th>{cells}</tr>')
-    note = (f"{len(differing)} key{'s' if len(differing) != 1 else ''} differ: {', '.join(sorted(differing))}"
-            if differing else "The configs are the same.")
-    return (f'<div class="config-diff"><div class="diff-note">{html.escape(note)}</div>'
-            f'<table><tr><th>key</th>{head}</tr>{"".join(body)}</table></div>')
+    head = "<tr><th>key</th>" + "".join(f"<th>#{r['run_id']} {html.escape(r['name'])}</th>" for r in runs) + "</tr>"
+
+    def rows(chosen: list[str], cls: str) -> str:
+        return "".join(f'<tr{cls} data-key="{html.escape(k)}"><th>{html.escape(k)}</th>'
+                       + "".join(f"<td>{html.escape(str(r['config'].get(k, '')))}</td>" for r in runs) + "</tr>"
+                       for k in chosen)
+    shown, same = [k for k in keys if k in differing], [k for k in keys if k not in differing]
+    note = (f"{len(shown)} key{'s differ' if len(shown) != 1 else ' differs'}: {', '.join(shown)}" if shown
+            else "The configs are the same.")
+    table = "<table>" + head + rows(shown, ' class="diff"') + "</table>" if shown else ""
+    folded = (f'<details class="config-same"><summary>{len(same)} key{"s" if len(same) != 1 else ""} the same in '
+              f'every run</summary><table>{head}{rows(same, "")}</table></details>' if same else "")
+    return f'<div class="config-diff"><div class="diff-note">{html.escape(note)}</div>{table}{folded}</div>'
 
 
 def groups_frame(groups: list[dict]) -> pd.DataFrame:

@@ -11,7 +11,7 @@ import re
 import gradio as gr
 
 from app import api, exports
-from app.charts import metrics_figure, recorded_metrics
+from app.charts import SMOOTHING, SMOOTHING_INFO, metrics_figure, recorded_metrics
 from app.endpoints import call_api
 from app.health_metrics import training_rows
 from app.render import health_html, progress_html, rm_refresh_frame
@@ -24,7 +24,6 @@ NO_RUN = "<div>No run selected.</div>"
 EXPORTS = (("export-parquet", "Groups as Parquet", "parquet"), ("export-csv", "Groups as CSV", "csv"),
            ("export-config", "Config as JSON", "config"), ("export-model", "Trained policy", "model"),
            ("export-adapter", "LoRA adapter", "adapter"))  # (elem_id, button text, export kind)
-SMOOTHING = 0.6  # the charts' EMA weight on opening
 _NUMBERED = re.compile(r"^(.*) \((\d+)\)$")  # a name ending in " (n)"
 # the health badge: a click on a warning (its data-rule) asks for its evidence to be charted
 HEALTH_CLICK = ("element.addEventListener('click', e => { const li = e.target.closest('[data-rule]');"
@@ -45,7 +44,7 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         shared.gradient_chart.render()
         with gr.Row(elem_id="chart-controls"):
             smoothing = gr.Slider(0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing",
-                                  info="EMA weight of the bold lines; 0: the raw values", elem_id="chart-smoothing",
+                                  info=SMOOTHING_INFO, elem_id="chart-smoothing",
                                   scale=1)
             picked = gr.Dropdown([], value=[], multiselect=True, label="Metrics to chart",
                                  info="None picked: every recorded metric", elem_id="chart-metrics", scale=2)

@@ -168,10 +168,11 @@ def _note(text: str, ok: bool = True) -> str:
 
 def _load_manage(run_id):
     """The picked run's name, tags and notes in the Manage area, Archive or Unarchive as it is, no confirmation
-    showing; all empty with no run."""
+    showing; all empty with no run, the message kept (a delete empties the picker, and its "Deleted run #N"
+    stays)."""
     hide_confirm, show_delete = gr.Row(visible=False), gr.Button(visible=True)
     if run_id is None:
-        return "", "", "", gr.Button("Archive"), hide_confirm, show_delete, ""
+        return "", "", "", gr.Button("Archive"), hide_confirm, show_delete, gr.skip()
     try:
         run = api.get_run(run_id)
     except api.ApiError as e:

@@ -67,6 +67,8 @@ HEAD_JS = """<script>(() => {
 #   placed by the token's place in the window (getBoundingClientRect): below it, or above it near the window's
 #   bottom, moved left to stay inside the window; a scroll hides it. (A CSS ::after box lands at the token's
 #   place in the page, off screen once the cards are scrolled into view.)
+# - a chart drawn while its tab was hidden (a tick, a deleted run leaving the Compare picker) is drawn at plotly's
+#   default 700 px: each plotly chart is resized to its place whenever its size changes, as when its tab shows.
 DASHBOARD_JS = """() => {
   const atBottom = (t) => t.scrollTop + t.clientHeight >= t.scrollHeight - 4;
   document.addEventListener('scroll', (e) => {
@@ -101,6 +103,16 @@ DASHBOARD_JS = """() => {
   });
   document.addEventListener('scroll', hide, true);
   setTimeout(() => window.grpoEndStrayTimers && window.grpoEndStrayTimers(), 1000);
+  const shown = new ResizeObserver((entries) => {
+    for (const entry of entries) if (entry.contentRect.width > 0 && window.Plotly) window.Plotly.Plots.resize(entry.target);
+  });
+  const watch = (node) => {
+    if (!(node instanceof Element)) return;
+    for (const plot of node.matches('.js-plotly-plot') ? [node] : node.querySelectorAll('.js-plotly-plot')) shown.observe(plot);
+  };
+  watch(document.body);
+  new MutationObserver((changes) => changes.forEach((c) => c.addedNodes.forEach(watch)))
+    .observe(document.body, {childList: true, subtree: true});
 }"""
 
 

@@ -1,8 +1,9 @@
 """The Runs tab in a real browser (Chromium through Playwright): coloured status badges, the phase of a running
-run, the search filter, renaming a run and deleting one after the confirmation, and a row opening its run.
+run, the search filter, renaming a run and deleting one after the confirmation, and a row opening its run; a
+short run's "too few steps yet" badge and its cut output's mark.
 
 The server runs without a worker; runs are written into its store from this process, the way a worker
-writes them. A screenshot goes to test-artifacts/runs-tab.png.
+writes them. Screenshots go to test-artifacts/ (runs-tab.png, too-few-WIDTH.png, cut-card-WIDTH.png).
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ CHROMIUM = "/usr/bin/chromium"
 SPEC = {"model": "builtin-arith", "dataset": "builtin-arith", "supervision": "outcome", "iterations": 1,
         "steps_per_iteration": 10, "device": "auto"}
 BADGE_COLOURS = {"completed": "rgb(21, 128, 61)", "failed": "rgb(185, 28, 28)", "running": "rgb(37, 99, 235)"}
+# the Compare chart's drawn width and its box's width (the Run tab's with "run-charts")
+COMPARE_WIDTHS = """() => [document.querySelector('#compare-charts .main-svg').getBoundingClientRect().width,
+                            document.querySelector('#compare-charts').getBoundingClientRect().width]"""
 
 
 def _seed(db_url: str) -> dict[str, int]:
@@ -166,6 +170,8 @@ def test_deleting_the_newest_run_and_launching_again_keeps_the_page_consistent(t
                 page.locator("#manage-delete").click()
                 page.locator("#manage-confirm-delete").click()
                 expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
+                page.wait_for_timeout(1_500)  # the emptied Manage picker's reload has come and gone
+                expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
                 expect(groups_picker).to_have_value(f"#{older} older (completed)")  # the pickers move to what is left
 
                 page.locator("#tab-launch-button").click()
@@ -219,5 +225,102 @@ def test_the_first_run_launched_is_shown_from_the_first_moment(tmp_path):
             shown = page.evaluate("window.progressShown")
             first = next(i for i, text in enumerate(shown) if "#1" in text)
             assert not [text for text in shown[first:] if "No run selected" in text], shown
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_short_runs_badge_says_too_few_steps_and_a_cut_output_is_marked(tmp_path):
+    """A run with two steps recorded: its health badge says "too few steps yet", not "no warnings"; its latest
+    group has an output cut at max_new_tokens, and that output's card says so, in view, at 1280 x 900 and
+    1600 x 1000 (screenshots too-few-WIDTH.png and cut-card-WIDTH.png)."""
+    env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
+    upgrade_database(env["GRPO_DATABASE_URL"])
+    tokens = ["6", "*", "7", "=", "4"]
+    samples = [SampleRecord(completion="6*7=4", tokens=tokens, reward=0.0, advantages=[0.0] * 5, truncated=i == 0,
+                            reward_components={"correct": 0.0}) for i in range(4)]
+    with session_scope(env["GRPO_DATABASE_URL"]) as s:
+        run_id = store.create_run(s, {**SPEC, "name": "short"}, "short")
+        for step in (1, 2):
+            store.record_step(s, run_id, step, 1, {"reward_mean": 0.0, "zero_std_frac": 1.0, "truncated_frac": 0.25})
+            store.record_groups(s, run_id, step, [GroupRecord("6*7", "42", samples).to_dict()])
+        s.execute(update(Run).where(Run.id == run_id).values(status="completed", step=2))
+    make_engine(env["GRPO_DATABASE_URL"]).dispose()
+    with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            expect.set_options(timeout=15_000)
+            page.goto(url)
+            (ROOT / "test-artifacts").mkdir(exist_ok=True)
+            for width, height in ((1280, 900), (1600, 1000)):
+                page.set_viewport_size({"width": width, "height": height})
+                page.locator("#tab-run-button").click()
+                badge = page.locator('#run-health .health[data-state="too-few"]')
+                expect(badge).to_contain_text("too few steps yet (2 of 5 training steps")
+                expect(badge).to_be_in_viewport()
+                expect(page.locator("#run-charts .main-svg").first).to_be_visible()
+                page.wait_for_timeout(500)  # a window made wider: the charts follow its width
+                drawn, box = page.evaluate(COMPARE_WIDTHS.replace("compare-charts", "run-charts"))
+                assert drawn > 0.9 * box, (drawn, box)
+                page.screenshot(path=str(ROOT / "test-artifacts" / f"too-few-{width}.png"))
+                page.locator("#tab-groups-button").click()
+                cards = page.locator("#group-view .sample")
+                expect(cards).to_have_count(4)
+                cut = page.locator("#group-view .sample .cut")
+                expect(cut).to_have_count(1)  # only the output that was cut
+                expect(cut).to_have_text("cut at max_new_tokens")
+                cut.scroll_into_view_if_needed()
+                expect(cut).to_be_in_viewport()
+                page.screenshot(path=str(ROOT / "test-artifacts" / f"cut-card-{width}.png"))
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_compare_keeps_its_full_width_after_a_compared_run_is_deleted(tmp_path):
+    """Three runs compared; the newest is deleted from the Runs tab, which redraws the Compare chart while its tab
+    is hidden; back on Compare, the chart fills its box (not plotly's default 700 px), at 1600 x 1000, and its
+    config table says the configs are the same (screenshot compare-after-delete.png)."""
+    env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
+    upgrade_database(env["GRPO_DATABASE_URL"])
+    _seed_two_runs_with_groups(env["GRPO_DATABASE_URL"], steps=20)
+    _, newest = _seed_two_runs_with_groups(env["GRPO_DATABASE_URL"], steps=20)
+    make_engine(env["GRPO_DATABASE_URL"]).dispose()
+    with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.set_default_timeout(15_000)
+            expect.set_options(timeout=15_000)
+            page.goto(url)
+            page.locator("#tab-compare-button").click()
+            for run_id in (1, 2, newest):
+                page.locator("#compare-runs input").first.click()
+                page.get_by_role("option", name=re.compile(rf"^#{run_id} ")).click()
+            page.keyboard.press("Escape")
+            expect(page.locator("#compare-charts .main-svg").first).to_be_visible()
+            drawn, box = page.evaluate(COMPARE_WIDTHS)
+            assert drawn > 0.9 * box > 1000
+
+            page.locator("#tab-runs-button").click()
+            page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
+            page.locator("#manage-delete").click()
+            page.locator("#manage-confirm-delete").click()
+            expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest}")
+            page.wait_for_timeout(1_000)  # the Compare picker drops it: the chart is drawn again, hidden
+            page.locator("#tab-compare-button").click()
+            expect(page.locator("#compare-runs")).not_to_contain_text(f"#{newest} ")
+            page.wait_for_timeout(500)
+            drawn, box = page.evaluate(COMPARE_WIDTHS)
+            assert drawn > 0.9 * box, (drawn, box)
+            expect(page.locator("#compare-config .diff-note")).to_have_text("The configs are the same.")
+            (ROOT / "test-artifacts").mkdir(exist_ok=True)
+            page.screenshot(path=str(ROOT / "test-artifacts" / "compare-after-delete.png"), full_page=True)
         finally:
             browser.close()

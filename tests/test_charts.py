@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.charts import NO_STEPS, PANELS, chart_panels, compare_figure, ema, metrics_figure, recorded_metrics
+from app.charts import (NO_STEPS, PANELS, chart_panels, compare_figure, ema, metrics_figure, recorded_metrics,
+                        series_weight)
 from grpo_engine.recorder import EVAL_METRICS, METRIC_REGISTRY
 
 
@@ -94,13 +95,27 @@ def test_shares_are_on_zero_to_one_and_a_constant_series_around_its_value():
 
 
 def test_smoothing_draws_the_ema_bold_over_the_faint_raw_values():
-    rows = [{"step": s, "iteration": 1, "reward_mean": v} for s, v in enumerate([0.0, 1.0, 1.0], start=1)]
+    values = [float(s % 3) for s in range(40)]
+    rows = [{"step": s, "iteration": 1, "reward_mean": v} for s, v in enumerate(values, start=1)]
     raw, smooth = metrics_figure(rows, smoothing=0.5).data
-    assert list(raw.y) == [0.0, 1.0, 1.0] and raw.showlegend is False and raw.opacity < 0.5
-    assert list(smooth.y) == [0.0, 0.5, 0.75] and smooth.name == "reward_mean"
+    assert list(raw.y) == values and raw.showlegend is False and raw.opacity < 0.5
+    assert list(smooth.y) == ema(values, 0.5) and smooth.name == "reward_mean"
     assert smooth.line.width > raw.line.width and raw.legendgroup == smooth.legendgroup
     [plain] = metrics_figure(rows, smoothing=0.0).data  # no smoothing: the values, once
-    assert list(plain.y) == [0.0, 1.0, 1.0] and plain.showlegend is not False
+    assert list(plain.y) == values and plain.showlegend is not False
+
+
+def test_a_short_run_is_smoothed_less_and_ticks_on_whole_steps():
+    assert (series_weight(0.6, 10), series_weight(0.6, 20), series_weight(0.6, 100)) == (0.0, 0.5, 0.6)
+    ramp = [{"step": s, "iteration": 1, "kl": 3.3e-5 * s} for s in range(1, 11)]
+    fig = metrics_figure(ramp, smoothing=0.6)
+    [kl] = fig.data  # 10 steps: drawn raw, so the line ends at the last value, not an average lagging behind
+    assert kl.y[-1] == pytest.approx(3.3e-4) and kl.name == "kl"
+    assert fig.layout.xaxis.dtick == 1  # a tick per step: none at 1.5 or 2.5
+    longer = [{"step": s, "iteration": 1, "kl": 3.3e-5 * s} for s in range(1, 21)]
+    raw, smooth = metrics_figure(longer, smoothing=0.6).data
+    assert list(smooth.y) == ema(list(raw.y), 0.5)  # 20 steps: an EMA that remembers 2 of them
+    assert metrics_figure(_rows(30)).layout.xaxis.dtick is None  # plotly's own whole-step ticks
 
 
 def test_sparse_series_are_not_smoothed_and_series_in_a_panel_differ_in_dash():

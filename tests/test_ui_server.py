@@ -19,7 +19,7 @@ from gradio_client.exceptions import AppError
 from kombu import Connection
 
 from app import store
-from app.charts import PANELS, compare_figure, metrics_figure
+from app.charts import PANELS, compare_figure, ema, metrics_figure
 from app.render import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
 from app.render_group import group_html, token_span
 from app.db import make_engine, session_scope, upgrade_database
@@ -329,9 +329,22 @@ def test_config_diff_marks_the_differing_keys_and_compare_figure_draws_each_run(
                 "metrics": {"1": [{"step": 1, "kl": 0.1}], "2": [{"step": 1, "kl": 0.0}]}}
     page = config_diff_html(compared)
     assert '<tr class="diff" data-key="kl_coef">' in page and '<tr data-key="seed">' in page
-    assert "b&lt;" in page and "1 key differ: kl_coef" in page
+    assert "b&lt;" in page and "1 key differs: kl_coef" in page
+    differing, same = page.split("<details")  # the shared keys folded away below the differing ones
+    assert "kl_coef" in differing and "seed" not in differing and "1 key the same in every run" in same
     fig = compare_figure(compared, ["kl", "reward_mean"])
-    assert [t.name for t in fig.data] == ["#1 a", "#1 a", "#2 b<", "#2 b<"]
+    assert [t.name for t in fig.data] == ["#1 a", "#1 a", "#2 b<", "#2 b<"]  # one point each: drawn raw
+    assert fig.layout.xaxis2.matches == "x" and fig.layout.xaxis.dtick == 1  # one step axis, whole steps
+
+
+def test_compare_smooths_long_runs_and_draws_short_ones_raw():
+    long = [{"step": s, "kl": float(s % 2)} for s in range(1, 101)]
+    compared = {"runs": [{"run_id": 1, "name": "long", "config": {}}, {"run_id": 2, "name": "short", "config": {}}],
+                "differing_keys": [], "metrics": {"1": long, "2": long[:8]}}
+    fig = compare_figure(compared, ["kl"], smoothing=0.6)
+    assert [t.name for t in fig.data] == ["#1 long (raw)", "#1 long", "#2 short"]
+    assert fig.data[1].y[-1] == pytest.approx(ema([float(s % 2) for s in range(1, 101)], 0.6)[-1])
+    assert fig.data[2].y == tuple(float(s % 2) for s in range(1, 9))
 
 
 def test_group_html_shows_normalised_rewards_and_the_rm_score_beside_the_verifier():
