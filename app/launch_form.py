@@ -6,9 +6,10 @@ exactly once and that every preset is a valid run spec.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-from grpo_engine.config import BUILTIN_DATASET, FIELDS
+from grpo_engine.config import BUILTIN_DATASET, FIELDS, labelled_by_rollouts
 from grpo_engine.data import DATASET_SUFFIXES
 
 
@@ -88,11 +89,16 @@ def _learned_reward(values: dict) -> bool:
 
 
 def _rollouts(values: dict) -> bool:
-    """Whether steps are labelled by rollouts: process supervision with step_labels 'rollouts' (or 'auto' on a
-    dataset other than the built-in one)."""
-    labels = values.get("step_labels") or "auto"
-    return values.get("supervision") == "process" and (
-        labels == "rollouts" or (labels == "auto" and _own_dataset(values)))
+    """Whether steps are labelled by rollouts (grpo_engine.spec_checks.labelled_by_rollouts, the validator's
+    rule), with the form's ``rewards`` box (a JSON list) read as names."""
+    rewards = values.get("rewards") if values.get("reward") != "model" else None
+    if isinstance(rewards, str):
+        try:
+            rewards = json.loads(rewards) if rewards.strip() else []
+        except ValueError:
+            rewards = [rewards]  # unreadable: launch refuses it, naming rewards
+    return labelled_by_rollouts(values.get("supervision"), values.get("step_labels") or "auto",
+                                not _own_dataset(values), rewards or [])
 
 
 # When a key applies, from the form's other values; a key not here always applies.
@@ -111,7 +117,7 @@ APPLIES = {
     "overlong_buffer": lambda v: bool(v.get("overlong_penalty")),
 }
 # The keys whose value decides whether another key applies: the form re-checks when one of them changes.
-DECIDING = ("dataset", "supervision", "reward", "step_labels", "skip_zero_spread", "overlong_penalty")
+DECIDING = ("dataset", "supervision", "reward", "rewards", "step_labels", "skip_zero_spread", "overlong_penalty")
 
 
 def applies(key: str, values: dict) -> bool:

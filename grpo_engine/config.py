@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from .reward_functions import check_rewards_apply
-from .spec_checks import check_prompt_keys, check_report_to, is_gguf  # noqa: F401 (is_gguf: app and model use it from here)
+from .spec_checks import (check_prompt_keys, check_report_to, is_gguf,  # noqa: F401 (is_gguf: app, model use it)
+                          labelled_by_rollouts)
 from .spec_values import MAX_TEXT, Field, SpecError, _check_range, _coerce, shown
 
 BUILTIN_MODEL = "builtin-arith"
@@ -325,7 +326,7 @@ def _check_step_labels(values: dict[str, Any]) -> None:
                                        f"{shown(values['dataset'])}: every step would be labelled wrong; use "
                                        "'arithmetic' or 'rollouts' (or 'auto')")
     checker = labels if labels != "auto" else ("builtin" if values["dataset"] == BUILTIN_DATASET else "rollouts")
-    if process and checker == "rollouts" and not values["rewards"]:
+    if labelled_by_rollouts(values["supervision"], labels, values["dataset"] == BUILTIN_DATASET, values["rewards"]):
         return
     why = ("supervision is 'outcome'" if not process else "the steps are rewarded by the run's rewards"
            if values["rewards"] else f"steps are labelled by {shown(checker)}"

@@ -2,10 +2,14 @@
 and the rules that hide keys follow the options they depend on."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
 from grpo_engine.config import FIELDS, validate_spec
+from grpo_engine.spec_values import SpecError
+from tests.test_custom_rewards import FILE
 
 
 def test_every_key_sits_in_exactly_one_section():
@@ -68,3 +72,30 @@ def test_more_options_is_shown_only_where_a_key_under_it_applies():
     assert folds(dataset="a.jsonl", supervision="process", reward="rule")["Model & data"]
     assert folds(dataset="builtin-arith", supervision="process", reward="rule")["Reward"]
     assert folds(dataset="builtin-arith", supervision="outcome", reward="model")["Reward"]
+
+
+@pytest.mark.parametrize("supervision", ["outcome", "process"])
+@pytest.mark.parametrize("step_labels", ["auto", "rollouts", "arithmetic"])
+@pytest.mark.parametrize("dataset", ["builtin-arith", "openai/gsm8k"])
+@pytest.mark.parametrize("named", [False, True])
+def test_the_form_shows_the_rollout_keys_exactly_when_launch_accepts_them(supervision, step_labels, dataset, named,
+                                                                          tmp_path):
+    """label_rollouts, label_estimate and label_completer: shown by the form for these values exactly when
+    validate_spec accepts a value other than the default (process supervision with named rewards, which reward
+    the steps, labels none by rollouts: the form once showed the keys there, and Launch refused them)."""
+    (tmp_path / "file_rewards.py").write_text(FILE)
+    rewards = [{"name": f"{tmp_path / 'file_rewards.py'}:equations", "weight": 1.0}] if named else []
+    spec = {"supervision": supervision, "step_labels": step_labels, "dataset": dataset, "rewards": rewards}
+    try:
+        validate_spec(spec)
+    except SpecError:
+        pytest.skip("these values are refused whatever the rollout keys")
+    form = {**spec, "rewards": json.dumps(rewards)}  # the form's box holds the JSON list
+    for key, value in (("label_rollouts", 8), ("label_estimate", "soft"), ("label_completer", "builtin-arith")):
+        try:
+            validate_spec({**spec, key: value})
+            accepted = True
+        except SpecError as e:
+            assert e.key == key
+            accepted = False
+        assert applies(key, form) == accepted, (key, spec)
