@@ -104,3 +104,38 @@ def _every_tab(page) -> None:
             expect(page.locator(f"#tab-{tab}")).to_be_visible()
             page.wait_for_timeout(1500)  # the tab's content and charts drawn
             page.screenshot(path=str(ARTIFACTS / f"tab-{tab}-{width}.png"), full_page=True)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_refusal_at_the_bottom_of_the_form_keeps_the_launch_bar_and_its_message_in_view(dashboard):
+    """checkpoint_keep, the form's last section, folded, set to 0 and launched: the page scrolls to the marked
+    field, and the Launch bar with "Not launched: checkpoint_keep: ..." stays in the window, at 1280 x 900 and
+    1600 x 1000 (screenshots launch-refused-bottom-WIDTH.png)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            for width, height in ((1280, 900), (1600, 1000)):
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.set_default_timeout(30_000)
+                page.goto(dashboard)
+                page.click("#tab-launch-button")
+                expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-arith: ")  # the page's load done
+                page.locator(".launch-section").nth(3).get_by_text("More options").click()  # Runtime & saving
+                field = page.locator("#spec-checkpoint_keep input")
+                expect(field).to_have_value("2")  # the folded field drawn with its default: typing now sticks
+                field.fill("0")
+                field.press("Tab")
+                page.click("#launch-button")
+                message = page.locator("#launch-result .error")
+                expect(message).to_contain_text("Not launched: checkpoint_keep: must be at least 1, got 0")
+                expect(page.locator("#spec-checkpoint_keep.invalid")).to_be_in_viewport()
+                page.wait_for_timeout(500)  # the scroll to the field has settled
+                expect(page.locator("#launch-button")).to_be_in_viewport()
+                expect(message).to_be_in_viewport()
+                assert page.evaluate("window.scrollY") > 0  # the form did scroll: the bar stayed on top of it
+                page.screenshot(path=str(ARTIFACTS / f"launch-refused-bottom-{width}.png"))
+                page.close()
+        finally:
+            browser.close()

@@ -86,11 +86,13 @@ def test_the_form_shows_the_rollout_keys_exactly_when_launch_accepts_them(superv
     (tmp_path / "file_rewards.py").write_text(FILE)
     rewards = [{"name": f"{tmp_path / 'file_rewards.py'}:equations", "weight": 1.0}] if named else []
     spec = {"supervision": supervision, "step_labels": step_labels, "dataset": dataset, "rewards": rewards}
+    form = {**spec, "rewards": json.dumps(rewards)}  # the form's box holds the JSON list
     try:
         validate_spec(spec)
-    except SpecError:
-        pytest.skip("these values are refused whatever the rollout keys")
-    form = {**spec, "rewards": json.dumps(rewards)}  # the form's box holds the JSON list
+    except SpecError as e:  # refused whatever the rollout keys (step_labels without process supervision)
+        assert e.key == "step_labels" and supervision == "outcome"
+        assert not any(applies(k, form) for k in ("label_rollouts", "label_estimate", "label_completer"))
+        return
     for key, value in (("label_rollouts", 8), ("label_estimate", "soft"), ("label_completer", "builtin-arith")):
         try:
             validate_spec({**spec, key: value})
