@@ -34,7 +34,7 @@ def _export_policy(run: dict, kind: str, out_dir: Path) -> str:
     run_id = run["run_id"]
     if kind == "adapter" and not run["config"].get("lora_rank"):
         raise ApiError(f"run {run_id} trained every weight (lora_rank 0): it has no adapter; export 'model'")
-    source = get_settings().checkpoint_dir / f"run-{run_id}" / "final" / kind
+    source = get_settings().run_dir(run_id) / "final" / kind
     if not source.is_dir():
         if run["status"] != "completed":
             raise ApiError(f"run {run_id} has no final policy: it is saved when the run completes (status {run['status']})")

@@ -105,7 +105,7 @@ def delete_run(run_id: Any) -> dict:
 def _remove_checkpoints(run_id: int) -> str:
     """Remove a deleted run's checkpoint directory (its saved states and final policy): "removed", "none", or
     why it was left. A link there is removed, not followed."""
-    path = get_settings().checkpoint_dir / f"run-{run_id}"
+    path = get_settings().run_dir(run_id)
     try:
         if path.is_symlink() or path.is_file():
             path.unlink()

@@ -102,6 +102,11 @@ class Settings:
     hub_check_seconds: float = 5.0  # how long launch and workers wait for the Hub to confirm an id; 0: no check
     allow_custom_rewards: bool = False  # run specs may name custom reward functions (user code on the workers)
 
+    def run_dir(self, run_id: int) -> Path:
+        """A run's folder under the checkpoint directory: its checkpoints and, once it completes, its final
+        policy (``final/``)."""
+        return self.checkpoint_dir / f"run-{run_id}"
+
     @property
     def uploads_dir(self) -> Path:
         """Where uploaded dataset files are stored."""

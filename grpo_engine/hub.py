@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .config import SpecError, is_local_path
+from .config import BUILTIN_DATASET, BUILTIN_MODEL, SpecError, is_local_path
 
 HUB_KEYS = (("model", "model"), ("reward_model", "model"), ("label_completer", "model"), ("dataset", "dataset"),
             ("rm_data", "dataset"))
-BUILTIN = "builtin-arith"
 WITHOUT_THE_HUB = ("give a local directory instead, upload the dataset in the Launch tab, or download it on the "
                    "workers first (`hf download <id>`, add `--repo-type dataset` for a dataset) and set "
                    "HF_HUB_OFFLINE=1 there")
@@ -37,7 +36,7 @@ def hub_ids(config: dict) -> list[tuple[str, str, str]]:
     found = []
     for key, kind in HUB_KEYS:
         value = (config.get(key) or "").strip()
-        if value and value != BUILTIN and not is_local_path(value):
+        if value and value not in (BUILTIN_MODEL, BUILTIN_DATASET) and not is_local_path(value):
             found.append((key, value, kind))
     return found
 

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             mirror = with_trackers(recorder, args.run_id, spec) if rank == 0 else contextlib.nullcontext(recorder)
             with mirror as reporting:  # report_to: the main process mirrors what it records; closed however train ends
                 result = train(spec, reporting, settings.cache_dir, device="cpu" if args.cpu else None,
-                               checkpoint_dir=settings.checkpoint_dir / f"run-{args.run_id}")
+                               checkpoint_dir=settings.run_dir(args.run_id))
         finally:
             if isinstance(recorder, DBRecorder):
                 recorder.close()

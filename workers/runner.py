@@ -129,7 +129,7 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
                 else:
                     with with_trackers(recorder, run_id, spec) as reporting:  # report_to: closed however train ends
                         result = train(spec, reporting, settings.cache_dir,
-                                       checkpoint_dir=settings.checkpoint_dir / f"run-{run_id}")
+                                       checkpoint_dir=settings.run_dir(run_id))
             finally:
                 recorder.close()  # everything recorded is in the store before the run's status changes
             if result["status"] == "failed":  # a data-parallel run's processes failed
