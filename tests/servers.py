@@ -1,4 +1,5 @@
-"""A real dashboard server in a subprocess, for the tests that drive it through HTTP and gradio_client."""
+"""A real dashboard server in a subprocess, for the tests that drive it through HTTP and gradio_client, and a
+Chromium page for those that drive it in a browser."""
 from __future__ import annotations
 
 import os
@@ -65,3 +66,24 @@ def running_server(tmp: Path, env: dict[str, str], command: list[str] | None = N
         yield url, proc, log_path
     finally:
         stop_process(proc)
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@contextmanager
+def browser_page(width: int = 1280, height: int = 900, timeout_ms: int = 15_000):
+    """A page of a fresh headless Chromium (Debian's, through Playwright) at ``width`` x ``height``, waiting up to
+    ``timeout_ms`` for an action or an expect; the browser is closed afterwards."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_default_timeout(timeout_ms)
+            expect.set_options(timeout=timeout_ms)
+            yield page
+        finally:
+            browser.close()

@@ -4,7 +4,6 @@ every IDLE_REFRESH_SECONDS, and no tick redraws anything. bench/idle_cpu.py meas
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import sync_playwright
 from sqlalchemy import update
 
 from app import store
@@ -12,9 +11,8 @@ from app.db import make_engine, session_scope, upgrade_database
 from app.models import Run
 from app.tab_shared import IDLE_REFRESH_SECONDS
 from grpo_engine.config import validate_spec
-from tests.servers import running_server, server_env
+from tests.servers import browser_page, running_server, server_env
 
-CHROMIUM = "/usr/bin/chromium"
 # before any page script: counts the animation frames run, the queue calls sent and the changes to the page (but
 # Gradio's screen-reader line, which announces each finished event)
 COUNTERS_JS = """
@@ -43,22 +41,16 @@ def test_an_idle_page_runs_no_frame_loop_and_redraws_nothing(tmp_path):
             store.record_step(s, run_id, step, 1, {"reward_mean": 0.5, "kl": 1e-4})
         s.execute(update(Run).where(Run.id == run_id).values(status="completed", step=2))
     make_engine(env["GRPO_DATABASE_URL"]).dispose()
-    with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.add_init_script(COUNTERS_JS)
-            page.goto(url)
-            page.wait_for_selector("#runs-table tr.run-row")
-            page.locator("#tab-run-button").click()
-            page.wait_for_selector("#run-progress .run-progress")
-            page.wait_for_timeout(3_000)  # the page is up, its first ticks are answered
-            page.evaluate("() => { window.idle.frames = 0; window.idle.joins = 0; window.idle.redraws = 0; }")
-            page.wait_for_timeout(IDLE_REFRESH_SECONDS * 1000 + 500)
-            idle = page.evaluate("window.idle")
-        finally:
-            browser.close()
+    with running_server(tmp_path, env) as (url, _, _), browser_page() as page:
+        page.add_init_script(COUNTERS_JS)
+        page.goto(url)
+        page.wait_for_selector("#runs-table tr.run-row")
+        page.locator("#tab-run-button").click()
+        page.wait_for_selector("#run-progress .run-progress")
+        page.wait_for_timeout(3_000)  # the page is up, its first ticks are answered
+        page.evaluate("() => { window.idle.frames = 0; window.idle.joins = 0; window.idle.redraws = 0; }")
+        page.wait_for_timeout(IDLE_REFRESH_SECONDS * 1000 + 500)
+        idle = page.evaluate("window.idle")
     assert idle["frames"] < 200, idle  # a tick draws a few dozen; a frame loop would draw 60 a second, 630 here
     assert 1 <= idle["joins"] <= 2, idle  # the idle period's tick, not the running one's five
     assert idle["redraws"] == 0, idle

@@ -17,9 +17,8 @@ from app import store
 from app.db import make_engine, session_scope, upgrade_database
 from app.models import Run
 from grpo_engine.recorder import GroupRecord, SampleRecord
-from tests.servers import ROOT, running_server, server_env
+from tests.servers import CHROMIUM, ROOT, browser_page, running_server, server_env
 
-CHROMIUM = "/usr/bin/chromium"
 SPEC = {"model": "builtin-arith", "dataset": "builtin-arith", "supervision": "outcome", "iterations": 1,
         "steps_per_iteration": 10, "device": "auto"}
 BADGE_COLOURS = {"completed": "rgb(21, 128, 61)", "failed": "rgb(185, 28, 28)", "running": "rgb(37, 99, 235)"}
@@ -151,48 +150,40 @@ def test_deleting_the_newest_run_and_launching_again_keeps_the_page_consistent(t
     upgrade_database(env["GRPO_DATABASE_URL"])
     older, newest = _seed_two_runs_with_groups(env["GRPO_DATABASE_URL"], steps=12)
     try:
-        with running_server(tmp_path, env) as (url, _, log_path), sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.set_default_timeout(15_000)
-                expect.set_options(timeout=15_000)
-                page.goto(url)
-                run_picker = page.locator("#run-select input").first
-                groups_picker = page.locator("#groups-run-select input").first
-                page.locator("#tab-groups-button").click()
-                expect(groups_picker).to_have_value(f"#{newest} newest (completed)")
-                expect(page.locator("#group-step")).to_contain_text("12 recorded")
+        with running_server(tmp_path, env) as (url, _, log_path), browser_page() as page:
+            page.goto(url)
+            run_picker = page.locator("#run-select input").first
+            groups_picker = page.locator("#groups-run-select input").first
+            page.locator("#tab-groups-button").click()
+            expect(groups_picker).to_have_value(f"#{newest} newest (completed)")
+            expect(page.locator("#group-step")).to_contain_text("12 recorded")
 
-                page.locator("#tab-runs-button").click()
-                page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
-                page.locator("#manage-delete").click()
-                page.locator("#manage-confirm-delete").click()
-                expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
-                page.wait_for_timeout(1_500)  # the emptied Manage picker's reload has come and gone
-                expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
-                expect(groups_picker).to_have_value(f"#{older} older (completed)")  # the pickers move to what is left
+            page.locator("#tab-runs-button").click()
+            page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
+            page.locator("#manage-delete").click()
+            page.locator("#manage-confirm-delete").click()
+            expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
+            page.wait_for_timeout(1_500)  # the emptied Manage picker's reload has come and gone
+            expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
+            expect(groups_picker).to_have_value(f"#{older} older (completed)")  # the pickers move to what is left
 
-                page.locator("#tab-launch-button").click()
-                page.evaluate(WATCH_PROGRESS)
-                page.locator("#launch-button").click()
-                launched = newest + 1  # never the deleted run's id
-                expect(page.locator("#launch-result")).to_contain_text(f"Launched run {launched}")
-                expect(run_picker).to_have_value(re.compile(rf"^#{launched} "))
-                expect(page.locator("#run-progress")).to_contain_text("queued")
-                page.wait_for_timeout(2_500)  # a tick of the timer
-                shown = page.evaluate("window.progressShown")
-                assert shown and not [text for text in shown if "No run selected" in text], shown
-                page.locator("#tab-groups-button").click()
-                expect(groups_picker).to_have_value(re.compile(rf"^#{launched} "))
-                expect(page.locator("#group-step")).to_contain_text("no groups recorded yet")
-                page.wait_for_timeout(3_000)  # a tick or two of the timer
-                (ROOT / "test-artifacts").mkdir(exist_ok=True)
-                page.screenshot(path=str(ROOT / "test-artifacts" / "after-delete-and-launch.png"), full_page=True)
-                expect(page.locator(".toast-body")).to_have_count(0)
-            finally:
-                browser.close()
+            page.locator("#tab-launch-button").click()
+            page.evaluate(WATCH_PROGRESS)
+            page.locator("#launch-button").click()
+            launched = newest + 1  # never the deleted run's id
+            expect(page.locator("#launch-result")).to_contain_text(f"Launched run {launched}")
+            expect(run_picker).to_have_value(re.compile(rf"^#{launched} "))
+            expect(page.locator("#run-progress")).to_contain_text("queued")
+            page.wait_for_timeout(2_500)  # a tick of the timer
+            shown = page.evaluate("window.progressShown")
+            assert shown and not [text for text in shown if "No run selected" in text], shown
+            page.locator("#tab-groups-button").click()
+            expect(groups_picker).to_have_value(re.compile(rf"^#{launched} "))
+            expect(page.locator("#group-step")).to_contain_text("no groups recorded yet")
+            page.wait_for_timeout(3_000)  # a tick or two of the timer
+            (ROOT / "test-artifacts").mkdir(exist_ok=True)
+            page.screenshot(path=str(ROOT / "test-artifacts" / "after-delete-and-launch.png"), full_page=True)
+            expect(page.locator(".toast-body")).to_have_count(0)
             log = log_path.read_text(errors="replace")
             for refused in ("is not in the list of choices", "greater than maximum", "less than minimum"):
                 assert refused not in log, log[-5000:]
@@ -206,27 +197,19 @@ def test_the_first_run_launched_is_shown_from_the_first_moment(tmp_path):
     """On an empty store the Run tab says "No run selected."; once Launch opens it on run 1, it never says so
     again, and its badge agrees with the picker."""
     env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
-    with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(15_000)
-            expect.set_options(timeout=15_000)
-            page.goto(url)
-            page.locator("#tab-run-button").click()
-            expect(page.locator("#run-progress")).to_contain_text("No run selected.")
-            page.locator("#tab-launch-button").click()
-            page.evaluate(WATCH_PROGRESS)
-            page.locator("#launch-button").click()
-            expect(page.locator("#run-select input").first).to_have_value(re.compile(r"^#1 .*\(queued\)$"))
-            expect(page.locator("#run-progress .badge")).to_have_text("queued")
-            page.wait_for_timeout(4_500)  # two ticks of the timer
-            shown = page.evaluate("window.progressShown")
-            first = next(i for i, text in enumerate(shown) if "#1" in text)
-            assert not [text for text in shown[first:] if "No run selected" in text], shown
-        finally:
-            browser.close()
+    with running_server(tmp_path, env) as (url, _, _), browser_page() as page:
+        page.goto(url)
+        page.locator("#tab-run-button").click()
+        expect(page.locator("#run-progress")).to_contain_text("No run selected.")
+        page.locator("#tab-launch-button").click()
+        page.evaluate(WATCH_PROGRESS)
+        page.locator("#launch-button").click()
+        expect(page.locator("#run-select input").first).to_have_value(re.compile(r"^#1 .*\(queued\)$"))
+        expect(page.locator("#run-progress .badge")).to_have_text("queued")
+        page.wait_for_timeout(4_500)  # two ticks of the timer
+        shown = page.evaluate("window.progressShown")
+        first = next(i for i, text in enumerate(shown) if "#1" in text)
+        assert not [text for text in shown[first:] if "No run selected" in text], shown
 
 
 @pytest.mark.slow
@@ -247,37 +230,29 @@ def test_a_short_runs_badge_says_too_few_steps_and_a_cut_output_is_marked(tmp_pa
             store.record_groups(s, run_id, step, [GroupRecord("6*7", "42", samples).to_dict()])
         s.execute(update(Run).where(Run.id == run_id).values(status="completed", step=2))
     make_engine(env["GRPO_DATABASE_URL"]).dispose()
-    with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(15_000)
-            expect.set_options(timeout=15_000)
-            page.goto(url)
-            (ROOT / "test-artifacts").mkdir(exist_ok=True)
-            for width, height in ((1280, 900), (1600, 1000)):
-                page.set_viewport_size({"width": width, "height": height})
-                page.locator("#tab-run-button").click()
-                badge = page.locator('#run-health .health[data-state="too-few"]')
-                expect(badge).to_contain_text("too few steps yet (2 of 5 training steps")
-                expect(badge).to_be_in_viewport()
-                expect(page.locator("#run-charts .main-svg").first).to_be_visible()
-                page.wait_for_timeout(500)  # a window made wider: the charts follow its width
-                drawn, box = page.evaluate(COMPARE_WIDTHS.replace("compare-charts", "run-charts"))
-                assert drawn > 0.9 * box, (drawn, box)
-                page.screenshot(path=str(ROOT / "test-artifacts" / f"too-few-{width}.png"))
-                page.locator("#tab-groups-button").click()
-                cards = page.locator("#group-view .sample")
-                expect(cards).to_have_count(4)
-                cut = page.locator("#group-view .sample .cut")
-                expect(cut).to_have_count(1)  # only the output that was cut
-                expect(cut).to_have_text("cut at max_new_tokens")
-                cut.scroll_into_view_if_needed()
-                expect(cut).to_be_in_viewport()
-                page.screenshot(path=str(ROOT / "test-artifacts" / f"cut-card-{width}.png"))
-        finally:
-            browser.close()
+    with running_server(tmp_path, env) as (url, _, _), browser_page() as page:
+        page.goto(url)
+        (ROOT / "test-artifacts").mkdir(exist_ok=True)
+        for width, height in ((1280, 900), (1600, 1000)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.locator("#tab-run-button").click()
+            badge = page.locator('#run-health .health[data-state="too-few"]')
+            expect(badge).to_contain_text("too few steps yet (2 of 5 training steps")
+            expect(badge).to_be_in_viewport()
+            expect(page.locator("#run-charts .main-svg").first).to_be_visible()
+            page.wait_for_timeout(500)  # a window made wider: the charts follow its width
+            drawn, box = page.evaluate(COMPARE_WIDTHS.replace("compare-charts", "run-charts"))
+            assert drawn > 0.9 * box, (drawn, box)
+            page.screenshot(path=str(ROOT / "test-artifacts" / f"too-few-{width}.png"))
+            page.locator("#tab-groups-button").click()
+            cards = page.locator("#group-view .sample")
+            expect(cards).to_have_count(4)
+            cut = page.locator("#group-view .sample .cut")
+            expect(cut).to_have_count(1)  # only the output that was cut
+            expect(cut).to_have_text("cut at max_new_tokens")
+            cut.scroll_into_view_if_needed()
+            expect(cut).to_be_in_viewport()
+            page.screenshot(path=str(ROOT / "test-artifacts" / f"cut-card-{width}.png"))
 
 
 @pytest.mark.slow
@@ -291,36 +266,28 @@ def test_compare_keeps_its_full_width_after_a_compared_run_is_deleted(tmp_path):
     _seed_two_runs_with_groups(env["GRPO_DATABASE_URL"], steps=20)
     _, newest = _seed_two_runs_with_groups(env["GRPO_DATABASE_URL"], steps=20)
     make_engine(env["GRPO_DATABASE_URL"]).dispose()
-    with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.set_default_timeout(15_000)
-            expect.set_options(timeout=15_000)
-            page.goto(url)
-            page.locator("#tab-compare-button").click()
-            for run_id in (1, 2, newest):
-                page.locator("#compare-runs input").first.click()
-                page.get_by_role("option", name=re.compile(rf"^#{run_id} ")).click()
-            page.keyboard.press("Escape")
-            expect(page.locator("#compare-charts .main-svg").first).to_be_visible()
-            drawn, box = page.evaluate(COMPARE_WIDTHS)
-            assert drawn > 0.9 * box > 1000
+    with running_server(tmp_path, env) as (url, _, _), browser_page(1600, 1000) as page:
+        page.goto(url)
+        page.locator("#tab-compare-button").click()
+        for run_id in (1, 2, newest):
+            page.locator("#compare-runs input").first.click()
+            page.get_by_role("option", name=re.compile(rf"^#{run_id} ")).click()
+        page.keyboard.press("Escape")
+        expect(page.locator("#compare-charts .main-svg").first).to_be_visible()
+        drawn, box = page.evaluate(COMPARE_WIDTHS)
+        assert drawn > 0.9 * box > 1000
 
-            page.locator("#tab-runs-button").click()
-            page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
-            page.locator("#manage-delete").click()
-            page.locator("#manage-confirm-delete").click()
-            expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest}")
-            page.wait_for_timeout(1_000)  # the Compare picker drops it: the chart is drawn again, hidden
-            page.locator("#tab-compare-button").click()
-            expect(page.locator("#compare-runs")).not_to_contain_text(f"#{newest} ")
-            page.wait_for_timeout(500)
-            drawn, box = page.evaluate(COMPARE_WIDTHS)
-            assert drawn > 0.9 * box, (drawn, box)
-            expect(page.locator("#compare-config .diff-note")).to_have_text("The configs are the same.")
-            (ROOT / "test-artifacts").mkdir(exist_ok=True)
-            page.screenshot(path=str(ROOT / "test-artifacts" / "compare-after-delete.png"), full_page=True)
-        finally:
-            browser.close()
+        page.locator("#tab-runs-button").click()
+        page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
+        page.locator("#manage-delete").click()
+        page.locator("#manage-confirm-delete").click()
+        expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest}")
+        page.wait_for_timeout(1_000)  # the Compare picker drops it: the chart is drawn again, hidden
+        page.locator("#tab-compare-button").click()
+        expect(page.locator("#compare-runs")).not_to_contain_text(f"#{newest} ")
+        page.wait_for_timeout(500)
+        drawn, box = page.evaluate(COMPARE_WIDTHS)
+        assert drawn > 0.9 * box, (drawn, box)
+        expect(page.locator("#compare-config .diff-note")).to_have_text("The configs are the same.")
+        (ROOT / "test-artifacts").mkdir(exist_ok=True)
+        page.screenshot(path=str(ROOT / "test-artifacts" / "compare-after-delete.png"), full_page=True)
