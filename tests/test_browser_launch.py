@@ -124,9 +124,14 @@ def test_a_refusal_at_the_bottom_of_the_form_keeps_the_launch_bar_and_its_messag
                 expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-arith: ")  # the page's load done
                 page.locator(".launch-section").nth(3).get_by_text("More options").click()  # Runtime & saving
                 field = page.locator("#spec-checkpoint_keep input")
-                expect(field).to_have_value("2")  # the folded field drawn with its default: typing now sticks
-                field.fill("0")
-                field.press("Tab")
+                expect(field).to_have_value("2")  # the folded field drawn with its default
+                for _ in range(3):  # a field just unfolded can be redrawn with its default once (noted in issue 35)
+                    field.fill("0")
+                    field.press("Tab")
+                    page.wait_for_timeout(500)
+                    if field.input_value() == "0":
+                        break
+                expect(field).to_have_value("0")
                 page.click("#launch-button")
                 message = page.locator("#launch-result .error")
                 expect(message).to_contain_text("Not launched: checkpoint_keep: must be at least 1, got 0")
