@@ -8,6 +8,7 @@ with a message meant for the caller (a bad run spec names the key).
 A launch writes the run row first (status ``queued``) and then sends the job to the
 broker by task name, so this process never imports torch (the engine's modules it uses are torch-free).
 """
+
 from __future__ import annotations
 
 import json
@@ -151,8 +152,14 @@ def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
     if config["reward"] == "model":
         rm_counts = _local_counts(config["reward_model"]) if config["reward_model"] else counts
         rm_params = rm_counts[0] if rm_counts else 0
-    return estimate_memory(params + adapter, adapter if rank else params, lora=rank > 0, bf16=bf16,
-                           rm_params=rm_params, reference=config["kl_coef"] > 0)
+    return estimate_memory(
+        params + adapter,
+        adapter if rank else params,
+        lora=rank > 0,
+        bf16=bf16,
+        rm_params=rm_params,
+        reference=config["kl_coef"] > 0,
+    )
 
 
 def check_gpu_worker(config: dict) -> None:
@@ -175,8 +182,11 @@ def check_gpu_worker(config: dict) -> None:
         why = "the embedded worker runs on this machine's CPU"
     else:
         why = f"the workers that take 'gpu' runs have none: {', '.join(w['name'] for w in takers)}"
-    raise SpecError("device", f"'gpu' but no live worker has a GPU ({why}); use device 'auto' or 'cpu', or "
-                              "start `grpo-dashboard worker` on a GPU machine")
+    raise SpecError(
+        "device",
+        f"'gpu' but no live worker has a GPU ({why}); use device 'auto' or 'cpu', or "
+        "start `grpo-dashboard worker` on a GPU machine",
+    )
 
 
 def check_fits_a_gpu(config: dict) -> None:
@@ -297,10 +307,14 @@ def get_group(group_id: Any) -> dict:
         raise ApiError(f"group {group_id} not found")
     config = run["config"] if run else {}
     steps = step_details(group["samples"], prm=config.get("reward") == "model")
-    return {**group, "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps)],
-            "step_labels": step_label_source(config), "step_label_rule": step_label_rule(config),
-            "reward_weights": {r["name"]: r["weight"] for r in config.get("rewards") or ()},
-            "rm_version": rm_version(config, group["step"])}
+    return {
+        **group,
+        "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps)],
+        "step_labels": step_label_source(config),
+        "step_label_rule": step_label_rule(config),
+        "reward_weights": {r["name"]: r["weight"] for r in config.get("rewards") or ()},
+        "rm_version": rm_version(config, group["step"]),
+    }
 
 
 def rm_version(config: dict, step: int) -> int | None:
@@ -347,8 +361,11 @@ def step_label_rule(config: dict) -> str | None:
     except SpecError:  # a config stored under keys this version no longer has, or refuses now
         return "the rules' step checker"
     by = f" by {spec.label_completer}" if spec.label_completer else ""
-    return {"builtin": "the built-in task's exact step checker", "arithmetic": "the arithmetic step checker",
-            "rollouts": f"rollouts{by}, N={spec.label_rollouts}, {spec.label_estimate} estimate"}[spec.step_checker]
+    return {
+        "builtin": "the built-in task's exact step checker",
+        "arithmetic": "the arithmetic step checker",
+        "rollouts": f"rollouts{by}, N={spec.label_rollouts}, {spec.label_estimate} estimate",
+    }[spec.step_checker]
 
 
 def cancel_run(run_id: Any) -> dict:

@@ -16,6 +16,7 @@ Error messages name the variable or file and the entry, never the hash.
 form, and every route (gradio_client calls, ``/gradio_api/*``, uploads, file downloads) needs the
 session cookie that a login gives (gradio_client: ``Client(url, auth=(user, password))``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -101,8 +102,9 @@ def parse_entry(text: str, where: str) -> tuple[str, str]:
     user, encoded = user.strip(), encoded.strip()
     if not sep or not USER_NAME.fullmatch(user):
         # the text may be a pasted password or hash: it is not repeated
-        raise AuthConfigError(f"{where}: expected user:hash, with a user name of 1 to 64 letters, digits or ._@+- "
-                              f"({HINT})")
+        raise AuthConfigError(
+            f"{where}: expected user:hash, with a user name of 1 to 64 letters, digits or ._@+- ({HINT})"
+        )
     try:
         parse_hash(encoded)
     except ValueError as e:
@@ -126,7 +128,9 @@ def _entries(settings: Settings) -> Iterable[tuple[str, str]]:
         except (OSError, UnicodeDecodeError) as e:
             reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
             raise AuthConfigError(f"GRPO_AUTH_FILE {path}: cannot read it ({reason})") from None
-        found = [(n, line) for n, line in enumerate(lines, start=1) if line.strip() and not line.lstrip().startswith("#")]
+        found = [
+            (n, line) for n, line in enumerate(lines, start=1) if line.strip() and not line.lstrip().startswith("#")
+        ]
         if not found:
             raise AuthConfigError(f"GRPO_AUTH_FILE {path}: holds no user:hash line")
         for number, line in found:

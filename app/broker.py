@@ -4,6 +4,7 @@
 Importing this module imports neither torch nor the engine: the task (workers/tasks.py) imports them when
 it runs.
 """
+
 from __future__ import annotations
 
 import time

@@ -12,6 +12,7 @@ faint behind it.
 smoothed the same way. A short series is smoothed less (:func:`series_weight`), and a few steps get a tick each.
 Pure functions of their arguments: no store, no Gradio.
 """
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -22,7 +23,8 @@ from grpo_engine.recorder import FAMILY, METRIC_REGISTRY
 # The Run tab's panels: (title, metric names), in registry order. A recorded metric in no panel goes to "other".
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
     (title, tuple(m.name for m in METRIC_REGISTRY if m.panel == title))
-    for title in dict.fromkeys(m.panel for m in METRIC_REGISTRY if m.panel is not None))
+    for title in dict.fromkeys(m.panel for m in METRIC_REGISTRY if m.panel is not None)
+)
 OTHER = "other"
 # registry metrics with no panel (the reward model's example counts, shown in its table): drawn, in "other",
 # only when picked
@@ -68,8 +70,12 @@ def step_ticks(fig: go.Figure, steps: list[int]) -> None:
 
 def is_share(name: str) -> bool:
     """Whether a metric is a share between 0 and 1 (drawn on a fixed 0 to 1 axis)."""
-    return (name.endswith("_frac") or "accuracy" in name or name.startswith(("tokens/adv_", "eval/"))
-            or name == "repetition")
+    return (
+        name.endswith("_frac")
+        or "accuracy" in name
+        or name.startswith(("tokens/adv_", "eval/"))
+        or name == "repetition"
+    )
 
 
 RM_PANEL = "reward model"
@@ -113,8 +119,10 @@ def chart_panels(metrics: list[dict], picked: list[str] | None = None) -> list[t
     known = {k for _, keys in placed for k in keys}
     panels = [*placed, (OTHER, tuple(sorted(recorded - known)))]
     drawn = [(title, kept) for title, keys in panels if (kept := tuple(k for k in keys if k in recorded))]
-    return [(title, keys + (POLICY_ACCURACY,) if title == RM_PANEL and POLICY_ACCURACY in recorded else keys)
-            for title, keys in drawn]
+    return [
+        (title, keys + (POLICY_ACCURACY,) if title == RM_PANEL and POLICY_ACCURACY in recorded else keys)
+        for title, keys in drawn
+    ]
 
 
 def _points(metrics: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -123,8 +131,17 @@ def _points(metrics: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def _series(key: str, steps: list[int], values: list[float], smoothing: float, sparse: bool, k: int,
-            legend: str, label: str | None = None, show: bool = True) -> list[go.Scatter]:
+def _series(
+    key: str,
+    steps: list[int],
+    values: list[float],
+    smoothing: float,
+    sparse: bool,
+    k: int,
+    legend: str,
+    label: str | None = None,
+    show: bool = True,
+) -> list[go.Scatter]:
     """One metric's traces in its panel (the ``k``-th series there), named ``label`` (default ``key``) in the
     legend ``legend`` (``show``: whether it has an entry there): with smoothing (its weight lowered for a short
     series, :func:`series_weight`), the raw values faint and the smoothed line bold on top, one legend entry for
@@ -132,17 +149,44 @@ def _series(key: str, steps: list[int], values: list[float], smoothing: float, s
     colour, dash, label = PALETTE[k % len(PALETTE)], DASHES[k % len(DASHES)], label or key
     common = dict(x=steps, legendgroup=label, legend=legend)
     weight = series_weight(smoothing, len(values))
-    hover = f"{label}<br>{key}, step %{{x}}: %{{y:.4g}}<extra></extra>" if label != key else \
-        f"{key}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"
+    hover = (
+        f"{label}<br>{key}, step %{{x}}: %{{y:.4g}}<extra></extra>"
+        if label != key
+        else f"{key}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"
+    )
     if sparse or weight <= 0:
         mode = "lines+markers" if sparse or len(steps) < 40 else "lines"
-        return [go.Scatter(**common, y=values, name=label, mode=mode, showlegend=show,
-                           line=dict(color=colour, width=2, dash=dash), marker=dict(size=5), hovertemplate=hover)]
-    raw = go.Scatter(**common, y=values, name=f"{label} (raw)", showlegend=False, mode="lines", opacity=0.3,
-                     line=dict(color=colour, width=1), hovertemplate=hover)
-    smooth = go.Scatter(**common, y=ema(values, weight), name=label, mode="lines", showlegend=show,
-                        line=dict(color=colour, width=2.5, dash=dash),
-                        hovertemplate=hover.replace("<br>", f" smoothed ({weight:.2f})<br>", 1))
+        return [
+            go.Scatter(
+                **common,
+                y=values,
+                name=label,
+                mode=mode,
+                showlegend=show,
+                line=dict(color=colour, width=2, dash=dash),
+                marker=dict(size=5),
+                hovertemplate=hover,
+            )
+        ]
+    raw = go.Scatter(
+        **common,
+        y=values,
+        name=f"{label} (raw)",
+        showlegend=False,
+        mode="lines",
+        opacity=0.3,
+        line=dict(color=colour, width=1),
+        hovertemplate=hover,
+    )
+    smooth = go.Scatter(
+        **common,
+        y=ema(values, weight),
+        name=label,
+        mode="lines",
+        showlegend=show,
+        line=dict(color=colour, width=2.5, dash=dash),
+        hovertemplate=hover.replace("<br>", f" smoothed ({weight:.2f})<br>", 1),
+    )
     return [raw, smooth]
 
 
@@ -161,12 +205,18 @@ def _y_range(metrics: list[dict], keys: tuple[str, ...]) -> list[float] | None:
 def empty_figure(message: str = NO_STEPS) -> go.Figure:
     """A small figure holding only ``message``: what the chart area shows before there is anything to draw."""
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=14, color="#6b7280"))
+    fig.add_annotation(
+        text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14, color="#6b7280")
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_layout(height=140, margin=dict(l=10, r=10, t=10, b=10), template="plotly_white",
-                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)")
+    fig.update_layout(
+        height=140,
+        margin=dict(l=10, r=10, t=10, b=10),
+        template="plotly_white",
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
     return fig
 
 
@@ -184,8 +234,14 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
     specs = [[{}, {}] for _ in range(rows)]
     if len(panels) % 2:
         specs[-1][1] = None  # an odd number of panels leaves the last cell empty: no axes there
-    fig = make_subplots(rows=rows, cols=2, specs=specs, subplot_titles=[t for t, _ in panels],
-                        horizontal_spacing=0.16, vertical_spacing=TITLE_PX / height)
+    fig = make_subplots(
+        rows=rows,
+        cols=2,
+        specs=specs,
+        subplot_titles=[t for t, _ in panels],
+        horizontal_spacing=0.16,
+        vertical_spacing=TITLE_PX / height,
+    )
     steps_recorded = len({m["step"] for m in metrics})
     legends = {}
     for i, (title, keys) in enumerate(panels):
@@ -199,8 +255,16 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
         fig.update_yaxes(range=_y_range(metrics, keys), row=row, col=col)
         xaxis = fig.get_subplot(row, col).xaxis
         yaxis = fig.get_subplot(row, col).yaxis
-        legends[legend] = dict(x=xaxis.domain[1] + 0.01, y=yaxis.domain[1], xanchor="left", yanchor="top",
-                               font=dict(size=10), itemwidth=30, bgcolor="rgba(0,0,0,0)", tracegroupgap=2)
+        legends[legend] = dict(
+            x=xaxis.domain[1] + 0.01,
+            y=yaxis.domain[1],
+            xanchor="left",
+            yanchor="top",
+            font=dict(size=10),
+            itemwidth=30,
+            bgcolor="rgba(0,0,0,0)",
+            tracegroupgap=2,
+        )
     _refresh_lines(fig, rm_refresh_steps(metrics), len(panels))
     for col in (1, 2):  # the lowest panel of each column names the x axis
         bottom = max((i // 2 + 1 for i in range(len(panels)) if i % 2 + 1 == col), default=None)
@@ -211,9 +275,16 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
         fig.layout[axis].matches = "x"  # one step axis: the panels line up, and zooming one zooms all
     step_ticks(fig, [m["step"] for m in metrics])
     # showlegend: plotly hides the first legend when it holds one entry, the panel's only metric
-    fig.update_layout(height=height, template="plotly_white", margin=dict(l=55, r=LEGEND_PX, t=30, b=40),
-                      showlegend=True, paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-                      uirevision="metrics", **legends)
+    fig.update_layout(
+        height=height,
+        template="plotly_white",
+        margin=dict(l=55, r=LEGEND_PX, t=30, b=40),
+        showlegend=True,
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        uirevision="metrics",
+        **legends,
+    )
     return fig
 
 
@@ -222,10 +293,19 @@ def _refresh_lines(fig: go.Figure, steps: list[int], panels: int) -> None:
     version trained at that step, which scores the steps after it)."""
     for version, step in enumerate(steps, start=2):
         for i in range(panels):
-            fig.add_vline(x=step, row=i // 2 + 1, col=i % 2 + 1, line=dict(color="#9333ea", width=1, dash="dash"),
-                          opacity=0.6)
-        fig.add_annotation(x=step, y=1, xref="x", yref="paper", text=f"RM v{version}", showarrow=False,
-                           yanchor="bottom", font=dict(size=10, color="#9333ea"))
+            fig.add_vline(
+                x=step, row=i // 2 + 1, col=i % 2 + 1, line=dict(color="#9333ea", width=1, dash="dash"), opacity=0.6
+            )
+        fig.add_annotation(
+            x=step,
+            y=1,
+            xref="x",
+            yref="paper",
+            text=f"RM v{version}",
+            showarrow=False,
+            yanchor="bottom",
+            font=dict(size=10, color="#9333ea"),
+        )
 
 
 def compare_figure(compared: dict, metric_keys: list[str], smoothing: float = 0.0) -> go.Figure:
@@ -241,8 +321,17 @@ def compare_figure(compared: dict, metric_keys: list[str], smoothing: float = 0.
         for i, key in enumerate(metric_keys):
             steps, values = _points(metrics, key)
             every_step += steps
-            for trace in _series(key, steps, values, smoothing, 2 * len(steps) < recorded, j, "legend",
-                                 label=f"#{run['run_id']} {run['name']}", show=i == 0):
+            for trace in _series(
+                key,
+                steps,
+                values,
+                smoothing,
+                2 * len(steps) < recorded,
+                j,
+                "legend",
+                label=f"#{run['run_id']} {run['name']}",
+                show=i == 0,
+            ):
                 fig.add_trace(trace, row=i + 1, col=1)
     for i, key in enumerate(metric_keys):
         if is_share(key):
@@ -251,8 +340,13 @@ def compare_figure(compared: dict, metric_keys: list[str], smoothing: float = 0.
     for axis in [a for a in fig.layout if a.startswith("xaxis") and a != "xaxis"]:
         fig.layout[axis].matches = "x"  # one step axis: the panels line up, and zooming one zooms all
     step_ticks(fig, every_step)
-    fig.update_layout(height=260 * len(metric_keys) + 80, template="plotly_white",
-                      margin=dict(l=55, r=20, t=40, b=40), paper_bgcolor="rgba(0,0,0,0)",
-                      plot_bgcolor="rgba(0,0,0,0)", uirevision="compare")
+    fig.update_layout(
+        height=260 * len(metric_keys) + 80,
+        template="plotly_white",
+        margin=dict(l=55, r=20, t=40, b=40),
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        uirevision="compare",
+    )
     fig.update_yaxes(exponentformat="e")
     return fig

@@ -1,5 +1,6 @@
 """Datasets from the browser: uploading a file (checked, stored under its content hash) and previewing the first
 rows of the dataset a run spec names."""
+
 from __future__ import annotations
 
 import hashlib
@@ -49,13 +50,15 @@ def checked_file(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -
     if isinstance(found, str):
         raise ValueError(found)
     return found[0], [dict(row) for row in found[1]]
+
+
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def _safe_name(name: str) -> str:
     """A file name of letters, digits and ``._-`` only, at most 80 characters, its extension kept."""
     stem, suffix = Path(name).stem, Path(name).suffix.lower()
-    stem = SAFE_NAME.sub("_", stem).strip("._-")[:80 - len(suffix)] or "dataset"
+    stem = SAFE_NAME.sub("_", stem).strip("._-")[: 80 - len(suffix)] or "dataset"
     return stem + suffix
 
 
@@ -102,8 +105,10 @@ def _store_upload(source: Path, name: str, settings) -> dict:
     """Check an uploaded file (size, then content) and keep it under a name its content decides."""
     size = source.stat().st_size
     if size > settings.max_upload_bytes:
-        raise ApiError(f"{name}: the file is {size / 2**20:.2f} MiB, larger than the {settings.max_upload_mb:g} MiB "
-                       "an upload may be (GRPO_MAX_UPLOAD_MB)")
+        raise ApiError(
+            f"{name}: the file is {size / 2**20:.2f} MiB, larger than the {settings.max_upload_mb:g} MiB "
+            "an upload may be (GRPO_MAX_UPLOAD_MB)"
+        )
     try:
         count, first = checked_file(source, name)
     except ValueError as e:
@@ -118,15 +123,17 @@ def _store_upload(source: Path, name: str, settings) -> dict:
     return {"dataset": str(stored), "rows": count, "preview": first}
 
 
-def preview_dataset(dataset: Any, question_field: Any = None, answer_field: Any = None,
-                    solution_field: Any = None) -> dict:
+def preview_dataset(
+    dataset: Any, question_field: Any = None, answer_field: Any = None, solution_field: Any = None
+) -> dict:
     """The first rows of the dataset a run spec names, as the run will read them; returns
     ``{dataset, rows, preview}`` like /upload_dataset. The built-in dataset, or a local file (inside
     GRPO_PATH_ROOTS, read and checked from the columns the ``*_field`` keys name, by default question,
     answer, solution: a bad file is refused naming the file and line). A Hugging Face id is not
     previewed (the worker resolves it): refused with a message saying so."""
-    fields = spec_fields({"question_field": question_field, "answer_field": answer_field,
-                          "solution_field": solution_field})
+    fields = spec_fields(
+        {"question_field": question_field, "answer_field": answer_field, "solution_field": solution_field}
+    )
     if not isinstance(dataset, str) or not dataset.strip():
         raise ApiError("dataset: give the built-in name, or the path of a .jsonl, .csv or .parquet file")
     dataset = dataset.strip()
@@ -136,8 +143,9 @@ def preview_dataset(dataset: Any, question_field: Any = None, answer_field: Any 
         train, heldout = builtin_examples()
         return {"dataset": dataset, "rows": len(train) + len(heldout), "preview": train[:PREVIEW_ROWS]}
     if not is_local_path(dataset):
-        raise ApiError(f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are "
-                       "previewed")
+        raise ApiError(
+            f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are previewed"
+        )
     try:
         path = resolve_inside("dataset", dataset, get_settings().path_roots)
     except SpecError as e:

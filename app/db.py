@@ -6,6 +6,7 @@ waits up to 30 s for a lock instead of failing. PostgreSQL connections are check
 (``pool_pre_ping``) so a restarted server does not break long-lived processes.
 The schema comes only from the Alembic migrations (``upgrade_database``), never ``create_all``.
 """
+
 from __future__ import annotations
 
 import functools

@@ -5,6 +5,7 @@ app.api's; app.endpoints wraps them for ``gradio_client`` (``/search_samples``, 
 calls them directly, so the browser and clients get the same checks. Numbers may come as numbers or as their text
 (a form's fields); None or "" means "no bound".
 """
+
 from __future__ import annotations
 
 import math
@@ -77,10 +78,24 @@ def _bounds(low: Any, high: Any, name: str, parse) -> tuple:
     return low, high
 
 
-def search_samples(run_id: Any, reward_min: Any = None, reward_max: Any = None, outcome: Any = "any",
-                   spread_min: Any = None, spread_max: Any = None, length_min: Any = None, length_max: Any = None,
-                   step_min: Any = None, step_max: Any = None, contains: Any = "", kind: Any = "any",
-                   sort: Any = "step", descending: Any = False, page: Any = 1, page_size: Any = 50) -> dict:
+def search_samples(
+    run_id: Any,
+    reward_min: Any = None,
+    reward_max: Any = None,
+    outcome: Any = "any",
+    spread_min: Any = None,
+    spread_max: Any = None,
+    length_min: Any = None,
+    length_max: Any = None,
+    step_min: Any = None,
+    step_max: Any = None,
+    contains: Any = "",
+    kind: Any = "any",
+    sort: Any = "step",
+    descending: Any = False,
+    page: Any = 1,
+    page_size: Any = 50,
+) -> dict:
     """One page of a run's samples that pass every filter (app.store.search.search_samples): bounds inclusive,
     ``outcome`` one of OUTCOMES, ``kind`` one of KINDS (the group's), ``contains`` a case-insensitive substring of
     the completion, ``sort`` one of SORTS (then by sample id), ``page`` from 1, ``page_size`` 1 to MAX_PAGE_SIZE."""
@@ -90,9 +105,13 @@ def search_samples(run_id: Any, reward_min: Any = None, reward_max: Any = None, 
     filters["spread_min"], filters["spread_max"] = _bounds(spread_min, spread_max, "spread", as_number)
     filters["length_min"], filters["length_max"] = _bounds(length_min, length_max, "length", as_count)
     filters["step_min"], filters["step_max"] = _bounds(step_min, step_max, "step", as_count)
-    filters.update(outcome=as_choice(outcome, "outcome", OUTCOMES, "any"), kind=as_choice(kind, "kind", KINDS, "any"),
-                   sort=as_choice(sort, "sort", SORTS, "step"), contains=checked_text("" if contains is None else contains, "contains", CONTAINS_MAX),
-                   descending=as_flag(descending, "descending", False))
+    filters.update(
+        outcome=as_choice(outcome, "outcome", OUTCOMES, "any"),
+        kind=as_choice(kind, "kind", KINDS, "any"),
+        sort=as_choice(sort, "sort", SORTS, "step"),
+        contains=checked_text("" if contains is None else contains, "contains", CONTAINS_MAX),
+        descending=as_flag(descending, "descending", False),
+    )
     page = 1 if _unset(page) else as_id(page, "page")
     page_size = 50 if _unset(page_size) else as_id(page_size, "page_size")
     if page_size > MAX_PAGE_SIZE:

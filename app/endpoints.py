@@ -11,6 +11,7 @@ No ``from __future__ import annotations`` here: gr.api reads the signatures' typ
 them with these docstrings. A return annotated ``gr.FileData`` is shown as a file (``filepath``), and
 gradio_client downloads it and returns its local path.
 """
+
 import secrets
 import sys
 import traceback
@@ -32,10 +33,14 @@ def call_api(fn, *args):
         raise gr.Error(auth.mask_secrets(str(e)), print_exception=False) from None
     except Exception:
         error_id = secrets.token_hex(4)
-        print(auth.mask_secrets(f"grpo-dashboard: error {error_id} in {fn.__name__}:\n{traceback.format_exc()}"),
-              file=sys.stderr, flush=True)
-        raise gr.Error(f"internal error {error_id}: the request failed; the server's log has the details",
-                       print_exception=False) from None
+        print(
+            auth.mask_secrets(f"grpo-dashboard: error {error_id} in {fn.__name__}:\n{traceback.format_exc()}"),
+            file=sys.stderr,
+            flush=True,
+        )
+        raise gr.Error(
+            f"internal error {error_id}: the request failed; the server's log has the details", print_exception=False
+        ) from None
 
 
 def launch_run(spec: dict) -> dict:
@@ -142,8 +147,9 @@ def upload_dataset(file: gr.FileData) -> dict:
     return call_api(datasets.upload_dataset, file, True)
 
 
-def preview_dataset(dataset: str, question_field: str | None = None, answer_field: str | None = None,
-                    solution_field: str | None = None) -> dict:
+def preview_dataset(
+    dataset: str, question_field: str | None = None, answer_field: str | None = None, solution_field: str | None = None
+) -> dict:
     """The first rows of a dataset as a run reads it: 'builtin-arith' or a local file's path (inside the path
     roots), from the columns the *_field arguments name (default question, answer, solution). Returns
     {dataset, rows, preview}; a bad file is refused naming the file and line."""
@@ -165,11 +171,24 @@ def preview_prompt(spec: dict) -> dict:
     return call_api(prompt_preview.preview_prompt, spec)
 
 
-def search_samples(run_id: int, reward_min: float | None = None, reward_max: float | None = None,
-                   outcome: str = "any", spread_min: float | None = None, spread_max: float | None = None,
-                   length_min: int | None = None, length_max: int | None = None, step_min: int | None = None,
-                   step_max: int | None = None, contains: str = "", kind: str = "any", sort: str = "step",
-                   descending: bool = False, page: int = 1, page_size: int = 50) -> dict:
+def search_samples(
+    run_id: int,
+    reward_min: float | None = None,
+    reward_max: float | None = None,
+    outcome: str = "any",
+    spread_min: float | None = None,
+    spread_max: float | None = None,
+    length_min: int | None = None,
+    length_max: int | None = None,
+    step_min: int | None = None,
+    step_max: int | None = None,
+    contains: str = "",
+    kind: str = "any",
+    sort: str = "step",
+    descending: bool = False,
+    page: int = 1,
+    page_size: int = 50,
+) -> dict:
     """Find samples across a run: one page of those that pass every filter. Bounds are inclusive, None leaves one
     out: reward, spread (the group's reward std), length (tokens, the end token included), step. outcome: any,
     correct, wrong (an answer found, but wrong), no_answer or truncated; kind (the group's): any, all_right,
@@ -177,8 +196,25 @@ def search_samples(run_id: int, reward_min: float | None = None, reward_max: flo
     length or spread (then by sample id), descending; page from 1, page_size 1 to 200. Returns {run_id, total,
     page, page_size, pages, rows}, each row {sample_id, group_id, step, question, completion (cut to 300
     characters), reward, correct, answer_found, truncated, length, spread, kind}."""
-    return call_api(diagnose_api.search_samples, run_id, reward_min, reward_max, outcome, spread_min, spread_max,
-                    length_min, length_max, step_min, step_max, contains, kind, sort, descending, page, page_size)
+    return call_api(
+        diagnose_api.search_samples,
+        run_id,
+        reward_min,
+        reward_max,
+        outcome,
+        spread_min,
+        spread_max,
+        length_min,
+        length_max,
+        step_min,
+        step_max,
+        contains,
+        kind,
+        sort,
+        descending,
+        page,
+        page_size,
+    )
 
 
 def question_history(run_id: int, question: str, other_runs: bool = True) -> dict:
@@ -192,6 +228,26 @@ def question_history(run_id: int, question: str, other_runs: bool = True) -> dic
 
 
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
-ENDPOINTS = (launch_run, list_runs, get_run, get_metrics, get_logs, wait_run, list_groups, get_group, cancel_run,
-             compare_runs, export_run, upload_dataset, preview_dataset, preview_rewards, preview_prompt, rename_run, annotate_run,
-             archive_run, delete_run, search_samples, question_history)
+ENDPOINTS = (
+    launch_run,
+    list_runs,
+    get_run,
+    get_metrics,
+    get_logs,
+    wait_run,
+    list_groups,
+    get_group,
+    cancel_run,
+    compare_runs,
+    export_run,
+    upload_dataset,
+    preview_dataset,
+    preview_rewards,
+    preview_prompt,
+    rename_run,
+    annotate_run,
+    archive_run,
+    delete_run,
+    search_samples,
+    question_history,
+)

@@ -4,6 +4,7 @@ Each export is written to a fresh directory inside this process's own temporary 
 exit), by a create that refuses an existing file or a link, so no other user or dashboard on the host can plant
 or read a file in its way; exports are deleted an hour after they were written.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -37,9 +38,13 @@ def _export_policy(run: dict, kind: str, out_dir: Path) -> str:
     source = get_settings().run_dir(run_id) / "final" / kind
     if not source.is_dir():
         if run["status"] != "completed":
-            raise ApiError(f"run {run_id} has no final policy: it is saved when the run completes (status {run['status']})")
-        raise ApiError(f"run {run_id}: its final policy is not in this dashboard's checkpoint directory "
-                       "(GRPO_CHECKPOINT_DIR must be a directory the workers and the dashboard share)")
+            raise ApiError(
+                f"run {run_id} has no final policy: it is saved when the run completes (status {run['status']})"
+            )
+        raise ApiError(
+            f"run {run_id}: its final policy is not in this dashboard's checkpoint directory "
+            "(GRPO_CHECKPOINT_DIR must be a directory the workers and the dashboard share)"
+        )
     path = out_dir / f"run-{run_id}-{kind}.zip"
     with _create(path) as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as archive:
         for file in sorted(source.rglob("*")):  # safetensors hardly compress
@@ -99,8 +104,15 @@ def export_run(run_id: Any, kind: Any = "parquet") -> str:
     frame = pd.DataFrame(rows, columns=list(store.EXPORT_COLUMNS))
     path = out_dir / f"run-{run_id}-groups.{kind}"
     if kind == "csv":
-        for column in ("reward_components", "tokens", "advantages", "step_rewards", "step_end_indices",
-                       "step_labels", "step_shares"):
+        for column in (
+            "reward_components",
+            "tokens",
+            "advantages",
+            "step_rewards",
+            "step_end_indices",
+            "step_labels",
+            "step_shares",
+        ):
             frame[column] = [None if v is None else json.dumps(v) for v in frame[column]]
     with _create(path) as out:
         if kind == "parquet":

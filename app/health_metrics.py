@@ -6,6 +6,7 @@ None on any row. The training steps are the rows with step >= 1 (step 0 is the e
 recent window is the last RECENT_SHARE (20%) of them, rounded up and at least RECENT_MIN (5), the earlier window as
 many rows just before it. Pure Python, standard library only.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,7 @@ def windows(rows: Sequence[Row]) -> tuple[list[Row], list[Row]]:
     """(earlier, recent): the last window_size rows, and as many rows before them (fewer when there are not)."""
     n = window_size(len(rows))
     recent = list(rows[-n:])
-    earlier = list(rows[max(0, len(rows) - 2 * n):max(0, len(rows) - n)])
+    earlier = list(rows[max(0, len(rows) - 2 * n) : max(0, len(rows) - n)])
     return earlier, recent
 
 

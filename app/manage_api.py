@@ -4,6 +4,7 @@ table's data (every run with its newest headline metrics).
 Plain functions raising app.api.ApiError, as app.api's; app.endpoints wraps them for ``gradio_client`` and the
 Runs tab (app.tab_runs) calls them directly, so the browser and clients get the same checks.
 """
+
 from __future__ import annotations
 
 import math
@@ -128,8 +129,12 @@ def wait_run(run_id: Any, timeout: Any = 60) -> dict:
             timeout = float(timeout.strip())
         except ValueError:
             pass
-    if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not math.isfinite(timeout)
-            or not 1 <= timeout <= WAIT_MAX_SECONDS):
+    if (
+        not isinstance(timeout, (int, float))
+        or isinstance(timeout, bool)
+        or not math.isfinite(timeout)
+        or not 1 <= timeout <= WAIT_MAX_SECONDS
+    ):
         raise ApiError(f"timeout must be a number of seconds from 1 to {WAIT_MAX_SECONDS}, got {shown(timeout)}")
     deadline = time.monotonic() + timeout
     while True:

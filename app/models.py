@@ -12,6 +12,7 @@ Deleting a run deletes everything under it (ON DELETE CASCADE).
 workers              each worker process's queues and GPUs, and when it last reported
 id_high_water        the largest run id ever handed out (SQLite), so a deleted run's id is never reused
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -108,8 +109,7 @@ class Group(Base):
     """The G outputs sampled for one question at one step."""
 
     __tablename__ = "groups"
-    __table_args__ = (Index("ix_groups_run_id_step", "run_id", "step"),
-                      Index("ix_groups_question_key", "question_key"))
+    __table_args__ = (Index("ix_groups_run_id_step", "run_id", "step"), Index("ix_groups_question_key", "question_key"))
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -133,9 +133,11 @@ class Sample(Base):
     per-token arrays of what the update saw (float32 / uint8 bytes, ``records.pack`` / ``unpack``)."""
 
     __tablename__ = "samples"
-    __table_args__ = (Index("ix_samples_run_id_step", "run_id", "step"),
-                      Index("ix_samples_run_id_reward", "run_id", "reward"),
-                      Index("ix_samples_run_id_length", "run_id", "length"))
+    __table_args__ = (
+        Index("ix_samples_run_id_step", "run_id", "step"),
+        Index("ix_samples_run_id_reward", "run_id", "reward"),
+        Index("ix_samples_run_id_length", "run_id", "length"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     group_id: Mapped[int] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), index=True)

@@ -13,6 +13,7 @@ locally, read by the ``datasets`` library) must hold data files.
 The dashboard checks at launch (app.api.launch_run) and the worker checks again before training,
 with its own roots. Pure Python: no torch, no Gradio.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,14 +24,23 @@ from grpo_engine.data import check_dataset_file
 from grpo_engine.gguf_header import is_gguf_file
 from grpo_engine.reward_functions import check_custom_allowed, file_reference
 
-PATH_KEYS = ("model", "reward_model", "label_completer", "dataset", "rm_data")  # the run-spec keys that may name a local path
+PATH_KEYS = (
+    "model",
+    "reward_model",
+    "label_completer",
+    "dataset",
+    "rm_data",
+)  # the run-spec keys that may name a local path
 DATA_DIR_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow")  # what a Hugging Face dataset directory holds
 
 
 def spec_fields(config: dict) -> tuple[str, str, str]:
     """The dataset columns a run spec reads the question, answer and solution from."""
-    return (config.get("question_field") or "question", config.get("answer_field") or "answer",
-            config.get("solution_field") or "solution")
+    return (
+        config.get("question_field") or "question",
+        config.get("answer_field") or "answer",
+        config.get("solution_field") or "solution",
+    )
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:
@@ -44,8 +54,11 @@ def resolve_inside(key: str, value: str, roots: list[Path] | tuple[Path, ...]) -
     roots = [Path(root).expanduser().resolve() for root in roots]
     path = Path(value).expanduser().resolve()
     if not _inside(path, roots):
-        raise SpecError(key, f"{value!r} is outside the directories runs may read (GRPO_PATH_ROOTS: the "
-                             "operator sets them; uploaded datasets are always readable)")
+        raise SpecError(
+            key,
+            f"{value!r} is outside the directories runs may read (GRPO_PATH_ROOTS: the "
+            "operator sets them; uploaded datasets are always readable)",
+        )
     if not path.exists():
         raise SpecError(key, f"{value!r} does not exist")
     return path
@@ -57,8 +70,11 @@ def _check_links_inside(key: str, value: str, directory: Path, roots) -> None:
     roots = [Path(root).expanduser().resolve() for root in roots]
     for entry in directory.rglob("*"):
         if entry.is_symlink() and not _inside(entry.resolve(), roots):
-            raise SpecError(key, f"{value!r} holds {str(entry.relative_to(directory))!r}, a link to a file outside "
-                                 "the directories runs may read")
+            raise SpecError(
+                key,
+                f"{value!r} holds {str(entry.relative_to(directory))!r}, a link to a file outside "
+                "the directories runs may read",
+            )
 
 
 def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None:
@@ -81,8 +97,11 @@ def check_spec_paths(config: dict, roots: list[Path] | tuple[Path, ...]) -> None
                 raise SpecError(key, f"{value!r} is not a .jsonl or .parquet file of Math-Shepherd rows")
         elif key == "dataset" and path.is_dir():
             if not any(f.suffix.lower() in DATA_DIR_SUFFIXES for f in path.rglob("*") if f.is_file()):
-                raise SpecError(key, f"{value!r} is not a dataset file, nor a dataset directory (one that holds "
-                                     f"{', '.join(DATA_DIR_SUFFIXES)} files)")
+                raise SpecError(
+                    key,
+                    f"{value!r} is not a dataset file, nor a dataset directory (one that holds "
+                    f"{', '.join(DATA_DIR_SUFFIXES)} files)",
+                )
         elif key == "dataset":
             if not path.is_file():
                 raise SpecError(key, f"{value!r} is not a dataset file (a dataset file is .jsonl, .csv or .parquet)")
@@ -109,8 +128,9 @@ def check_gguf_file(key: str, value: str, path: Path) -> None:
     if not ok:
         raise SpecError(key, f"{value!r} is not a GGUF file (it does not start with 'GGUF')")
     if importlib.util.find_spec("gguf") is None:
-        raise SpecError(key, f"{value!r} is a .gguf file, which needs the gguf package to read: "
-                             "pip install 'grpo-dashboard[gguf]'")
+        raise SpecError(
+            key, f"{value!r} is a .gguf file, which needs the gguf package to read: pip install 'grpo-dashboard[gguf]'"
+        )
 
 
 def check_custom_rewards(config: dict, roots: list[Path] | tuple[Path, ...], allowed: bool) -> None:

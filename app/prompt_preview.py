@@ -6,6 +6,7 @@ The tokenizer is loaded in a subprocess (``python -m grpo_engine.prompt_preview`
 the web process never imports torch. A .gguf model is converted into the model cache on its first preview, as its
 first run would.
 """
+
 from __future__ import annotations
 
 import html
@@ -39,11 +40,16 @@ def preview_prompt(spec: dict | str | None) -> dict:
         raise ApiError(str(e)) from None
     question, stand_in = STAND_IN, True
     if config["dataset"] == BUILTIN_DATASET or not _read_by_the_worker(config["dataset"]):
-        rows = preview_dataset(config["dataset"], config["question_field"], config["answer_field"],
-                               config["solution_field"])["preview"]
+        rows = preview_dataset(
+            config["dataset"], config["question_field"], config["answer_field"], config["solution_field"]
+        )["preview"]
         question, stand_in = rows[0]["question"], False
-    request = {"model": config["model"], "cache_dir": str(settings.cache_dir), "question": question,
-               **{k: config[k] for k in ("prompt_template", "system_prompt", "question_template")}}
+    request = {
+        "model": config["model"],
+        "cache_dir": str(settings.cache_dir),
+        "question": question,
+        **{k: config[k] for k in ("prompt_template", "system_prompt", "question_template")},
+    }
     result = _run_subprocess(request)
     return {"model": config["model"], "question": question, "stand_in": stand_in, **result}
 
@@ -56,19 +62,26 @@ def _read_by_the_worker(dataset: str) -> bool:
 def _run_subprocess(request: dict) -> dict:
     """``python -m grpo_engine.prompt_preview`` on ``request``: its answer, or ApiError naming the model."""
     try:
-        done = subprocess.run([sys.executable, "-m", "grpo_engine.prompt_preview"], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=PREVIEW_TIMEOUT_S)
+        done = subprocess.run(
+            [sys.executable, "-m", "grpo_engine.prompt_preview"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=PREVIEW_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
-        raise ApiError(f"model: loading the tokenizer of {request['model']!r} took more than {PREVIEW_TIMEOUT_S} s"
-                       ) from None
+        raise ApiError(
+            f"model: loading the tokenizer of {request['model']!r} took more than {PREVIEW_TIMEOUT_S} s"
+        ) from None
     try:
         result = json.loads(done.stdout) if done.returncode == 0 else None
     except json.JSONDecodeError:
         result = None
     if result is None:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ApiError(f"model: the tokenizer of {request['model']!r} could not be loaded (exit "
-                       f"{done.returncode}): {last[:300]}")
+        raise ApiError(
+            f"model: the tokenizer of {request['model']!r} could not be loaded (exit {done.returncode}): {last[:300]}"
+        )
     if "error" in result:
         raise ApiError(f"model: the tokenizer of {request['model']!r} could not be loaded: {result['error']}")
     return result
@@ -85,7 +98,12 @@ def prompt_html(result: dict) -> str:
     for token in sorted(result["special_tokens"], key=len, reverse=True):  # longest first: one never splits another
         escaped = html.escape(token)
         text = text.replace(escaped, f'<mark class="special">{escaped}</mark>')
-    which = "A stand-in question (the dataset is read by the worker)" if result["stand_in"] else \
-        "The first training question"
-    return (f'<div class="prompt-preview"><div class="hint">{which} as the model reads it: '
-            f'{result["token_count"]:,} tokens.</div><pre>{text}</pre></div>')
+    which = (
+        "A stand-in question (the dataset is read by the worker)"
+        if result["stand_in"]
+        else "The first training question"
+    )
+    return (
+        f'<div class="prompt-preview"><div class="hint">{which} as the model reads it: '
+        f"{result['token_count']:,} tokens.</div><pre>{text}</pre></div>"
+    )

@@ -4,6 +4,7 @@ Tables as pandas frames (runs, groups, reward-model refreshes) and HTML strings 
 and key numbers, config differences, a dataset preview). One group's view is app.render_group's, the charts are
 app.charts'. Nothing here calls the store or imports Gradio.
 """
+
 import html
 from datetime import datetime, timezone
 
@@ -14,9 +15,16 @@ from app.health import MIN_STEPS, MIN_STEPS_RECENT
 
 GROUP_COLUMNS = ["group", "prompt", "reward mean", "reward std"]
 # The reward-model table: each column's header and the recorded metric it shows ("change" is after - before)
-RM_TABLE = (("iteration", "iteration"), ("step", "step"), ("rm/loss", "rm/loss"),
-            ("accuracy before", "rm/accuracy_before"), ("accuracy after", "rm/accuracy_after"), ("change", None),
-            ("examples", "rm/train_examples"), ("replayed", "rm/replayed"))
+RM_TABLE = (
+    ("iteration", "iteration"),
+    ("step", "step"),
+    ("rm/loss", "rm/loss"),
+    ("accuracy before", "rm/accuracy_before"),
+    ("accuracy after", "rm/accuracy_after"),
+    ("change", None),
+    ("examples", "rm/train_examples"),
+    ("replayed", "rm/replayed"),
+)
 RM_COLUMNS = [header for header, _ in RM_TABLE]
 _RM_ROUNDED = {"rm/loss", "rm/accuracy_before", "rm/accuracy_after"}  # shown to 4 decimals
 
@@ -61,10 +69,10 @@ def progress_html(run: dict, now: datetime | None = None, metrics: list[dict] | 
         f'<div class="run-progress" data-status="{status}" data-step="{step}" data-total="{total}"'
         f' data-phase="{html.escape(phase or "")}">'
         f'<div class="run-title"><span class="badge {status}">{status}</span>'
-        f'<b>#{run["run_id"]}</b> {html.escape(run["name"])}{_phase_html(run) if phase else ""}</div>'
+        f"<b>#{run['run_id']}</b> {html.escape(run['name'])}{_phase_html(run) if phase else ''}</div>"
         f'<div class="progress-track"><div class="progress-fill {status}" style="width:{pct:.1f}%"></div></div>'
         f'<div class="progress-text">{" · ".join(_progress_parts(run, now, metrics or []))}</div>'
-        f'{_key_numbers_html(metrics or [])}{error}</div>'
+        f"{_key_numbers_html(metrics or [])}{error}</div>"
     )
 
 
@@ -77,8 +85,10 @@ def _phase_html(run: dict) -> str:
     if not total:
         return f'<span class="phase">{text}{f" {done}" if done is not None else ""}</span>'
     done = min(max(done or 0, 0), total)
-    return (f'<span class="phase">{text} {done} / {total}<span class="phase-track">'
-            f'<span class="phase-fill" style="width:{100.0 * done / total:.1f}%"></span></span></span>')
+    return (
+        f'<span class="phase">{text} {done} / {total}<span class="phase-track">'
+        f'<span class="phase-fill" style="width:{100.0 * done / total:.1f}%"></span></span></span>'
+    )
 
 
 def _progress_parts(run: dict, now: datetime, metrics: list[dict]) -> list[str]:
@@ -99,7 +109,9 @@ def _progress_parts(run: dict, now: datetime, metrics: list[dict]) -> list[str]:
     elif status == "queued":
         parts.append("waiting for a worker")
     if status == "running" and run.get("worker"):
-        parts.append(f"on {run['worker']}" + (f" (attempt {run['attempts']})" if (run.get("attempts") or 0) > 1 else ""))
+        parts.append(
+            f"on {run['worker']}" + (f" (attempt {run['attempts']})" if (run.get("attempts") or 0) > 1 else "")
+        )
     if checkpoint and status in ("running", "queued"):
         parts.append(f"checkpoint at step {checkpoint}")
     if started and status == "running":
@@ -159,8 +171,9 @@ def rm_refresh_frame(metrics: list[dict]) -> pd.DataFrame:
             continue
         before, after = m.get("rm/accuracy_before"), m["rm/accuracy_after"]
         change = None if before is None else _round(after - before)
-        rows.append([change if key is None else _round(m.get(key)) if key in _RM_ROUNDED else m.get(key)
-                     for _, key in RM_TABLE])
+        rows.append(
+            [change if key is None else _round(m.get(key)) if key in _RM_ROUNDED else m.get(key) for _, key in RM_TABLE]
+        )
     return pd.DataFrame(rows, columns=RM_COLUMNS)
 
 
@@ -177,41 +190,62 @@ def config_diff_html(compared: dict) -> str:
     head = "<tr><th>key</th>" + "".join(f"<th>#{r['run_id']} {html.escape(r['name'])}</th>" for r in runs) + "</tr>"
 
     def rows(chosen: list[str], cls: str) -> str:
-        return "".join(f'<tr{cls} data-key="{html.escape(k)}"><th>{html.escape(k)}</th>'
-                       + "".join(f"<td>{html.escape(str(r['config'].get(k, '')))}</td>" for r in runs) + "</tr>"
-                       for k in chosen)
+        return "".join(
+            f'<tr{cls} data-key="{html.escape(k)}"><th>{html.escape(k)}</th>'
+            + "".join(f"<td>{html.escape(str(r['config'].get(k, '')))}</td>" for r in runs)
+            + "</tr>"
+            for k in chosen
+        )
+
     shown, same = [k for k in keys if k in differing], [k for k in keys if k not in differing]
-    note = (f"{len(shown)} key{'s differ' if len(shown) != 1 else ' differs'}: {', '.join(shown)}" if shown
-            else "The configs are the same.")
+    note = (
+        f"{len(shown)} key{'s differ' if len(shown) != 1 else ' differs'}: {', '.join(shown)}"
+        if shown
+        else "The configs are the same."
+    )
     table = "<table>" + head + rows(shown, ' class="diff"') + "</table>" if shown else ""
-    folded = (f'<details class="config-same"><summary>{len(same)} key{"s" if len(same) != 1 else ""} the same in '
-              f'every run</summary><table>{head}{rows(same, "")}</table></details>' if same else "")
+    folded = (
+        f'<details class="config-same"><summary>{len(same)} key{"s" if len(same) != 1 else ""} the same in '
+        f"every run</summary><table>{head}{rows(same, '')}</table></details>"
+        if same
+        else ""
+    )
     return f'<div class="config-diff"><div class="diff-note">{html.escape(note)}</div>{table}{folded}</div>'
 
 
 def groups_frame(groups: list[dict]) -> pd.DataFrame:
     """The group list of one step: id, prompt (first line, shortened), reward mean and std."""
+
     def short(text: str) -> str:
         """The text on one line, cut to 90 characters."""
         line = " ".join(text.split())
         return line if len(line) <= 90 else line[:87] + "..."
-    rows = [[g["group_id"], short(g["prompt"]), round(g["reward_mean"], 4), round(g["reward_std"], 4)]
-            for g in groups]
+
+    rows = [[g["group_id"], short(g["prompt"]), round(g["reward_mean"], 4), round(g["reward_std"], 4)] for g in groups]
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
 
 
 def upload_preview_html(result: dict, uploaded: bool = True) -> str:
     """A dataset's path and row count, and its first rows (each cell cut to 60 characters): what an upload
     stored, or (``uploaded`` False) what the dataset field names."""
+
     def cell(text: str) -> str:
         """The text escaped, cut to 60 characters."""
         return html.escape(text if len(text) <= 60 else text[:57] + "...")
-    rows = "".join(f"<tr><td>{cell(r['question'])}</td><td>{cell(r['answer'])}</td><td>{cell(r['solution'])}</td></tr>"
-                   for r in result["preview"])
-    head = (f'Stored {result["rows"]} rows as {html.escape(result["dataset"])}' if uploaded
-            else f'{html.escape(result["dataset"])}: {result["rows"]} rows; the first {len(result["preview"])}:')
-    return (f'<div class="ok">{head}</div>'
-            f'<table class="upload-preview"><tr><th>question</th><th>answer</th><th>solution</th></tr>{rows}</table>')
+
+    rows = "".join(
+        f"<tr><td>{cell(r['question'])}</td><td>{cell(r['answer'])}</td><td>{cell(r['solution'])}</td></tr>"
+        for r in result["preview"]
+    )
+    head = (
+        f"Stored {result['rows']} rows as {html.escape(result['dataset'])}"
+        if uploaded
+        else f"{html.escape(result['dataset'])}: {result['rows']} rows; the first {len(result['preview'])}:"
+    )
+    return (
+        f'<div class="ok">{head}</div>'
+        f'<table class="upload-preview"><tr><th>question</th><th>answer</th><th>solution</th></tr>{rows}</table>'
+    )
 
 
 def health_html(warnings: list[dict], steps: int | None = None) -> str:
@@ -227,21 +261,27 @@ def health_html(warnings: list[dict], steps: int | None = None) -> str:
     """
     if not warnings:
         if steps is not None and steps < MIN_STEPS_RECENT:
-            return ('<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet '
-                    f'({steps} of {MIN_STEPS_RECENT} training steps; the rules read {MIN_STEPS_RECENT} to {MIN_STEPS})'
-                    '</div>')
+            return (
+                '<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet '
+                f"({steps} of {MIN_STEPS_RECENT} training steps; the rules read {MIN_STEPS_RECENT} to {MIN_STEPS})"
+                "</div>"
+            )
         if steps is not None and steps < MIN_STEPS:
-            return ('<div class="health ok" data-warnings="0" data-state="partial">✓ health: no warnings so far '
-                    f'({steps} training steps; some rules wait for {MIN_STEPS})</div>')
+            return (
+                '<div class="health ok" data-warnings="0" data-state="partial">✓ health: no warnings so far '
+                f"({steps} training steps; some rules wait for {MIN_STEPS})</div>"
+            )
         return '<div class="health ok" data-warnings="0">✓ health: no warnings</div>'
     items = "".join(
         f'<li data-rule="{html.escape(w["rule"], quote=True)}" title="Click: chart {html.escape(", ".join(w["metrics"]), quote=True)}">'
-        f'<b>{html.escape(w["title"])}</b> (steps {w["steps"][0]}–{w["steps"][1]}): {html.escape(w["message"])} '
+        f"<b>{html.escape(w['title'])}</b> (steps {w['steps'][0]}–{w['steps'][1]}): {html.escape(w['message'])} "
         f'<span class="evidence">show {html.escape(", ".join(w["metrics"]))} ›</span></li>'
-        for w in warnings)
+        for w in warnings
+    )
     n = len(warnings)
-    return (f'<details class="health warn" data-warnings="{n}"><summary>⚠ {n} health warning{"s" if n > 1 else ""}: '
-            f'{html.escape(", ".join(w["title"] for w in warnings))}</summary><ul>{items}</ul>'
-            '<div class="health-note">Each rule and its threshold: README, "Health warnings". A click on a warning '
-            'charts its metrics.</div></details>')
-
+    return (
+        f'<details class="health warn" data-warnings="{n}"><summary>⚠ {n} health warning{"s" if n > 1 else ""}: '
+        f"{html.escape(', '.join(w['title'] for w in warnings))}</summary><ul>{items}</ul>"
+        '<div class="health-note">Each rule and its threshold: README, "Health warnings". A click on a warning '
+        "charts its metrics.</div></details>"
+    )

@@ -2,6 +2,7 @@
 each token tinted by the quantity picked (its advantage, the KL to the reference, or how surprising it was to the
 policy) with every per-token number in its tooltip; process samples' step marks and step tables; the banner over
 steps whose groups carry no gradient. Pure functions from app.api's dicts to HTML; no Gradio, no store."""
+
 import html
 
 from app.health import zero_spread_cause
@@ -22,13 +23,20 @@ def _visible(token: str) -> str:
     if token == "":
         return '<span class="ws">∅</span>'
     text = html.escape(token)
-    return (text.replace("\t", '<span class="ws">→</span>')
-                .replace("\r", '<span class="ws">␍</span>')
-                .replace("\n", '<span class="ws">↵</span>'))
+    return (
+        text.replace("\t", '<span class="ws">→</span>')
+        .replace("\r", '<span class="ws">␍</span>')
+        .replace("\n", '<span class="ws">↵</span>')
+    )
 
 
-def token_span(token: str, advantage: float, scale: float, detail: dict | None = None,
-               tint: tuple[float, tuple[int, int, int]] | None = None) -> str:
+def token_span(
+    token: str,
+    advantage: float,
+    scale: float,
+    detail: dict | None = None,
+    tint: tuple[float, tuple[int, int, int]] | None = None,
+) -> str:
     """One token on a tinted background, and its text, advantage and the update's numbers (``detail``: logprob,
     ref_logprob, ratio, kl, clipped; :func:`token_tip`) in a tooltip (``data-tip``, shown by the stylesheet).
 
@@ -50,8 +58,10 @@ def token_span(token: str, advantage: float, scale: float, detail: dict | None =
     alpha = 0.12 + 0.88 * f if f > 0 else 0.0
     strong = " strong" if f > 0.6 else ""
     tip = html.escape(token_tip(token, advantage, detail or {}), quote=True)
-    return (f'<span class="token{strong}" data-adv="{advantage:.6g}" data-tip="{tip}" '
-            f'style="background:rgba({r},{g},{b},{alpha:.3f})">{_visible(token)}</span>')
+    return (
+        f'<span class="token{strong}" data-adv="{advantage:.6g}" data-tip="{tip}" '
+        f'style="background:rgba({r},{g},{b},{alpha:.3f})">{_visible(token)}</span>'
+    )
 
 
 def token_tip(token: str, advantage: float, detail: dict) -> str:
@@ -63,8 +73,12 @@ def token_tip(token: str, advantage: float, detail: dict) -> str:
     "' 4'  A = -1.0000 · log π_old -2.0000 · ratio 1.300 · clipped"
     """
     parts = [f"{token!r}  A = {advantage:+.4f}"]
-    for key, words, fmt in (("logprob", "log π_old", "{:+.4f}"), ("ref_logprob", "log π_ref", "{:+.4f}"),
-                            ("ratio", "ratio", "{:.3f}"), ("kl", "KL", "{:.4f}")):
+    for key, words, fmt in (
+        ("logprob", "log π_old", "{:+.4f}"),
+        ("ref_logprob", "log π_ref", "{:+.4f}"),
+        ("ratio", "ratio", "{:.3f}"),
+        ("kl", "KL", "{:.4f}"),
+    ):
         if detail.get(key) is not None:
             parts.append(f"{words} {fmt.format(detail[key])}")
     if detail.get("clipped"):
@@ -74,16 +88,25 @@ def token_tip(token: str, advantage: float, detail: dict) -> str:
 
 def sample_detail(sample: dict, t: int) -> dict:
     """Token ``t``'s recorded numbers from a /get_group sample (None where a quantity was not recorded)."""
+
     def at(name):
         values = sample.get(name)
         return values[t] if values is not None and t < len(values) else None
-    return {"logprob": at("logprobs"), "ref_logprob": at("ref_logprobs"), "ratio": at("ratios"), "kl": at("kls"),
-            "clipped": at("clipped")}
+
+    return {
+        "logprob": at("logprobs"),
+        "ref_logprob": at("ref_logprobs"),
+        "ratio": at("ratios"),
+        "kl": at("kls"),
+        "clipped": at("clipped"),
+    }
 
 
 # the reward components' names in words: key -> (text for a true / nonzero value, text for 0)
-_COMPONENT_WORDS = {"correct": ("verifier: correct ✓", "verifier: wrong ✗"),
-                    "formatted": ("final answer stated (#### or \\boxed)", "no #### or \\boxed final answer")}
+_COMPONENT_WORDS = {
+    "correct": ("verifier: correct ✓", "verifier: wrong ✗"),
+    "formatted": ("final answer stated (#### or \\boxed)", "no #### or \\boxed final answer"),
+}
 
 
 def _verdicts(components: dict, weights: dict | None = None) -> str:
@@ -101,11 +124,15 @@ def _verdicts(components: dict, weights: dict | None = None) -> str:
     if "format" in components:
         parts.append(f'<span class="component" data-component="format">format reward {components["format"]:+g}</span>')
     if "rm_score" in components:
-        parts.append(f'<span class="rm-score" data-component="rm_score">reward model score '
-                     f'{components["rm_score"]:.3f}</span>')
+        parts.append(
+            f'<span class="rm-score" data-component="rm_score">reward model score {components["rm_score"]:.3f}</span>'
+        )
     rest = {k: v for k, v in components.items() if k not in (*_COMPONENT_WORDS, "format", "rm_score")}
-    parts += [f'<span class="component" data-component="{html.escape(k)}">{html.escape(k)} {v:.3g}'
-              f'{f" × {weights[k]:g}" if k in weights else ""}</span>' for k, v in rest.items()]
+    parts += [
+        f'<span class="component" data-component="{html.escape(k)}">{html.escape(k)} {v:.3g}'
+        f"{f' × {weights[k]:g}' if k in weights else ''}</span>"
+        for k, v in rest.items()
+    ]
     named = [k for k in weights if k in components]
     if named:
         total = sum(components[k] * weights[k] for k in named)
@@ -117,8 +144,10 @@ def _cut_mark(sample: dict) -> str:
     """' · cut at max_new_tokens' (marked) for an output that reached the length limit without an end token."""
     if not sample.get("truncated"):
         return ""
-    return (' · <span class="cut" title="the output reached max_new_tokens without an end token: it has no '
-            'final answer, and its reward says so">cut at max_new_tokens</span>')
+    return (
+        ' · <span class="cut" title="the output reached max_new_tokens without an end token: it has no '
+        'final answer, and its reward says so">cut at max_new_tokens</span>'
+    )
 
 
 def flat_groups(groups: list[dict]) -> int:
@@ -135,9 +164,11 @@ def zero_spread_banner(groups: list[dict], cause: str = "") -> str:
     flat = flat_groups(groups)
     if not groups or 2 * flat <= len(groups):
         return ""
-    return (f'<div class="zero-spread" data-flat="{flat}" data-groups="{len(groups)}"><b>{flat} of {len(groups)} '
-            'groups at this step have the same reward for every output (or every step)</b>: they carry no '
-            f'gradient. {html.escape(cause or zero_spread_cause([], {}))}</div>')
+    return (
+        f'<div class="zero-spread" data-flat="{flat}" data-groups="{len(groups)}"><b>{flat} of {len(groups)} '
+        "groups at this step have the same reward for every output (or every step)</b>: they carry no "
+        f"gradient. {html.escape(cause or zero_spread_cause([], {}))}</div>"
+    )
 
 
 def _prompt_html(group: dict) -> str:
@@ -148,9 +179,11 @@ def _prompt_html(group: dict) -> str:
     seen = group.get("model_prompt")
     if not seen or seen.strip() == group["prompt"].strip():  # the plain template only adds a line break
         return f"<div>Prompt:</div>{question}"
-    return (f'<div>Prompt as the model saw it (the run\'s prompt template applied):</div>'
-            f'<pre class="prompt model-prompt">{html.escape(seen)}</pre>'
-            f'<details class="question"><summary>the question alone</summary>{question}</details>')
+    return (
+        f"<div>Prompt as the model saw it (the run's prompt template applied):</div>"
+        f'<pre class="prompt model-prompt">{html.escape(seen)}</pre>'
+        f'<details class="question"><summary>the question alone</summary>{question}</details>'
+    )
 
 
 def _process_head(group: dict) -> str:
@@ -202,8 +235,12 @@ def _step_table(steps: list[dict], rule: str | None) -> str:
     labels = any(st["label"] is not None for st in steps)
     prm = any(st["prm_score"] is not None for st in steps)
     rule_text = f' · labels by <span class="src">{html.escape(rule)}</span>' if rule and labels else ""
-    head = ("<th>step</th><th>text</th>" + ("<th>label</th>" if labels else "")
-            + ("<th>PRM score</th>" if prm else "") + "<th>reward (normalised)</th>")
+    head = (
+        "<th>step</th><th>text</th>"
+        + ("<th>label</th>" if labels else "")
+        + ("<th>PRM score</th>" if prm else "")
+        + "<th>reward (normalised)</th>"
+    )
     rows = []
     for st in steps:
         text = html.escape(st["text"].strip()) or '<span class="ws">∅</span>'
@@ -211,13 +248,15 @@ def _step_table(steps: list[dict], rule: str | None) -> str:
         if labels:
             cells.append(f'<td class="num" data-col="label">{_share_text(st)}</td>')
         if prm:
-            score = "–" if st["prm_score"] is None else f'{st["prm_score"]:.3f}'
+            score = "–" if st["prm_score"] is None else f"{st['prm_score']:.3f}"
             cells.append(f'<td class="num" data-col="prm">{score}</td>')
-        reward = "–" if st["reward"] is None else f'{st["reward"]:+.2f} ({st["normalised"]:+.2f})'
+        reward = "–" if st["reward"] is None else f"{st['reward']:+.2f} ({st['normalised']:+.2f})"
         cells.append(f'<td class="num" data-col="reward">{reward}</td>')
         rows.append(f'<tr data-step="{st["index"]}">{"".join(cells)}</tr>')
-    return (f'<details class="steps" open><summary>{len(steps)} steps{rule_text}</summary>'
-            f'<table class="step-table"><tr>{head}</tr>{"".join(rows)}</table></details>')
+    return (
+        f'<details class="steps" open><summary>{len(steps)} steps{rule_text}</summary>'
+        f'<table class="step-table"><tr>{head}</tr>{"".join(rows)}</table></details>'
+    )
 
 
 def _steps_of(samples: list[dict]) -> list[list[dict]]:
@@ -242,8 +281,10 @@ def _tints(samples: list[dict], colour: str) -> list[list | None]:
     sign = -1.0 if colour == "logprob" else 1.0
     values = [[sign * v for v in s[field]] if s.get(field) is not None else None for s in samples]
     top = max((v for vs in values if vs for v in vs), default=0.0)
-    return [[(0.0, rgb)] * len(s["advantages"]) if vs is None else [((v / top) if top > 0 else 0.0, rgb) for v in vs]
-            for s, vs in zip(samples, values)]  # a sample without the quantity stays clear
+    return [
+        [(0.0, rgb)] * len(s["advantages"]) if vs is None else [((v / top) if top > 0 else 0.0, rgb) for v in vs]
+        for s, vs in zip(samples, values)
+    ]  # a sample without the quantity stays clear
 
 
 def _legend(samples: list[dict], colour: str, scale: float) -> str:
@@ -252,14 +293,20 @@ def _legend(samples: list[dict], colour: str, scale: float) -> str:
         words, field, _ = COLOURINGS[colour]
         values = [v for s in samples for v in (s.get(field) or [])]
         if not values:
-            return (f'<div class="tint-legend">Tint: {words}: not recorded for these samples (recorded from this '
-                    f'version on{"; none without a reference, kl_coef 0" if colour == "kl" else ""}); '
-                    'tokens are not tinted.</div>')
+            return (
+                f'<div class="tint-legend">Tint: {words}: not recorded for these samples (recorded from this '
+                f"version on{'; none without a reference, kl_coef 0' if colour == 'kl' else ''}); "
+                "tokens are not tinted.</div>"
+            )
         top = max(-v for v in values) if colour == "logprob" else max(values)
-        return (f'<div class="tint-legend">Tint: {words}, 0<span class="tint-bar tint-{colour}"></span>{top:.3f} '
-                '(hover a token for every number)</div>')
-    return (f'<div>Advantage: {0.0 - scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '  # 0.0 -: no -0.000
-            '(hover a token for its numbers)</div>')
+        return (
+            f'<div class="tint-legend">Tint: {words}, 0<span class="tint-bar tint-{colour}"></span>{top:.3f} '
+            "(hover a token for every number)</div>"
+        )
+    return (
+        f'<div>Advantage: {0.0 - scale:+.3f}<span class="adv-legend"></span>{scale:+.3f} '  # 0.0 -: no -0.000
+        "(hover a token for its numbers)</div>"
+    )
 
 
 def group_html(group: dict, colour: str = "advantage") -> str:
@@ -282,34 +329,38 @@ def group_html(group: dict, colour: str = "advantage") -> str:
     out = [
         f'<div class="group" data-group-id="{group["group_id"]}">',
         '<div class="group-head">',
-        f'<b>Group {group["group_id"]}</b> · run {group["run_id"]} · step {group["step"]} · '
-        f'{len(samples)} samples · reward mean {mean:.3f}'
-        f'{_process_head(group) if process else ""}'
-        f'{_rm_head(group)}',
+        f"<b>Group {group['group_id']}</b> · run {group['run_id']} · step {group['step']} · "
+        f"{len(samples)} samples · reward mean {mean:.3f}"
+        f"{_process_head(group) if process else ''}"
+        f"{_rm_head(group)}",
         _prompt_html(group),
-        f'<div>Reference: <code>{html.escape(str(group.get("reference") or ""))}</code></div>',
-        _legend(samples, colour, scale), f'</div><div class="samples{" process" if process else ""}">',
+        f"<div>Reference: <code>{html.escape(str(group.get('reference') or ''))}</code></div>",
+        _legend(samples, colour, scale),
+        f'</div><div class="samples{" process" if process else ""}">',
     ]
     for i, (sample, steps, tint) in enumerate(zip(samples, steps_of, tints)):
         end_at = {t: k for k, t in enumerate(sample.get("step_end_indices") or [])}
         spans = []
         for t, (token, adv) in enumerate(zip(sample["tokens"], sample["advantages"])):
-            spans.append(token_span(token, adv, scale, sample_detail(sample, t),
-                                    tint[t] if tint is not None and t < len(tint) else None))
+            spans.append(
+                token_span(
+                    token, adv, scale, sample_detail(sample, t), tint[t] if tint is not None and t < len(tint) else None
+                )
+            )
             if t in end_at:
                 spans.append(_step_mark(steps[end_at[t]], group.get("step_labels")))
             spans.append("<br>" * token.count("\n"))  # the line break after the token and its step mark
         if process:
             count = len(sample.get("step_rewards") or [])
-            reward_text = f'reward <b>{sample["reward"]:+.3f}</b> (mean of {count} step rewards)'
+            reward_text = f"reward <b>{sample['reward']:+.3f}</b> (mean of {count} step rewards)"
         else:
             # outcome supervision: every token carries the reward the engine normalised within the group
-            normalised = f'{sample["advantages"][0]:+.3f}' if sample["advantages"] else "n/a"
+            normalised = f"{sample['advantages'][0]:+.3f}" if sample["advantages"] else "n/a"
             reward_text = f'reward <b>{sample["reward"]:+.3f}</b> · normalised <b class="norm">{normalised}</b>'
         out.append(
             f'<div class="sample" data-sample-id="{sample["sample_id"]}" data-reward="{sample["reward"]:.6g}">'
             f'<div class="sample-head"><b>sample {i + 1}</b> · {reward_text} · {len(sample["tokens"])} tokens'
-            f'{_cut_mark(sample)}'
+            f"{_cut_mark(sample)}"
             f'<div class="verdicts">{_verdicts(sample.get("reward_components") or {}, weights)}</div></div>'
             f'<div class="tokens">{"".join(spans)}</div>{_step_table(steps, group.get("step_label_rule"))}</div>'
         )

@@ -5,6 +5,7 @@ colours, app/dashboard.css) and, while it runs, its phase; its newest headline m
 it was made, its tags. Each row carries ``data-run-id``: app.tab_runs' script opens the run on a click, or
 picks it for the Manage area on a click on its "Manage" button. Nothing here calls the store or imports Gradio.
 """
+
 from __future__ import annotations
 
 import html
@@ -12,11 +13,29 @@ from datetime import datetime, timezone
 
 from app.render import duration_text, parse_time
 
-STATUS_FILTERS = (("All runs", "all"), ("Active (queued or running)", "active"), ("Queued", "queued"),
-                  ("Running", "running"), ("Completed", "completed"), ("Failed", "failed"),
-                  ("Cancelled", "cancelled"))
-COLUMNS = ("#", "name", "status", "model", "dataset", "step", "reward", "correct", "eval acc", "duration",
-           "created (UTC)", "")
+STATUS_FILTERS = (
+    ("All runs", "all"),
+    ("Active (queued or running)", "active"),
+    ("Queued", "queued"),
+    ("Running", "running"),
+    ("Completed", "completed"),
+    ("Failed", "failed"),
+    ("Cancelled", "cancelled"),
+)
+COLUMNS = (
+    "#",
+    "name",
+    "status",
+    "model",
+    "dataset",
+    "step",
+    "reward",
+    "correct",
+    "eval acc",
+    "duration",
+    "created (UTC)",
+    "",
+)
 NUMERIC = {"#", "step", "reward", "correct", "eval acc", "duration"}  # right-aligned columns
 
 
@@ -50,8 +69,7 @@ def matches(run: dict, status: str, search: str, show_archived: bool) -> bool:
         return False
     if status not in ("all", "active", None, "") and run["status"] != status:
         return False
-    haystack = " ".join([f"#{run['run_id']}", run["name"], run["model"], run["dataset"],
-                         *run.get("tags", [])]).lower()
+    haystack = " ".join([f"#{run['run_id']}", run["name"], run["model"], run["dataset"], *run.get("tags", [])]).lower()
     return all(word in haystack for word in (search or "").lower().split())
 
 
@@ -81,7 +99,7 @@ def _name_cell(run: dict) -> str:
     if run.get("archived"):
         chips += '<span class="tag archived">archived</span>'
     notes = run.get("notes") or ""
-    mark = (f'<span class="notes-mark" title="{html.escape(notes)}" aria-label="notes">✎</span>' if notes else "")
+    mark = f'<span class="notes-mark" title="{html.escape(notes)}" aria-label="notes">✎</span>' if notes else ""
     tags = f'<div class="tags">{chips}</div>' if chips else ""
     return f'<span class="run-name">{html.escape(run["name"])}</span>{mark}{tags}'
 
@@ -92,26 +110,32 @@ def _row(run: dict, now: datetime, selected: int | None) -> str:
     created = parse_time(run.get("created_at"))
     created_text = created.strftime("%Y-%m-%d %H:%M") if created else ""
     cells = [
-        f'{run["run_id"]}',
+        f"{run['run_id']}",
         _name_cell(run),
         _status_cell(run),
         f'<span title="{html.escape(run["model"])}">{html.escape(short_path(run["model"]))}</span>',
         f'<span title="{html.escape(run["dataset"])}">{html.escape(short_path(run["dataset"]))}</span>',
-        f'{run["step"]}/{run["total_steps"]}',
+        f"{run['step']}/{run['total_steps']}",
         _number(headline.get("reward_mean")),
         _number(headline.get("correct_frac"), percent=True),
         _number(headline.get("eval/accuracy"), percent=True),
         run_duration(run, now),
         f'<span title="{html.escape(run.get("created_at") or "")}">{created_text}</span>',
         f'<button class="run-manage" data-manage="1" title="Rename, tag, archive or delete run #{run["run_id"]}">'
-        'Manage</button>',
+        "Manage</button>",
     ]
-    tds = "".join(f'<td class="{"num" if c in NUMERIC else ""} col-{_slug(c)}">{cell}</td>'
-                  for c, cell in zip(COLUMNS, cells))
-    classes = " ".join(["run-row", run["status"]] + (["archived"] if run.get("archived") else [])
-                       + (["selected"] if run["run_id"] == selected else []))
-    return (f'<tr class="{classes}" data-run-id="{run["run_id"]}" tabindex="0" '
-            f'title="Open run #{run["run_id"]} in the Run tab">{tds}</tr>')
+    tds = "".join(
+        f'<td class="{"num" if c in NUMERIC else ""} col-{_slug(c)}">{cell}</td>' for c, cell in zip(COLUMNS, cells)
+    )
+    classes = " ".join(
+        ["run-row", run["status"]]
+        + (["archived"] if run.get("archived") else [])
+        + (["selected"] if run["run_id"] == selected else [])
+    )
+    return (
+        f'<tr class="{classes}" data-run-id="{run["run_id"]}" tabindex="0" '
+        f'title="Open run #{run["run_id"]} in the Run tab">{tds}</tr>'
+    )
 
 
 def _slug(column: str) -> str:
@@ -119,28 +143,36 @@ def _slug(column: str) -> str:
     return {"#": "id", "": "manage"}.get(column, column.split(" (")[0].replace(" ", "-"))
 
 
-def runs_table_html(runs: list[dict], shown: list[dict], selected: int | None = None,
-                    show_archived: bool = False, now: datetime | None = None) -> str:
+def runs_table_html(
+    runs: list[dict],
+    shown: list[dict],
+    selected: int | None = None,
+    show_archived: bool = False,
+    now: datetime | None = None,
+) -> str:
     """The Runs table of ``shown`` (the runs that pass the filter), with a line counting them against all
     ``runs`` and, unless ``show_archived``, the archived ones hidden; ``selected``: the run the Manage area acts
     on, highlighted."""
     now = now or datetime.now(timezone.utc)
     hidden_archived = 0 if show_archived else sum(1 for r in runs if r.get("archived"))
     if not runs:
-        return ('<div class="runs-empty">No runs yet. Launch one from the <b>Launch</b> tab, or through the API '
-                '(<code>/launch_run</code>).</div>')
+        return (
+            '<div class="runs-empty">No runs yet. Launch one from the <b>Launch</b> tab, or through the API '
+            "(<code>/launch_run</code>).</div>"
+        )
     count = f"{len(shown)} of {len(runs)} runs shown" if len(shown) != len(runs) else f"{len(runs)} runs"
     if hidden_archived:
         count += f" · {hidden_archived} archived hidden"
-    head = "".join(f'<th class="{"num" if c in NUMERIC else ""} col-{_slug(c)}">{html.escape(c)}</th>'
-                   for c in COLUMNS)
+    head = "".join(f'<th class="{"num" if c in NUMERIC else ""} col-{_slug(c)}">{html.escape(c)}</th>' for c in COLUMNS)
     if shown:
         body = "".join(_row(run, now, selected) for run in shown)
     else:
         body = f'<tr><td colspan="{len(COLUMNS)}" class="runs-none">No run matches the filter.</td></tr>'
-    return (f'<div class="runs-count">{count} · click a row to open it</div>'
-            f'<div class="runs-scroll"><table class="runs-table"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{body}</tbody></table></div>')
+    return (
+        f'<div class="runs-count">{count} · click a row to open it</div>'
+        f'<div class="runs-scroll"><table class="runs-table"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def run_choices(runs: list[dict]) -> list[tuple[str, int]]:

@@ -5,6 +5,7 @@ The scoring runs in a subprocess (``python -m grpo_engine.reward_preview``, JSON
 reward function is user code, and the web process neither runs it nor imports torch. Custom rewards are refused here
 as at launch unless GRPO_ALLOW_CUSTOM_REWARDS is set (app.paths.check_custom_rewards).
 """
+
 from __future__ import annotations
 
 import html
@@ -38,22 +39,36 @@ def preview_rewards(spec: dict | str | None) -> dict:
         check_custom_rewards(config, settings.path_roots, settings.allow_custom_rewards)
     except SpecError as e:
         raise ApiError(str(e)) from None
-    rows = preview_dataset(config["dataset"], config["question_field"], config["answer_field"],
-                           config["solution_field"])["preview"]
-    request = {"rewards": list(config["rewards"]), "rows": rows, "supervision": config["supervision"],
-               "step_delimiter": config["step_delimiter"], "max_new_tokens": config["max_new_tokens"],
-               "answer_match": config["answer_match"]}
+    rows = preview_dataset(
+        config["dataset"], config["question_field"], config["answer_field"], config["solution_field"]
+    )["preview"]
+    request = {
+        "rewards": list(config["rewards"]),
+        "rows": rows,
+        "supervision": config["supervision"],
+        "step_delimiter": config["step_delimiter"],
+        "max_new_tokens": config["max_new_tokens"],
+        "answer_match": config["answer_match"],
+    }
     result = _run_subprocess(request)
-    return {"names": [r["name"] for r in config["rewards"]],
-            "weights": {r["name"]: r["weight"] for r in config["rewards"]}, "rows": result["rows"]}
+    return {
+        "names": [r["name"] for r in config["rewards"]],
+        "weights": {r["name"]: r["weight"] for r in config["rewards"]},
+        "rows": result["rows"],
+    }
 
 
 def _run_subprocess(request: dict) -> dict:
     """``python -m grpo_engine.reward_preview`` on ``request``: its answer, or ApiError with its error, its last
     line of stderr, or the timeout."""
     try:
-        done = subprocess.run([sys.executable, "-m", "grpo_engine.reward_preview"], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=PREVIEW_TIMEOUT_S)
+        done = subprocess.run(
+            [sys.executable, "-m", "grpo_engine.reward_preview"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=PREVIEW_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         raise ApiError(f"rewards: scoring {len(request['rows'])} rows took more than {PREVIEW_TIMEOUT_S} s") from None
     try:
@@ -80,9 +95,13 @@ def preview_html(result: dict) -> str:
     for row in result["rows"]:
         question = row["question"] if len(row["question"]) <= 120 else row["question"][:117] + "..."
         cells = "".join(f"<td>{_cell(row['components'].get(n, ''))}</td>" for n in names)
-        body.append(f"<tr><td>{row['row']}</td><td>{html.escape(question)}</td>{cells}"
-                    f"<td><b>{_cell(row['reward'])}</b></td></tr>")
-    return (f'<table class="upload-preview reward-preview"><thead><tr><th>row</th><th>question</th>{head}'
-            f'<th>weighted total</th></tr></thead><tbody>{"".join(body)}</tbody></table>'
-            '<div class="hint">Each row\'s reference solution scored as the completion; length counts characters / 4 '
-            'here (tokens in a run).</div>')
+        body.append(
+            f"<tr><td>{row['row']}</td><td>{html.escape(question)}</td>{cells}"
+            f"<td><b>{_cell(row['reward'])}</b></td></tr>"
+        )
+    return (
+        f'<table class="upload-preview reward-preview"><thead><tr><th>row</th><th>question</th>{head}'
+        f"<th>weighted total</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+        '<div class="hint">Each row\'s reference solution scored as the completion; length counts characters / 4 '
+        "here (tokens in a run).</div>"
+    )

@@ -5,6 +5,7 @@ latest recorded samples, read from the store.
 worked out again only when the run has moved on by a fiftieth of its recorded steps (at least one step) or its
 status changed (or it is another run under a reused id): a long run's metrics are not read on every poll.
 """
+
 from __future__ import annotations
 
 import threading
@@ -26,12 +27,18 @@ def run_warnings(s: Session, run: dict[str, Any]) -> list[dict]:
     run_id, step, status, created = run["run_id"], int(run.get("step") or 0), run["status"], run["created_at"]
     with _lock:
         cached = _cache.get(run_id)
-    if (cached is not None and cached[0] == created and cached[2] == status
-            and 0 <= step - cached[1] < max(1, cached[1] // 50)):
+    if (
+        cached is not None
+        and cached[0] == created
+        and cached[2] == status
+        and 0 <= step - cached[1] < max(1, cached[1] // 50)
+    ):
         return cached[3]
-    warnings = health.health_warnings(store.get_metrics(s, run_id),
-                                      store.recent_lengths_rewards(s, run_id, RECENT_GROUP_STEPS),
-                                      run.get("config") or {})
+    warnings = health.health_warnings(
+        store.get_metrics(s, run_id),
+        store.recent_lengths_rewards(s, run_id, RECENT_GROUP_STEPS),
+        run.get("config") or {},
+    )
     with _lock:
         if len(_cache) >= CACHE_RUNS and run_id not in _cache:
             _cache.pop(next(iter(_cache)))

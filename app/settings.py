@@ -24,6 +24,7 @@ Infrastructure only; training settings are the run spec (grpo_engine.config).
 | GRPO_ALLOW_CUSTOM_REWARDS | 0 | 1 lets run specs name custom reward functions in `rewards` (an installed package's entry point in `grpo_dashboard.rewards`, or a .py file inside GRPO_PATH_ROOTS): they run user code on the workers, and the Launch tab's "Test rewards" runs them in a subprocess of the dashboard; set it on the dashboard and on every worker (a worker without it fails such a run) |
 | GRPO_LOGIN_FREE_ATTEMPTS | 5 | failed logins allowed per client address and per user before each further attempt must wait (1 s, doubling up to 5 minutes; a success clears the count) |
 """
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ score, and the step reward with its normalisation over the group.
 Pure functions on the store's sample dicts (app.store.records.sample_dict): app.api.get_group adds their
 ``steps`` to /get_group, and app.render draws them (the per-step table and the step marks' tooltips).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -36,7 +37,7 @@ def step_texts(tokens: list[str], ends: list[int]) -> list[str]:
     """
     texts, start = [], 0
     for end in ends:
-        texts.append("".join(tokens[start:end + 1]).strip())
+        texts.append("".join(tokens[start : end + 1]).strip())
         start = end + 1
     return texts
 
@@ -76,9 +77,17 @@ def sample_steps(sample: dict, norm: Callable[[float], float], prm: bool) -> lis
     for k, text in enumerate(step_texts(sample["tokens"], ends)):
         reward = _at(rewards, k)
         normalised = None if reward is None else trained[k] if trained is not None else norm(reward)
-        steps.append({"index": k, "text": text, "label": _at(sample.get("step_labels"), k),
-                      "share": _at(sample.get("step_shares"), k), "prm_score": reward if prm else None,
-                      "reward": reward, "normalised": normalised})
+        steps.append(
+            {
+                "index": k,
+                "text": text,
+                "label": _at(sample.get("step_labels"), k),
+                "share": _at(sample.get("step_shares"), k),
+                "prm_score": reward if prm else None,
+                "reward": reward,
+                "normalised": normalised,
+            }
+        )
     return steps
 
 

@@ -1,5 +1,6 @@
 """The Compare tab: several runs' curves of the chosen metrics overlaid, and their configs side by side with
 the differing keys marked."""
+
 import html
 
 import gradio as gr
@@ -16,17 +17,22 @@ def build_compare_tab(shared: Shared) -> None:
     with gr.Tab("Compare", id="compare", elem_id="tab-compare"):
         with gr.Row():
             shared.compare_select.render()
-            compare_metrics = gr.Dropdown(list(METRICS) + list(RM_METRICS), value=["reward_mean", "eval/accuracy"],
-                                          multiselect=True, label="Metrics", elem_id="compare-metrics")
-        smoothing = gr.Slider(0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing", info=SMOOTHING_INFO,
-                              elem_id="compare-smoothing")
+            compare_metrics = gr.Dropdown(
+                list(METRICS) + list(RM_METRICS),
+                value=["reward_mean", "eval/accuracy"],
+                multiselect=True,
+                label="Metrics",
+                elem_id="compare-metrics",
+            )
+        smoothing = gr.Slider(
+            0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing", info=SMOOTHING_INFO, elem_id="compare-smoothing"
+        )
         compare_plot = gr.Plot(label="Curves", elem_id="compare-charts")
         compare_config = gr.HTML(elem_id="compare-config")
 
     inputs = [shared.compare_select, compare_metrics, smoothing]
     for component in (shared.compare_select, compare_metrics, smoothing):
-        component.change(_show_compare, inputs, [compare_plot, compare_config], trigger_mode="always_last",
-                         **PRIVATE)
+        component.change(_show_compare, inputs, [compare_plot, compare_config], trigger_mode="always_last", **PRIVATE)
 
 
 def _show_compare(run_ids, metric_keys, smoothing):

@@ -5,6 +5,7 @@ side, each token tinted by its advantage, its KL to the reference or its surpris
 hover). Between the table and the group, "Find samples" searches the whole run; under the group, "This question
 through time" follows its question (app.tab_groups_find). A group opened from Find samples or from the Run tab's
 gradient chart stays shown while a running run records new steps, until the slider, the order or a row is used."""
+
 import html
 
 import gradio as gr
@@ -17,8 +18,12 @@ from app.tab_groups_find import build_find, build_history, wire_find, wire_histo
 from app.tab_shared import PRIVATE, QUIET, Shared
 
 TINTS = tuple((words, key) for key, (words, _, _) in COLOURINGS.items())  # the tint picker's (label, value)
-GROUP_ORDERS = (("sampling order", "position"), ("reward spread (largest first)", "spread"),
-                ("reward mean (highest first)", "mean"), ("reward mean (lowest first)", "mean_asc"))
+GROUP_ORDERS = (
+    ("sampling order", "position"),
+    ("reward spread (largest first)", "spread"),
+    ("reward mean (highest first)", "mean"),
+    ("reward mean (lowest first)", "mean_asc"),
+)
 
 
 def build_groups_tab(shared: Shared) -> None:
@@ -27,16 +32,25 @@ def build_groups_tab(shared: Shared) -> None:
     with gr.Tab("Groups", id="groups", elem_id="tab-groups"):
         with gr.Row():
             shared.groups_run_select.render()
-            step_slider = gr.Slider(0, 1, value=0, step=1, label="Step (at the right end: follows the latest)",
-                                    elem_id="group-step")
-            group_order = gr.Dropdown(list(GROUP_ORDERS), value="spread", label="Sort groups by",
-                                      elem_id="group-order")
+            step_slider = gr.Slider(
+                0, 1, value=0, step=1, label="Step (at the right end: follows the latest)", elem_id="group-step"
+            )
+            group_order = gr.Dropdown(list(GROUP_ORDERS), value="spread", label="Sort groups by", elem_id="group-order")
         banner = gr.HTML(elem_id="groups-banner", visible=False)
-        groups_table = gr.Dataframe(groups_frame([]), interactive=False, elem_id="groups-table",
-                                    label="Groups at this step (click a row to show it)")
+        groups_table = gr.Dataframe(
+            groups_frame([]),
+            interactive=False,
+            elem_id="groups-table",
+            label="Groups at this step (click a row to show it)",
+        )
         find = build_find()
-        tint = gr.Radio(list(TINTS), value="advantage", label="Tint tokens by", elem_id="group-tint",
-                        info="hover a token for its advantage, log-probs, ratio, KL and clip")
+        tint = gr.Radio(
+            list(TINTS),
+            value="advantage",
+            label="Tint tokens by",
+            elem_id="group-tint",
+            info="hover a token for its advantage, log-probs, ratio, KL and clip",
+        )
         group_view = gr.HTML(elem_id="group-view")
         shown_group = gr.State(None)  # the id of the group the view shows
         pinned = gr.State(None)  # the run whose group the view shows, opened from Find samples or the chart: the
@@ -54,7 +68,8 @@ def build_groups_tab(shared: Shared) -> None:
     step_slider.release(_show_step, step_inputs, step_out, **PRIVATE).then(lambda: None, None, pinned, **PRIVATE)
     group_order.change(_show_step, step_inputs, step_out, **PRIVATE).then(lambda: None, None, pinned, **PRIVATE)
     groups_table.select(_show_group, tint, [group_view, shown_group], **PRIVATE).then(
-        lambda: None, None, pinned, **PRIVATE)
+        lambda: None, None, pinned, **PRIVATE
+    )
     tint.change(_retint, [shown_group, tint], group_view, **PRIVATE)
     wire_find(shared, find, group_view, shown_group, tint, pinned, step_slider)
     wire_history(shared, history_button, history_view, shown_group)
@@ -89,9 +104,16 @@ def _refresh_steps(run_id, value, seen, pinned=None):
     following = value is None or (value >= previous[-1] if previous else pinned != run_id)
     value = steps[-1] if following else _nearest_step(steps, value)
     low = steps[0] if steps[0] < steps[-1] else steps[-1] - 1
-    return (gr.Slider(low, steps[-1], value=value, step=1,
-                      label=f"Step ({len(steps)} recorded; at the right end: follows the latest)"),
-            [run_id, steps])
+    return (
+        gr.Slider(
+            low,
+            steps[-1],
+            value=value,
+            step=1,
+            label=f"Step ({len(steps)} recorded; at the right end: follows the latest)",
+        ),
+        [run_id, steps],
+    )
 
 
 def _show_step(run_id, value, order, seen, tint, pinned=None):
@@ -106,12 +128,17 @@ def _show_step(run_id, value, order, seen, tint, pinned=None):
         first = api.get_group(groups[0]["group_id"]) if groups else None
     except api.ApiError as e:
         return gr.HTML(visible=False), groups_frame([]), f'<div class="run-error">{html.escape(str(e))}</div>', None
-    banner = zero_spread_banner(groups, _zero_spread_cause(run_id, step) if 2 * flat_groups(groups) > len(groups)
-                                else "")
+    banner = zero_spread_banner(
+        groups, _zero_spread_cause(run_id, step) if 2 * flat_groups(groups) > len(groups) else ""
+    )
     if pinned is not None and pinned == run_id:
         return gr.HTML(banner, visible=bool(banner)), groups_frame(groups), gr.skip(), gr.skip()
-    return (gr.HTML(banner, visible=bool(banner)), groups_frame(groups),
-            group_html(first, tint) if first else "<div>No groups at this step.</div>", first and first["group_id"])
+    return (
+        gr.HTML(banner, visible=bool(banner)),
+        groups_frame(groups),
+        group_html(first, tint) if first else "<div>No groups at this step.</div>",
+        first and first["group_id"],
+    )
 
 
 def _zero_spread_cause(run_id: int, step: int) -> str:

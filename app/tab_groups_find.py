@@ -5,6 +5,7 @@ and in other runs on its dataset), and what a click on the Run tab's gradient ch
 app.tab_groups places them (:func:`build_find`, :func:`build_history`) and wires them (:func:`wire_find`,
 :func:`wire_history`); the searches are app.diagnose_api's, the views app.render_diagnose's.
 """
+
 import html
 from dataclasses import dataclass
 
@@ -15,19 +16,44 @@ from app.render_diagnose import mark_sample, pager_text, question_history_html, 
 from app.render_group import group_html
 from app.tab_shared import PRIVATE, Shared
 
-OUTCOMES = (("any", "any"), ("correct ✓", "correct"), ("wrong ✗ (an answer found)", "wrong"),
-            ("no answer found", "no_answer"), ("cut at the length limit", "truncated"))
-KINDS = (("any", "any"), ("all right", "all_right"), ("all wrong", "all_wrong"), ("mixed", "mixed"),
-         ("zero reward spread", "zero_spread"))
+OUTCOMES = (
+    ("any", "any"),
+    ("correct ✓", "correct"),
+    ("wrong ✗ (an answer found)", "wrong"),
+    ("no answer found", "no_answer"),
+    ("cut at the length limit", "truncated"),
+)
+KINDS = (
+    ("any", "any"),
+    ("all right", "all_right"),
+    ("all wrong", "all_wrong"),
+    ("mixed", "mixed"),
+    ("zero reward spread", "zero_spread"),
+)
 SORTS = (("step", "step"), ("reward", "reward"), ("length", "length"), ("group reward spread", "spread"))
 # the filters in diagnose_api.search_samples' order of keywords, and their values when cleared
-FILTERS = ("outcome", "kind", "reward_min", "reward_max", "spread_min", "spread_max", "length_min", "length_max",
-           "step_min", "step_max", "contains", "sort", "descending")
+FILTERS = (
+    "outcome",
+    "kind",
+    "reward_min",
+    "reward_max",
+    "spread_min",
+    "spread_max",
+    "length_min",
+    "length_max",
+    "step_min",
+    "step_max",
+    "contains",
+    "sort",
+    "descending",
+)
 CLEARED = {"outcome": "any", "kind": "any", "sort": "step", "descending": False}  # the rest: "" (no bound)
 PAGE_SIZE = 50
 RESULT_WIDTHS = ["5%", "6%", "6%", "7%", "10%", "6%", "7%", "20%", "33%"]  # of the table's width
-SCROLL_TO_FOUND = ("() => document.querySelector('#group-view .sample[data-found]')"
-                   "?.scrollIntoView({behavior: 'smooth', block: 'nearest'})")
+SCROLL_TO_FOUND = (
+    "() => document.querySelector('#group-view .sample[data-found]')"
+    "?.scrollIntoView({behavior: 'smooth', block: 'nearest'})"
+)
 SCROLL_TO_FIND = "() => document.getElementById('find-samples')?.scrollIntoView({block: 'start'})"
 
 
@@ -58,37 +84,66 @@ def build_find() -> Find:
             sort = gr.Dropdown(list(SORTS), value="step", label="Sort by", elem_id="find-sort")
             descending = gr.Checkbox(False, label="Descending", elem_id="find-descending", scale=0, min_width=130)
         with gr.Row(equal_height=True):
-            bounds = [gr.Textbox(label=label, elem_id=f"find-{name.replace('_', '-')}", **bound)
-                      for name, label in (("reward_min", "reward from"), ("reward_max", "reward to"),
-                                          ("spread_min", "spread from"), ("spread_max", "spread to"),
-                                          ("length_min", "length from"), ("length_max", "length to"),
-                                          ("step_min", "step from"), ("step_max", "step to"))]
+            bounds = [
+                gr.Textbox(label=label, elem_id=f"find-{name.replace('_', '-')}", **bound)
+                for name, label in (
+                    ("reward_min", "reward from"),
+                    ("reward_max", "reward to"),
+                    ("spread_min", "spread from"),
+                    ("spread_max", "spread to"),
+                    ("length_min", "length from"),
+                    ("length_max", "length to"),
+                    ("step_min", "step from"),
+                    ("step_max", "step to"),
+                )
+            ]
         with gr.Row(equal_height=True):
-            contains = gr.Textbox(label="Completion contains", placeholder="text (any case)", elem_id="find-contains",
-                                  scale=3)
+            contains = gr.Textbox(
+                label="Completion contains", placeholder="text (any case)", elem_id="find-contains", scale=3
+            )
             find = gr.Button("Find", variant="primary", elem_id="find-button", scale=0, min_width=110)
             clear = gr.Button("Clear filters", elem_id="find-clear", scale=0, min_width=160)
-        results = gr.Dataframe(samples_frame(None), interactive=False, elem_id="find-results", max_height=380,
-                               column_widths=RESULT_WIDTHS, label="Samples found (click a row to show its group below)")
+        results = gr.Dataframe(
+            samples_frame(None),
+            interactive=False,
+            elem_id="find-results",
+            max_height=380,
+            column_widths=RESULT_WIDTHS,
+            label="Samples found (click a row to show its group below)",
+        )
         with gr.Row(elem_id="find-pager-row", equal_height=True):
             prev = gr.Button("◀ Previous", size="sm", elem_id="find-prev", interactive=False, scale=0, min_width=120)
             pager = gr.HTML(pager_text(None), elem_id="find-pager")
             next_ = gr.Button("Next ▶", size="sm", elem_id="find-next", interactive=False, scale=0, min_width=120)
         shown = gr.State(None)
-    return Find((outcome, kind, *bounds, contains, sort, descending), find, clear, results, pager, prev, next_, shown,
-                section)
+    return Find(
+        (outcome, kind, *bounds, contains, sort, descending), find, clear, results, pager, prev, next_, shown, section
+    )
 
 
 def build_history() -> tuple[gr.Button, gr.HTML]:
     """The "This question through time" button and where its answer shows."""
     with gr.Row():
-        button = gr.Button("This question through time", elem_id="question-history-button", size="sm",
-                           interactive=False, scale=0, min_width=260)
+        button = gr.Button(
+            "This question through time",
+            elem_id="question-history-button",
+            size="sm",
+            interactive=False,
+            scale=0,
+            min_width=260,
+        )
     return button, gr.HTML(elem_id="question-history")
 
 
-def wire_find(shared: Shared, f: Find, group_view: gr.HTML, shown_group: gr.State, tint: gr.Radio,
-              pinned: gr.State, step_slider: gr.Slider) -> None:
+def wire_find(
+    shared: Shared,
+    f: Find,
+    group_view: gr.HTML,
+    shown_group: gr.State,
+    tint: gr.Radio,
+    pinned: gr.State,
+    step_slider: gr.Slider,
+) -> None:
     """Find, the pager, Clear, a click on a result, another run, and a click on the Run tab's gradient chart. A group
     they show is tinted by ``tint``; with it the step slider moves to its step (so the groups table above lists
     that step's groups) and ``pinned`` notes its run, so the slider's move and its following the latest step leave
@@ -131,11 +186,21 @@ def _page(run_id, values, result, error) -> tuple:
     """The results table, the pager line, what is shown (the run, the filters' ``values``, the page), and Previous
     / Next enabled where they lead somewhere."""
     if result is None:
-        return (samples_frame(None), pager_text(None, error), None, gr.Button(interactive=False),
-                gr.Button(interactive=False))
+        return (
+            samples_frame(None),
+            pager_text(None, error),
+            None,
+            gr.Button(interactive=False),
+            gr.Button(interactive=False),
+        )
     shown = {"run": run_id, "filters": list(values), "page": result["page"], "pages": result["pages"]}
-    return (samples_frame(result), pager_text(result), shown, gr.Button(interactive=result["page"] > 1),
-            gr.Button(interactive=result["page"] < result["pages"]))
+    return (
+        samples_frame(result),
+        pager_text(result),
+        shown,
+        gr.Button(interactive=result["page"] > 1),
+        gr.Button(interactive=result["page"] < result["pages"]),
+    )
 
 
 def _found_group(run_id, result, tint: str) -> tuple:
@@ -143,8 +208,12 @@ def _found_group(run_id, result, tint: str) -> tuple:
     ``run_id`` (pinned); a note where none was found."""
     rows = (result or {}).get("rows") or []
     if not rows:
-        return ("<div>No sample found.</div>" if result else gr.skip()), (None if result else gr.skip()), \
-            gr.skip(), gr.skip()
+        return (
+            ("<div>No sample found.</div>" if result else gr.skip()),
+            (None if result else gr.skip()),
+            gr.skip(),
+            gr.skip(),
+        )
     return _shown(run_id, rows[0]["group_id"], rows[0]["sample_id"], tint)
 
 
@@ -166,12 +235,14 @@ def _find(run_id, tint, *values):
 def _turn(delta: int):
     """The listener of Previous (-1) or Next (+1): the page before or after the one shown, with the filters it was
     found with (not those changed since, until Find)."""
+
     def turn(run_id, shown):
         """That page; nothing changes where there is none."""
         if not shown or shown["run"] != run_id:
             return (gr.skip(),) * 5
         page = min(max(shown["page"] + delta, 1), shown["pages"])
         return _page(run_id, shown["filters"], *_search(run_id, shown["filters"], page))
+
     return turn
 
 
@@ -197,8 +268,12 @@ def _open_bar(run_id, tint, evt: gr.EventData):
     data = evt._data if isinstance(evt._data, dict) else {}
     if run_id is None or data.get("kind") not in dict(KINDS).values():
         return (gr.skip(),) * (3 + len(FILTERS) + 9)
-    values = {**{name: CLEARED.get(name, "") for name in FILTERS}, "kind": data["kind"],
-              "step_min": str(data.get("step", "")), "step_max": str(data.get("step_end", data.get("step", "")))}
+    values = {
+        **{name: CLEARED.get(name, "") for name in FILTERS},
+        "kind": data["kind"],
+        "step_min": str(data.get("step", "")),
+        "step_max": str(data.get("step_end", data.get("step", ""))),
+    }
     filters = [values[name] for name in FILTERS]
     return (gr.Tabs(selected="groups"), gr.Accordion(open=True), run_id, *filters, *_find(run_id, tint, *filters))
 

@@ -4,6 +4,7 @@ apply to the chosen options are hidden. A bar at the top holds the presets and t
 marks the field it names and opens its section. The dataset upload and the dataset's first rows sit next to the
 'dataset' field; "Show the model's prompt" shows its first training question as the model reads it; "Test rewards" scores the dataset's first rows with the form's named rewards. Launch opens the Run
 tab on the new run."""
+
 import html
 import json
 import re
@@ -12,8 +13,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app import api, datasets, prompt_preview, reward_preview
-from app.launch_form import (APPLIES, DECIDING, PRESETS, SECTIONS, applicable, applies, label, preset_values,
-                             section_of)
+from app.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applicable, applies, label, preset_values, section_of
 from app.render import upload_preview_html
 from app.render_runs import run_choices
 from app.tab_shared import PRIVATE, REFRESH_SECONDS, Shared
@@ -25,8 +25,10 @@ _KEY = re.compile(r"^(?:Not launched: )?([a-z_]+):")
 
 
 # after a refused launch: bring the field it marked into view (its section was opened)
-SHOW_INVALID = ("() => { const field = document.querySelector('#tab-launch .invalid');"
-                " if (field) field.scrollIntoView({block: 'center', behavior: 'smooth'}); }")
+SHOW_INVALID = (
+    "() => { const field = document.querySelector('#tab-launch .invalid');"
+    " if (field) field.scrollIntoView({block: 'center', behavior: 'smooth'}); }"
+)
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,14 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
     with gr.Tab("Launch", id="launch", elem_id="tab-launch"):
         with gr.Column(elem_id="launch-top"):  # stays in view: the bar, and what the last launch said
             with gr.Row(elem_id="launch-bar", equal_height=True):
-                preset = gr.Dropdown(list(PRESETS), value=next(iter(PRESETS)),  # the defaults: the built-in demo
-                                     label="Start from a preset", elem_id="launch-preset", scale=3)
-                launch_button = gr.Button("Launch", variant="primary", elem_id="launch-button", scale=1,
-                                          min_width=160)
+                preset = gr.Dropdown(
+                    list(PRESETS),
+                    value=next(iter(PRESETS)),  # the defaults: the built-in demo
+                    label="Start from a preset",
+                    elem_id="launch-preset",
+                    scale=3,
+                )
+                launch_button = gr.Button("Launch", variant="primary", elem_id="launch-button", scale=1, min_width=160)
             launch_result = gr.HTML(elem_id="launch-result")
         for section in SECTIONS:
             with gr.Column(elem_classes=["launch-section"]):
@@ -65,10 +71,22 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
                 folds.append(fold)
     form = [inputs[f.name] for f in FIELDS]
 
-    launch_outputs = [launch_result, shared.tabs, shared.run_select, shared.groups_run_select, shared.timer, *form,
-                      *folds]
-    launch_button.click(_launch, form, launch_outputs, concurrency_id="runs-refresh",  # in line with the ticks
-                        **PRIVATE).then(None, js=SHOW_INVALID)
+    launch_outputs = [
+        launch_result,
+        shared.tabs,
+        shared.run_select,
+        shared.groups_run_select,
+        shared.timer,
+        *form,
+        *folds,
+    ]
+    launch_button.click(
+        _launch,
+        form,
+        launch_outputs,
+        concurrency_id="runs-refresh",  # in line with the ticks
+        **PRIVATE,
+    ).then(None, js=SHOW_INVALID)
     preset.input(lambda name: form_values(preset_values(name)), preset, form, **PRIVATE)
     test_rewards.click(_test_rewards, form, rewards_preview, **PRIVATE)
     show_prompt.click(_show_prompt, form, prompt_shown, **PRIVATE)
@@ -96,9 +114,13 @@ def _model_and_data(inputs: dict):
     with gr.Row(equal_height=True):
         with gr.Column(scale=2):
             inputs["dataset"] = _field_input(FIELD["dataset"])
-        dataset_upload = gr.File(label="Upload a dataset (.jsonl, .csv, .parquet): fills in 'dataset'",
-                                 file_types=[".jsonl", ".csv", ".parquet"], elem_id="dataset-upload",
-                                 height=90, scale=1)
+        dataset_upload = gr.File(
+            label="Upload a dataset (.jsonl, .csv, .parquet): fills in 'dataset'",
+            file_types=[".jsonl", ".csv", ".parquet"],
+            elem_id="dataset-upload",
+            height=90,
+            scale=1,
+        )
     upload_info = gr.HTML(elem_id="dataset-upload-info")
     with gr.Row():
         for key in ("prompt_template", "system_prompt", "question_template"):
@@ -112,7 +134,7 @@ def _rows(keys: tuple[str, ...], inputs: dict, per_row: int = 3) -> None:
     """The inputs of ``keys``, ``per_row`` to a row, into ``inputs``."""
     for start in range(0, len(keys), per_row):
         with gr.Row():
-            for key in keys[start:start + per_row]:
+            for key in keys[start : start + per_row]:
                 inputs[key] = _field_input(FIELD[key])
 
 
@@ -121,8 +143,11 @@ def _visibility(*deciding):
     "Test rewards" box, shown with the rewards key; then each section's "More options", shown when a key under it
     applies (never a fold that opens onto nothing)."""
     values = dict(zip(DECIDING, deciding))
-    return ([gr.update(visible=applies(key, values)) for key in APPLIES] + [gr.update(visible=applies("rewards", values))]
-            + [gr.update(visible=any(applies(key, values) for key in section.more)) for section in SECTIONS])
+    return (
+        [gr.update(visible=applies(key, values)) for key in APPLIES]
+        + [gr.update(visible=applies("rewards", values))]
+        + [gr.update(visible=any(applies(key, values) for key in section.more)) for section in SECTIONS]
+    )
 
 
 LIST_EXAMPLE = '[{"name": "accuracy", "weight": 1.0}, {"name": "length", "weight": 0.5}]'  # rewards
@@ -138,14 +163,24 @@ def _field_input(field):
     """The form input of one run-spec field: radio for choices, a checkbox for booleans, text for strings and (as
     JSON) lists, else a number."""
     if field.choices:
-        return gr.Radio(list(field.choices), value=field.default, label=label(field.name), info=field.help,
-                        elem_id=f"spec-{field.name}")
+        return gr.Radio(
+            list(field.choices),
+            value=field.default,
+            label=label(field.name),
+            info=field.help,
+            elem_id=f"spec-{field.name}",
+        )
     if field.type is bool:
         return gr.Checkbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
     if field.type is list:
-        return gr.Textbox(value=json.dumps(list(field.default)), label=label(field.name), info=field.help,
-                          lines=1 if field.name in LIST_EXAMPLES else 2,
-                          placeholder=LIST_EXAMPLES.get(field.name, LIST_EXAMPLE), elem_id=f"spec-{field.name}")
+        return gr.Textbox(
+            value=json.dumps(list(field.default)),
+            label=label(field.name),
+            info=field.help,
+            lines=1 if field.name in LIST_EXAMPLES else 2,
+            placeholder=LIST_EXAMPLES.get(field.name, LIST_EXAMPLE),
+            elem_id=f"spec-{field.name}",
+        )
     if field.type is str:
         return gr.Textbox(value=field.default, label=label(field.name), info=field.help, elem_id=f"spec-{field.name}")
     # no min/max/precision on the component: validate_spec is the one judge and names the key
@@ -161,19 +196,31 @@ def _launch(*values):
     except api.ApiError as e:
         key = match.group(1) if (match := _KEY.match(str(e))) and match.group(1) in FIELD else None
         marks = [gr.update(elem_classes=["invalid"] if f.name == key else []) for f in FIELDS]
-        folds = [gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential
-                 else gr.skip() for i in range(len(SECTIONS))]
-        return (f'<div class="error" data-key="{key or ""}">Not launched: {html.escape(str(e))}</div>',
-                gr.skip(), gr.skip(), gr.skip(), gr.skip(), *marks, *folds)
+        folds = [
+            gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential else gr.skip()
+            for i in range(len(SECTIONS))
+        ]
+        return (
+            f'<div class="error" data-key="{key or ""}">Not launched: {html.escape(str(e))}</div>',
+            gr.skip(),
+            gr.skip(),
+            gr.skip(),
+            gr.skip(),
+            *marks,
+            *folds,
+        )
     runs = api.list_runs()
     run_id = result["run_id"]
     choices = run_choices(runs)
-    return (f'<div class="ok">Launched run {run_id} ({result["status"]}).</div>',
-            gr.Tabs(selected="run"),
-            gr.Dropdown(choices=choices, value=run_id),
-            gr.Dropdown(choices=choices, value=run_id),
-            gr.Timer(REFRESH_SECONDS),  # the run is queued: the page follows it at the running pace at once
-            *[gr.update(elem_classes=[]) for _ in FIELDS], *[gr.skip() for _ in SECTIONS])
+    return (
+        f'<div class="ok">Launched run {run_id} ({result["status"]}).</div>',
+        gr.Tabs(selected="run"),
+        gr.Dropdown(choices=choices, value=run_id),
+        gr.Dropdown(choices=choices, value=run_id),
+        gr.Timer(REFRESH_SECONDS),  # the run is queued: the page follows it at the running pace at once
+        *[gr.update(elem_classes=[]) for _ in FIELDS],
+        *[gr.skip() for _ in SECTIONS],
+    )
 
 
 def _test_rewards(*values):

@@ -5,6 +5,7 @@ cancel, exports, "Launch again" (the Launch form filled from its config, under a
 log (which follows its newest lines); redrawn when the run changes and on every tick, where anything new was
 recorded. Buttons that do not apply to the run (Cancel once it finished, the trained policy before it completed,
 the LoRA adapter of a run without one) are disabled or hidden."""
+
 import html
 import re
 
@@ -21,13 +22,19 @@ from app.tab_shared import PRIVATE, QUIET, Shared
 from grpo_engine.config import FIELDS
 
 NO_RUN = "<div>No run selected.</div>"
-EXPORTS = (("export-parquet", "Groups as Parquet", "parquet"), ("export-csv", "Groups as CSV", "csv"),
-           ("export-config", "Config as JSON", "config"), ("export-model", "Trained policy", "model"),
-           ("export-adapter", "LoRA adapter", "adapter"))  # (elem_id, button text, export kind)
+EXPORTS = (
+    ("export-parquet", "Groups as Parquet", "parquet"),
+    ("export-csv", "Groups as CSV", "csv"),
+    ("export-config", "Config as JSON", "config"),
+    ("export-model", "Trained policy", "model"),
+    ("export-adapter", "LoRA adapter", "adapter"),
+)  # (elem_id, button text, export kind)
 _NUMBERED = re.compile(r"^(.*) \((\d+)\)$")  # a name ending in " (n)"
 # the health badge: a click on a warning (its data-rule) asks for its evidence to be charted
-HEALTH_CLICK = ("element.addEventListener('click', e => { const li = e.target.closest('[data-rule]');"
-                " if (li) trigger('click', {rule: li.dataset.rule}); });")
+HEALTH_CLICK = (
+    "element.addEventListener('click', e => { const li = e.target.closest('[data-rule]');"
+    " if (li) trigger('click', {rule: li.dataset.rule}); });"
+)
 
 
 def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
@@ -36,38 +43,72 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
     with gr.Tab("Run", id="run", elem_id="tab-run"):
         with gr.Row():
             shared.run_select.render()
-            cancel_button = gr.Button("Cancel run", variant="stop", elem_id="cancel-button", scale=0, min_width=170,
-                                      interactive=False)
+            cancel_button = gr.Button(
+                "Cancel run", variant="stop", elem_id="cancel-button", scale=0, min_width=170, interactive=False
+            )
             relaunch_button = gr.Button("Launch again", elem_id="relaunch-button", scale=0, min_width=170)
         progress = gr.HTML(elem_id="run-progress")
         health = gr.HTML(elem_id="run-health", js_on_load=HEALTH_CLICK)
         shared.gradient_chart.render()
         with gr.Row(elem_id="chart-controls"):
-            smoothing = gr.Slider(0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing",
-                                  info=SMOOTHING_INFO, elem_id="chart-smoothing",
-                                  scale=1)
-            picked = gr.Dropdown([], value=[], multiselect=True, label="Metrics to chart",
-                                 info="None picked: every recorded metric", elem_id="chart-metrics", scale=2)
+            smoothing = gr.Slider(
+                0,
+                0.99,
+                value=SMOOTHING,
+                step=0.01,
+                label="Smoothing",
+                info=SMOOTHING_INFO,
+                elem_id="chart-smoothing",
+                scale=1,
+            )
+            picked = gr.Dropdown(
+                [],
+                value=[],
+                multiselect=True,
+                label="Metrics to chart",
+                info="None picked: every recorded metric",
+                elem_id="chart-metrics",
+                scale=2,
+            )
         charts = gr.Plot(show_label=False, elem_id="run-charts")
-        rm_table = gr.Dataframe(rm_refresh_frame([]), interactive=False, visible=False,
-                                label="Reward model: first training (step 0) and refresh after each iteration "
-                                      "(held-out accuracy on fresh policy samples)", elem_id="rm-refreshes")
+        rm_table = gr.Dataframe(
+            rm_refresh_frame([]),
+            interactive=False,
+            visible=False,
+            label="Reward model: first training (step 0) and refresh after each iteration "
+            "(held-out accuracy on fresh policy samples)",
+            elem_id="rm-refreshes",
+        )
         with gr.Row(equal_height=True):
-            buttons = {kind: gr.Button(text, size="sm", elem_id=elem_id,
-                                       interactive=kind in ("parquet", "csv", "config"))
-                       for elem_id, text, kind in EXPORTS}
+            buttons = {
+                kind: gr.Button(text, size="sm", elem_id=elem_id, interactive=kind in ("parquet", "csv", "config"))
+                for elem_id, text, kind in EXPORTS
+            }
         export_file = gr.File(label="Download", interactive=False, elem_id="export-file", height=60, visible=False)
         with gr.Row():
             config_view = gr.JSON(label="Config", elem_id="run-config")
-            log_view = gr.Textbox(label="Log", lines=14, max_lines=14, interactive=False, autoscroll=True,
-                                  elem_id="run-log")
+            log_view = gr.Textbox(
+                label="Log", lines=14, max_lines=14, interactive=False, autoscroll=True, elem_id="run-log"
+            )
         chart_seen = gr.State(None)  # [run_id, metric rows, last step, log lines, last line, recorded metrics]
 
     run_select = shared.run_select
     health.click(_chart_evidence, [run_select, smoothing], [picked, charts], **PRIVATE)
     relaunch_button.click(_relaunch, run_select, [*launch.inputs, shared.tabs, launch.result], **PRIVATE)
-    outputs = [progress, health, charts, shared.gradient_chart, rm_table, config_view, log_view, chart_seen, picked,
-               cancel_button, buttons["model"], buttons["adapter"]]
+    outputs = [
+        progress,
+        health,
+        charts,
+        shared.gradient_chart,
+        rm_table,
+        config_view,
+        log_view,
+        chart_seen,
+        picked,
+        cancel_button,
+        buttons["model"],
+        buttons["adapter"],
+    ]
     inputs = [run_select, chart_seen, smoothing, picked]
     # a tick and a change of run in one queue, one at a time: a tick that read the run before a Launch or a pick
     # lands before the change's view of the new run, never after it
@@ -98,9 +139,10 @@ def _relaunch(run_id):
         return [gr.skip()] * len(FIELDS) + [gr.skip(), f'<div class="error">{html.escape(str(e))}</div>']
     config = {**run["config"], "name": next_name(run["config"].get("name") or run["name"])}
     values = form_values([config.get(f.name, f.default) for f in FIELDS])
-    return values + [gr.Tabs(selected="launch"),
-                     f'<div class="ok">The form holds the config of run {run_id}: change what you like, '
-                     'then Launch.</div>']
+    return values + [
+        gr.Tabs(selected="launch"),
+        f'<div class="ok">The form holds the config of run {run_id}: change what you like, then Launch.</div>',
+    ]
 
 
 def _button_states(run: dict | None) -> tuple:
@@ -111,8 +153,11 @@ def _button_states(run: dict | None) -> tuple:
         return gr.Button(interactive=False), gr.Button(interactive=False), gr.Button(interactive=False)
     status, lora = run["status"], (run.get("config") or {}).get("lora_rank", 0) > 0
     can_cancel = status in ("queued", "running") and not run.get("cancel_requested")
-    return (gr.Button(interactive=can_cancel), gr.Button(interactive=status == "completed"),
-            gr.Button(interactive=status == "completed" and lora, visible=lora))
+    return (
+        gr.Button(interactive=can_cancel),
+        gr.Button(interactive=status == "completed"),
+        gr.Button(interactive=status == "completed" and lora, visible=lora),
+    )
 
 
 def _show_run(run_id, seen, smoothing, picked):
@@ -124,26 +169,63 @@ def _show_run(run_id, seen, smoothing, picked):
     if run_id is None:
         if api.list_runs():  # the Runs tab's refresh picks the newest in a moment: keep what is shown till then
             return (gr.skip(),) * 12
-        return (NO_RUN, "", None, "", gr.Dataframe(visible=False), None, "", None, gr.Dropdown([], value=[]),
-                *_button_states(None))
+        return (
+            NO_RUN,
+            "",
+            None,
+            "",
+            gr.Dataframe(visible=False),
+            None,
+            "",
+            None,
+            gr.Dropdown([], value=[]),
+            *_button_states(None),
+        )
     try:
         run, metrics, logs = api.get_run(run_id), api.get_metrics(run_id), api.get_logs(run_id)
     except api.ApiError as e:
-        return (f'<div class="run-error">{html.escape(str(e))}</div>', "", None, "", gr.Dataframe(visible=False),
-                None, "", None, gr.skip(), *_button_states(None))
+        return (
+            f'<div class="run-error">{html.escape(str(e))}</div>',
+            "",
+            None,
+            "",
+            gr.Dataframe(visible=False),
+            None,
+            "",
+            None,
+            gr.skip(),
+            *_button_states(None),
+        )
     recorded = recorded_metrics(metrics)
-    key = [run_id, len(metrics), metrics[-1]["step"] if metrics else None, len(logs), logs[-1] if logs else None,
-           recorded]
+    key = [
+        run_id,
+        len(metrics),
+        metrics[-1]["step"] if metrics else None,
+        len(logs),
+        logs[-1] if logs else None,
+        recorded,
+    ]
     same_run = seen is not None and seen[0] == run_id
-    picker = (gr.skip() if same_run and seen[5:] == [recorded]
-              else gr.Dropdown(recorded, value=[v for v in picked or [] if v in recorded] if same_run else []))
+    picker = (
+        gr.skip()
+        if same_run and seen[5:] == [recorded]
+        else gr.Dropdown(recorded, value=[v for v in picked or [] if v in recorded] if same_run else [])
+    )
     head = (progress_html(run, metrics=metrics), health_html(run["warnings"], len(training_rows(metrics))))
     if seen is not None and key == list(seen):
         return *head, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen, picker, *_button_states(run)
     refreshes = rm_refresh_frame(metrics)
-    return (*head, metrics_figure(metrics, smoothing, picked if same_run else None), gradient_chart_html(metrics),
-            gr.Dataframe(value=refreshes, visible=not refreshes.empty),
-            gr.skip() if same_run else run["config"], "\n".join(logs), key, picker, *_button_states(run))
+    return (
+        *head,
+        metrics_figure(metrics, smoothing, picked if same_run else None),
+        gradient_chart_html(metrics),
+        gr.Dataframe(value=refreshes, visible=not refreshes.empty),
+        gr.skip() if same_run else run["config"],
+        "\n".join(logs),
+        key,
+        picker,
+        *_button_states(run),
+    )
 
 
 def _chart_evidence(run_id, smoothing, evt: gr.EventData):
@@ -186,9 +268,11 @@ def _cancel(run_id):
 
 def _export(kind):
     """The listener of one export button: the file of the run's export of that kind, offered for download."""
+
     def export(run_id):
         """The export's file, and the download box shown with it."""
         if run_id is None:
             raise gr.Error("No run selected.")
         return gr.File(value=call_api(exports.export_run, run_id, kind), visible=True)
+
     return export

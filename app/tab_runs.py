@@ -2,6 +2,7 @@
 table and the run pickers of the other tabs refresh on opening and on every tick. A click on a row opens that
 run in the Run tab; a click on its "Manage" button picks it for the Manage area: rename, tags, notes, archive,
 delete (after a confirmation). What the table shows is drawn by app.render_runs, styled by app/runs.css."""
+
 import html
 from dataclasses import dataclass
 
@@ -53,18 +54,27 @@ def build_runs_tab(shared: Shared) -> None:
     """The tab and its listeners: refresh the table and the pickers; open a clicked run; manage a run."""
     with gr.Tab("Runs", id="runs", elem_id="tab-runs"):
         with gr.Row(elem_id="runs-filters", equal_height=True):
-            status = gr.Dropdown(list(STATUS_FILTERS), value="all", label="Status", elem_id="runs-status",
-                                 scale=1, min_width=180)
-            search = gr.Textbox(label="Search", placeholder="name, model, dataset, tag or #id", elem_id="runs-search",
-                                scale=3)
-            archived = gr.Checkbox(False, label="Show archived", elem_id="runs-show-archived", scale=0,
-                                   min_width=160)
+            status = gr.Dropdown(
+                list(STATUS_FILTERS), value="all", label="Status", elem_id="runs-status", scale=1, min_width=180
+            )
+            search = gr.Textbox(
+                label="Search", placeholder="name, model, dataset, tag or #id", elem_id="runs-search", scale=3
+            )
+            archived = gr.Checkbox(False, label="Show archived", elem_id="runs-show-archived", scale=0, min_width=160)
         manage = _build_manage()
         table = gr.HTML(runs_table_html([], []), elem_id="runs-table", js_on_load=TABLE_JS)
         seen = gr.State(None)  # what the table and the pickers last showed
 
-    inputs = [seen, shared.run_select, shared.groups_run_select, shared.compare_select, manage.select, status,
-              search, archived]
+    inputs = [
+        seen,
+        shared.run_select,
+        shared.groups_run_select,
+        shared.compare_select,
+        manage.select,
+        status,
+        search,
+        archived,
+    ]
     outputs = [table, shared.run_select, shared.groups_run_select, shared.compare_select, manage.select, seen]
     # every refresh of the table in one queue, one at a time: a tick that read the old filter never lands after
     # the refresh for the new one
@@ -74,8 +84,13 @@ def build_runs_tab(shared: Shared) -> None:
     for control in (status, archived):
         control.change(**refresh)
     search.input(**refresh)
-    table.click(_table_click, None, [shared.tabs, shared.run_select, shared.groups_run_select, manage.select,
-                                     manage.accordion], concurrency_id="runs-refresh", **PRIVATE)
+    table.click(
+        _table_click,
+        None,
+        [shared.tabs, shared.run_select, shared.groups_run_select, manage.select, manage.accordion],
+        concurrency_id="runs-refresh",
+        **PRIVATE,
+    )
     _wire_manage(manage, lambda event: event.then(**refresh))
 
 
@@ -86,22 +101,41 @@ def _build_manage() -> Manage:
         with gr.Row(equal_height=True):
             select = gr.Dropdown([], value=None, label="Run", elem_id="manage-run", scale=2)
             name = gr.Textbox(label="Name", max_length=manage_api.NAME_MAX, elem_id="manage-name", scale=2)
-            tags = gr.Textbox(label="Tags (comma-separated)", placeholder="baseline, lr-sweep", elem_id="manage-tags",
-                              scale=2)
-        notes = gr.Textbox(label="Notes", lines=2, max_lines=8, max_length=manage_api.NOTES_MAX,
-                           elem_id="manage-notes")
+            tags = gr.Textbox(
+                label="Tags (comma-separated)", placeholder="baseline, lr-sweep", elem_id="manage-tags", scale=2
+            )
+        notes = gr.Textbox(label="Notes", lines=2, max_lines=8, max_length=manage_api.NOTES_MAX, elem_id="manage-notes")
         with gr.Row(elem_id="manage-actions"):
             save = gr.Button("Save", variant="primary", size="md", elem_id="manage-save", scale=0, min_width=110)
             archive = gr.Button("Archive", size="md", elem_id="manage-archive", scale=0, min_width=110)
             delete = gr.Button("Delete…", variant="stop", size="md", elem_id="manage-delete", scale=0, min_width=110)
             with gr.Row(visible=False, elem_id="manage-confirm") as confirm:
                 confirm_text = gr.HTML(elem_id="manage-confirm-text")
-                confirm_button = gr.Button("Delete for good", variant="stop", size="md",
-                                           elem_id="manage-confirm-delete", scale=0, min_width=160)
+                confirm_button = gr.Button(
+                    "Delete for good",
+                    variant="stop",
+                    size="md",
+                    elem_id="manage-confirm-delete",
+                    scale=0,
+                    min_width=160,
+                )
                 keep_button = gr.Button("Keep it", size="md", elem_id="manage-keep", scale=0, min_width=100)
         message = gr.HTML(elem_id="manage-message")
-    return Manage(accordion, select, name, tags, notes, save, archive, delete, confirm, confirm_text,
-                  confirm_button, keep_button, message)
+    return Manage(
+        accordion,
+        select,
+        name,
+        tags,
+        notes,
+        save,
+        archive,
+        delete,
+        confirm,
+        confirm_text,
+        confirm_button,
+        keep_button,
+        message,
+    )
 
 
 def _wire_manage(m: Manage, then_refresh) -> None:
@@ -111,8 +145,9 @@ def _wire_manage(m: Manage, then_refresh) -> None:
     then_refresh(m.save.click(_save, [m.select, m.name, m.tags, m.notes], [m.message, m.tags], **PRIVATE))
     then_refresh(m.archive.click(_toggle_archive, m.select, [m.message, m.archive], **PRIVATE))
     m.delete.click(_ask_delete, m.select, [m.confirm, m.confirm_text, m.delete, m.message], **PRIVATE)
-    m.keep_button.click(lambda: (gr.Row(visible=False), gr.Button(visible=True), ""), None,
-                        [m.confirm, m.delete, m.message], **PRIVATE)
+    m.keep_button.click(
+        lambda: (gr.Row(visible=False), gr.Button(visible=True), ""), None, [m.confirm, m.delete, m.message], **PRIVATE
+    )
     then_refresh(m.confirm_button.click(_delete, m.select, [m.select, *shown], **PRIVATE))
 
 
@@ -138,8 +173,12 @@ def _refresh_runs(seen, run_id, groups_run_id, compared, manage_id, status, sear
         return value if value in ids else empty
 
     kept = [r for r in compared or [] if r in ids]
-    moved = (single(run_id, newest), single(groups_run_id, newest),
-             compared if len(kept) == len(compared or []) else kept, single(manage_id, None))
+    moved = (
+        single(run_id, newest),
+        single(groups_run_id, newest),
+        compared if len(kept) == len(compared or []) else kept,
+        single(manage_id, None),
+    )
     values = (run_id, groups_run_id, compared, manage_id)
     stale = any(m is not v for m, v in zip(moved, values))
     pickers = (gr.skip(),) * 4
@@ -177,8 +216,15 @@ def _load_manage(run_id):
         run = api.get_run(run_id)
     except api.ApiError as e:
         return "", "", "", gr.Button("Archive"), hide_confirm, show_delete, _note(str(e), ok=False)
-    return (run["name"], ", ".join(run["tags"]), run["notes"], gr.Button("Unarchive" if run["archived"] else "Archive"),
-            hide_confirm, show_delete, "")
+    return (
+        run["name"],
+        ", ".join(run["tags"]),
+        run["notes"],
+        gr.Button("Unarchive" if run["archived"] else "Archive"),
+        hide_confirm,
+        show_delete,
+        "",
+    )
 
 
 def _save(run_id, name, tags, notes):
@@ -203,8 +249,10 @@ def _toggle_archive(run_id):
     except api.ApiError as e:
         return _note(str(e), ok=False), gr.skip()
     if run["archived"]:
-        return (_note(f"Archived run #{run_id}: the table hides it unless \"Show archived\" is ticked."),
-                gr.Button("Unarchive"))
+        return (
+            _note(f'Archived run #{run_id}: the table hides it unless "Show archived" is ticked.'),
+            gr.Button("Unarchive"),
+        )
     return _note(f"Run #{run_id} is no longer archived."), gr.Button("Archive")
 
 
@@ -219,10 +267,14 @@ def _ask_delete(run_id):
     except api.ApiError as e:
         return *keep, _note(str(e), ok=False)
     if run["status"] == "running":
-        return *keep, _note(f"Run #{run_id} is running: cancel it first (Run tab, \"Cancel run\"), then delete it "
-                            "once it has stopped.", ok=False)
-    question = (f'Really delete run #{run_id} “{html.escape(run["name"])}” and its data (metrics, groups, '
-                "samples, log, checkpoints)? This cannot be undone.")
+        return *keep, _note(
+            f'Run #{run_id} is running: cancel it first (Run tab, "Cancel run"), then delete it once it has stopped.',
+            ok=False,
+        )
+    question = (
+        f"Really delete run #{run_id} “{html.escape(run['name'])}” and its data (metrics, groups, "
+        "samples, log, checkpoints)? This cannot be undone."
+    )
     return gr.Row(visible=True), question, gr.Button(visible=False), ""
 
 
@@ -233,5 +285,13 @@ def _delete(run_id):
         manage_api.delete_run(run_id)
     except api.ApiError as e:
         return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), hide_confirm, show_delete, _note(str(e), ok=False)
-    return (gr.Dropdown(value=None), "", "", "", gr.Button("Archive"), hide_confirm, show_delete,
-            _note(f"Deleted run #{run_id} and its data."))
+    return (
+        gr.Dropdown(value=None),
+        "",
+        "",
+        "",
+        gr.Button("Archive"),
+        hide_confirm,
+        show_delete,
+        _note(f"Deleted run #{run_id} and its data."),
+    )

@@ -10,6 +10,7 @@ answers its clicks.
 The timer's tick only looks at the store (:func:`store_state`, a few bytes); the tabs refresh on a change of
 ``store_seen``, so a page open while nothing runs redraws nothing and costs one small request a tick.
 """
+
 import hashlib
 import json
 import time
@@ -44,13 +45,13 @@ class Shared:
 def make_shared(demo: gr.Blocks, tabs: gr.Tabs) -> Shared:
     """The shared components of ``demo``, whose tabs are ``tabs``; the pickers and the timer are still to render."""
     return Shared(
-        demo=demo, tabs=tabs,
+        demo=demo,
+        tabs=tabs,
         timer=gr.Timer(REFRESH_SECONDS, render=False),
         store_seen=gr.State(None, render=False),
         run_select=gr.Dropdown([], value=None, label="Run", elem_id="run-select", render=False),
         groups_run_select=gr.Dropdown([], value=None, label="Run", elem_id="groups-run-select", render=False),
-        compare_select=gr.Dropdown([], value=[], multiselect=True, label="Runs", elem_id="compare-runs",
-                                   render=False),
+        compare_select=gr.Dropdown([], value=[], multiselect=True, label="Runs", elem_id="compare-runs", render=False),
         gradient_chart=gr.HTML(elem_id="gradient-chart", js_on_load=CHART_CLICK_JS, render=False),
     )
 

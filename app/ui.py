@@ -13,6 +13,7 @@ every endpoint need a login.
 
 This module imports no torch: the run is sent to the workers by task name (app.api).
 """
+
 import asyncio
 import importlib.util
 import os
@@ -126,11 +127,14 @@ def build_ui(login: bool = False) -> gr.Blocks:
     # Gradio keeps a copy of every uploaded and returned file: those older than an hour are deleted every hour
     with gr.Blocks(title="GRPO dashboard", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         with gr.Row(elem_id="header"):
-            gr.Markdown("## GRPO dashboard\nLaunch Group Relative Policy Optimization runs, "
-                        "watch them train, and look at every sampled group's per-token advantages.")
+            gr.Markdown(
+                "## GRPO dashboard\nLaunch Group Relative Policy Optimization runs, "
+                "watch them train, and look at every sampled group's per-token advantages."
+            )
             if login:
-                gr.Button("Log out", size="sm", variant="secondary", scale=0, min_width=90,
-                          elem_id="logout").click(None, js=LOGOUT_JS)
+                gr.Button("Log out", size="sm", variant="secondary", scale=0, min_width=90, elem_id="logout").click(
+                    None, js=LOGOUT_JS
+                )
         with gr.Tabs(selected="runs", elem_id="tabs") as tabs:
             shared = make_shared(demo, tabs)
             launch = build_launch_tab(shared)
@@ -171,8 +175,9 @@ def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
     users = auth.load_users(settings)
     upgrade_database()
     if users:
-        print(f"grpo-dashboard: login required; {len(users)} user{'s' if len(users) != 1 else ''} may log in",
-              flush=True)
+        print(
+            f"grpo-dashboard: login required; {len(users)} user{'s' if len(users) != 1 else ''} may log in", flush=True
+        )
     else:
         print("grpo-dashboard: no login required (set GRPO_AUTH_USERS or GRPO_AUTH_FILE to require one)", flush=True)
     app = make_app(settings, login=bool(users))
@@ -213,11 +218,25 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
     if importlib.util.find_spec("matplotlib") is None:
         sys.modules.setdefault("matplotlib", None)
     css = "\n".join(path.read_text(encoding="utf-8") for path in CSS_PATHS)
-    gr.mount_gradio_app(parent, build_ui(login).queue(), path="/", show_error=False, auth=_login if login else None,
-                        max_file_size=settings.max_upload_bytes, css=css, js=DASHBOARD_JS)
+    gr.mount_gradio_app(
+        parent,
+        build_ui(login).queue(),
+        path="/",
+        show_error=False,
+        auth=_login if login else None,
+        max_file_size=settings.max_upload_bytes,
+        css=css,
+        js=DASHBOARD_JS,
+    )
     mounted = _gradio_app(parent)
-    parent.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins), allow_credentials=True,
-                          allow_methods=["*"], allow_headers=["*"])
-    parent.add_middleware(SecurityMiddleware, settings=settings, gradio_app=lambda: mounted, login=login,
-                          page_head=HEAD_JS)
+    parent.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(settings.allowed_origins),
+        allow_credentials=True,
+        allow_methods=["*"],
+        allow_headers=["*"],
+    )
+    parent.add_middleware(
+        SecurityMiddleware, settings=settings, gradio_app=lambda: mounted, login=login, page_head=HEAD_JS
+    )
     return parent

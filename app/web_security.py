@@ -19,6 +19,7 @@ Each rule and the threat it answers:
 - **Guessing passwords.** Failed logins are counted per client address and per user name (:class:`LoginThrottle`):
   after a few, each further attempt must wait, doubling up to a cap; refused attempts are logged.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,18 @@ SECURITY_HEADERS = (
     (b"referrer-policy", b"same-origin"),
 )
 # what answers before a login: the page (the login form), the login itself and the static files the form needs
-PUBLIC_PATHS = {"/", "/login", "/login/", "/login_check", "/login_check/", "/theme.css", "/favicon.ico",
-                "/robots.txt", "/manifest.json", "/gradio_api/startup-events"}
+PUBLIC_PATHS = {
+    "/",
+    "/login",
+    "/login/",
+    "/login_check",
+    "/login_check/",
+    "/theme.css",
+    "/favicon.ico",
+    "/robots.txt",
+    "/manifest.json",
+    "/gradio_api/startup-events",
+}
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/svelte/", "/pwa_icon")
 _API_INFO = re.compile(rb"window\.gradio_api_info = .*?;</script>", re.DOTALL)
 _SAMESITE = re.compile(rb";\s*samesite=[a-z]+", re.IGNORECASE)
@@ -99,8 +110,15 @@ class SecurityMiddleware:
     login is required; ``page_head``: HTML put first in the page's <head>, ahead of Gradio's own scripts.
     """
 
-    def __init__(self, app, settings: Settings, gradio_app: Callable, login: bool,
-                 throttle: LoginThrottle | None = None, page_head: str = ""):
+    def __init__(
+        self,
+        app,
+        settings: Settings,
+        gradio_app: Callable,
+        login: bool,
+        throttle: LoginThrottle | None = None,
+        page_head: str = "",
+    ):
         self.app, self.settings, self.gradio_app, self.login = app, settings, gradio_app, login
         self.page_head = page_head.encode()
         self.throttle = throttle or LoginThrottle(free=settings.login_free_attempts)
@@ -160,6 +178,7 @@ class SecurityMiddleware:
                 cookies = [(k, _lax(v) if k.lower() == b"set-cookie" else v) for k, v in kept]
                 message = {**message, "headers": cookies + list(SECURITY_HEADERS)}
             await send(message)
+
         return wrapped
 
     # ---- sessions ------------------------------------------------------------------------------------
@@ -195,8 +214,10 @@ class SecurityMiddleware:
         if token is not None:
             self.gradio_app().tokens.pop(token, None)
             self.last_seen.pop(token, None)
-        expired = [(b"set-cookie", f"{name}=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax".encode())
-                   for name in self._cookie_names()]
+        expired = [
+            (b"set-cookie", f"{name}=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax".encode())
+            for name in self._cookie_names()
+        ]
         await _respond(send, 303, {"logged_out": True}, [(b"location", b"./"), *expired])
 
     # ---- uploads -------------------------------------------------------------------------------------
@@ -212,7 +233,10 @@ class SecurityMiddleware:
         declared = int(headers.get("content-length") or 0)
         refusal = None
         if declared > budget:
-            refusal = (429, f"upload limit: at most {settings.upload_mb_per_hour:g} MiB an hour (GRPO_UPLOAD_MB_PER_HOUR)")
+            refusal = (
+                429,
+                f"upload limit: at most {settings.upload_mb_per_hour:g} MiB an hour (GRPO_UPLOAD_MB_PER_HOUR)",
+            )
         elif declared > limit:
             refusal = (413, f"upload too large: at most {settings.max_upload_mb:g} MiB a request (GRPO_MAX_UPLOAD_MB)")
         if refusal:
@@ -231,11 +255,16 @@ class SecurityMiddleware:
             counted["tail"] = seen[-64:]
             counted["bytes"] += len(chunk)
             if counted["files"] > settings.max_upload_files:
-                counted["over"] = (413, f"upload refused: at most {settings.max_upload_files} files a request "
-                                        "(GRPO_MAX_UPLOAD_FILES)")
+                counted["over"] = (
+                    413,
+                    f"upload refused: at most {settings.max_upload_files} files a request (GRPO_MAX_UPLOAD_FILES)",
+                )
             elif counted["bytes"] > min(limit, budget):
-                counted["over"] = (413, f"upload too large: at most {settings.max_upload_mb:g} MiB a request "
-                                        "(GRPO_MAX_UPLOAD_MB), and the hour's budget (GRPO_UPLOAD_MB_PER_HOUR)")
+                counted["over"] = (
+                    413,
+                    f"upload too large: at most {settings.max_upload_mb:g} MiB a request "
+                    "(GRPO_MAX_UPLOAD_MB), and the hour's budget (GRPO_UPLOAD_MB_PER_HOUR)",
+                )
             return {"type": "http.disconnect"} if counted["over"] else message
 
         started = {}
@@ -271,8 +300,12 @@ class SecurityMiddleware:
         wait = self.throttle.wait(keys)
         if wait > 0:
             log(f"login of {user!r} from {address} refused: too many failed logins, next allowed in {wait:.0f}s")
-            await _respond(send, 429, {"detail": f"Too many failed logins: try again in {wait:.0f} s."},
-                           [(b"retry-after", str(max(1, round(wait))).encode())])
+            await _respond(
+                send,
+                429,
+                {"detail": f"Too many failed logins: try again in {wait:.0f} s."},
+                [(b"retry-after", str(max(1, round(wait))).encode())],
+            )
             return
         status = {}
 
@@ -295,6 +328,7 @@ class SecurityMiddleware:
 
 # ---- ASGI helpers ------------------------------------------------------------------------------------
 
+
 def _headers(scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
@@ -315,9 +349,13 @@ def _lax(cookie: bytes) -> bytes:
 
 async def _respond(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
     data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                            *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -343,6 +381,7 @@ def _replay(body: bytes):
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
         return {"type": "http.disconnect"}
+
     return receive
 
 
@@ -371,4 +410,5 @@ def _edited_page(send, edit: Callable[[bytes], bytes]):
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
         await send({**start, "headers": headers + [(b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
     return wrapped

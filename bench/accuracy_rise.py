@@ -12,6 +12,7 @@ launch button calls), polls it until it ends, and prints held-out accuracy again
 Prints one line per evaluation and a summary: the first and best eval/accuracy, the rise in points,
 seconds from launch to the first evaluation at +20 points, to the first at --target (0.90), and to completion.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,12 +92,20 @@ def main() -> int:
         accs = [m["eval/accuracy"] for m in client.predict(run_id, api_name="/get_metrics") if "eval/accuracy" in m]
         print(f"status: {status}{' (' + run['error'] + ')' if run.get('error') else ''}")
         if accs:
-            print(f"eval/accuracy: first {accs[0]:.3f}, last {accs[-1]:.3f}, best {max(accs):.3f}, "
-                  f"rise {100 * (max(accs) - accs[0]):.1f} points")
-        print(f"seconds from launch to +20 points: {reached:.1f}" if reached is not None
-              else "eval/accuracy never rose by 20 points")
-        print(f"seconds from launch to eval/accuracy >= {args.target:.2f}: {reached_target[0]:.1f} (step {reached_target[1]})"
-              if reached_target is not None else f"eval/accuracy never reached {args.target:.2f}")
+            print(
+                f"eval/accuracy: first {accs[0]:.3f}, last {accs[-1]:.3f}, best {max(accs):.3f}, "
+                f"rise {100 * (max(accs) - accs[0]):.1f} points"
+            )
+        print(
+            f"seconds from launch to +20 points: {reached:.1f}"
+            if reached is not None
+            else "eval/accuracy never rose by 20 points"
+        )
+        print(
+            f"seconds from launch to eval/accuracy >= {args.target:.2f}: {reached_target[0]:.1f} (step {reached_target[1]})"
+            if reached_target is not None
+            else f"eval/accuracy never reached {args.target:.2f}"
+        )
         print(f"seconds from launch to the end of the run: {total:.1f}")
         return 0 if status == "completed" and reached is not None else 1
     finally:

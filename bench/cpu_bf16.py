@@ -16,6 +16,7 @@ those instructions; elsewhere it is emulated, and slower.
     .venv/bin/python bench/cpu_bf16.py
     .venv/bin/python bench/cpu_bf16.py --batch-size 2 --new-tokens 32 --repeats 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,9 @@ def main() -> int:
     B, G, T = args.batch_size, args.group_size, args.new_tokens
     prompts = word_problem_prompts(tokenizer, B)
     torch.manual_seed(0)
-    completions = generate(model.eval(), tokenizer, prompts, repeat=G, max_new_tokens=T, greedy=False,
-                           temperature=0.7, end_ids=[-1])
+    completions = generate(
+        model.eval(), tokenizer, prompts, repeat=G, max_new_tokens=T, greedy=False, temperature=0.7, end_ids=[-1]
+    )
     mask = torch.ones(completions.shape)  # every row T tokens long (no end token stopped it)
     prompt_ids, prompt_attn = (prompts[k].repeat_interleave(G, dim=0) for k in ("input_ids", "attention_mask"))
     chunks = plan_micro_batches(mask, prompt_attn, G, 0)
@@ -72,8 +74,16 @@ def main() -> int:
 
     def sampling(bf16: bool):
         with contexts(bf16):
-            generate(model.eval(), tokenizer, prompts, repeat=G, max_new_tokens=T, greedy=False, temperature=0.7,
-                     end_ids=[-1])
+            generate(
+                model.eval(),
+                tokenizer,
+                prompts,
+                repeat=G,
+                max_new_tokens=T,
+                greedy=False,
+                temperature=0.7,
+                end_ids=[-1],
+            )
 
     def update(bf16: bool):
         model.train()
@@ -85,19 +95,27 @@ def main() -> int:
 
     a32, b32 = torch.randn(2048, 2048), torch.randn(2048, 2048)
     a16, b16 = a32.bfloat16(), b32.bfloat16()
-    print(f"SmolLM2-135M-Instruct fp32 weights on {torch.get_num_threads()} CPU threads; B {B} x G {G} rows, "
-          f"{prompts['input_ids'].shape[1]}-token prompts, {T} new tokens; median of {args.repeats}", flush=True)
+    print(
+        f"SmolLM2-135M-Instruct fp32 weights on {torch.get_num_threads()} CPU threads; B {B} x G {G} rows, "
+        f"{prompts['input_ids'].shape[1]}-token prompts, {T} new tokens; median of {args.repeats}",
+        flush=True,
+    )
     times = {}
-    for name, fn in (("matmul", lambda bf16: (a16 @ b16) if bf16 else (a32 @ b32)), ("sampling", sampling),
-                     ("update", update)):
+    for name, fn in (
+        ("matmul", lambda bf16: (a16 @ b16) if bf16 else (a32 @ b32)),
+        ("sampling", sampling),
+        ("update", update),
+    ):
         fp32, bf16 = (median_seconds(lambda: fn(x), args.repeats) for x in (False, True))
         times[name] = fp32 / bf16
         print(f"{name:<9} fp32 {fp32:8.3f} s   bf16 {bf16:8.3f} s   bf16 speed-up {fp32 / bf16:5.2f}x", flush=True)
     fast = cpu_bf16_is_fast()
     plan = resolve_precision("auto", "cpu", fast)
-    print(f"this CPU lists avx512_bf16 / amx_bf16: {'yes' if fast else 'no'}; precision auto here: "
-          f"{plan.describe()} "
-          f"(measured bf16 speed-up: update {times['update']:.2f}x, sampling {times['sampling']:.2f}x)")
+    print(
+        f"this CPU lists avx512_bf16 / amx_bf16: {'yes' if fast else 'no'}; precision auto here: "
+        f"{plan.describe()} "
+        f"(measured bf16 speed-up: update {times['update']:.2f}x, sampling {times['sampling']:.2f}x)"
+    )
     return 0
 
 

@@ -21,6 +21,7 @@ generate feeds ended rows to the last step, the engine until it drops them).
     .venv/bin/python bench/decode_speed.py                    # B 4, G 8, 160 tokens (bench/real_model.py's)
     .venv/bin/python bench/decode_speed.py --batch-size 2 --new-tokens 64 --repeats 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,21 +77,40 @@ def main() -> int:
     B, G, T = args.batch_size, args.group_size, args.new_tokens
     prompts = word_problem_prompts(tokenizer, B)
     P = prompts["input_ids"].shape[1]
-    print(f"SmolLM2-135M-Instruct, {n_params:,} parameters, fp32 on {torch.get_num_threads()} CPU threads "
-          f"({os.cpu_count()} cores); B {B} x G {G} = {B * G} rows, prompts padded to {P} tokens, up to {T} new "
-          f"tokens, temperature {args.temperature}; median of {args.repeats}", flush=True)
+    print(
+        f"SmolLM2-135M-Instruct, {n_params:,} parameters, fp32 on {torch.get_num_threads()} CPU threads "
+        f"({os.cpu_count()} cores); B {B} x G {G} = {B * G} rows, prompts padded to {P} tokens, up to {T} new "
+        f"tokens, temperature {args.temperature}; median of {args.repeats}",
+        flush=True,
+    )
 
     def engine(end_ids):
-        return generate(model, tokenizer, prompts, repeat=G, max_new_tokens=T, greedy=False,
-                        temperature=args.temperature, end_ids=end_ids, decode=args.decode)
+        return generate(
+            model,
+            tokenizer,
+            prompts,
+            repeat=G,
+            max_new_tokens=T,
+            greedy=False,
+            temperature=args.temperature,
+            end_ids=end_ids,
+            decode=args.decode,
+        )
 
     def hf(fixed: bool):
         with torch.inference_mode():
-            out = model.generate(input_ids=prompts["input_ids"].repeat_interleave(G, dim=0),
-                                 attention_mask=prompts["attention_mask"].repeat_interleave(G, dim=0),
-                                 do_sample=True, temperature=args.temperature, top_p=1.0, top_k=0, max_new_tokens=T,
-                                 min_new_tokens=T if fixed else 0, eos_token_id=ends,
-                                 pad_token_id=tokenizer.pad_token_id)
+            out = model.generate(
+                input_ids=prompts["input_ids"].repeat_interleave(G, dim=0),
+                attention_mask=prompts["attention_mask"].repeat_interleave(G, dim=0),
+                do_sample=True,
+                temperature=args.temperature,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=T,
+                min_new_tokens=T if fixed else 0,
+                eos_token_id=ends,
+                pad_token_id=tokenizer.pad_token_id,
+            )
         return out[:, P:]
 
     for round_, fixed in (("fixed", True), ("real", False)):
@@ -102,9 +122,12 @@ def main() -> int:
             decoded = sum(int((lengths > t).sum()) for t in range(out.shape[1]))  # rows fed at each step
             prefill = (B if name == "engine" else B * G) * P
             rows[name] = seconds
-            print(f"{round_:<5} {name:<8} {seconds:7.2f} s  {tokens:5d} new tokens ({tokens / (B * G):5.1f} a row)  "
-                  f"{tokens / seconds:7.1f} tokens/s  {2 * n_params * (prefill + decoded) / seconds / 1e9:6.1f} GFLOP/s "
-                  f"(prefill {prefill} + decode {decoded} tokens)", flush=True)
+            print(
+                f"{round_:<5} {name:<8} {seconds:7.2f} s  {tokens:5d} new tokens ({tokens / (B * G):5.1f} a row)  "
+                f"{tokens / seconds:7.1f} tokens/s  {2 * n_params * (prefill + decoded) / seconds / 1e9:6.1f} GFLOP/s "
+                f"(prefill {prefill} + decode {decoded} tokens)",
+                flush=True,
+            )
         print(f"{round_:<5} generate / engine time: {rows['generate'] / rows['engine']:.2f}x", flush=True)
     return 0
 

@@ -32,6 +32,7 @@ In order:
 Last, one PASS / FAIL / SKIP line per part. Exit status 0 when the gpu tests pass and each trainer run
 completes; 1 when the tests fail or a trainer fails (the end of its output is printed); 2 without a CUDA GPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,12 +61,16 @@ def device_report() -> bool:
     """Print torch, its CUDA and the GPUs it sees; return whether there is a CUDA GPU."""
     import torch
 
-    print(f"torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none (a CPU build)'}"
-          + (f", cuDNN {torch.backends.cudnn.version()}" if torch.backends.cudnn.is_available() else ""))
+    print(
+        f"torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none (a CPU build)'}"
+        + (f", cuDNN {torch.backends.cudnn.version()}" if torch.backends.cudnn.is_available() else "")
+    )
     if not torch.cuda.is_available():
-        print("no CUDA GPU: torch.cuda.is_available() is False. This check needs one: on a GPU machine install "
-              "the torch build for your CUDA version (a CPU build says 'none' above) and check that nvidia-smi "
-              "sees the GPU and CUDA_VISIBLE_DEVICES does not hide it.")
+        print(
+            "no CUDA GPU: torch.cuda.is_available() is False. This check needs one: on a GPU machine install "
+            "the torch build for your CUDA version (a CPU build says 'none' above) and check that nvidia-smi "
+            "sees the GPU and CUDA_VISIBLE_DEVICES does not hide it."
+        )
         return False
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
@@ -82,8 +87,9 @@ def run_gpu_tests(cache_dir: str | None) -> tuple[bool, str]:
     if cache_dir:
         env["GRPO_TEST_CACHE_DIR"] = cache_dir
     summary = ""
-    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc:
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
         for line in proc.stdout:
             print(line, end="", flush=True)
             if re.search(r"\d+ (passed|failed|skipped|errors?|deselected)\b.* in [\d.]+s", line):  # pytest's last line
@@ -96,21 +102,45 @@ def run_trainers(args, with_trl: bool) -> list[tuple[str, str, str]]:
     """Engine (and TRL) on qwen05b; print their table; return (PASS|FAIL, part, detail) lines."""
     work_dir = Path(tempfile.mkdtemp(prefix="grpo-gpu-check-"))
     n = args.batch_size * args.group_size
-    settings = dict(batch_size=args.batch_size, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
-                    beta=0.04, epsilon=0.2, temperature=1.0, top_p=1.0, learning_rate=args.learning_rate,
-                    seed=args.seed, cache_dir=str(work_dir / "cache"))
-    print(f"\n== this engine vs TRL: {vs_trl.GPU_CONFIG}, B {args.batch_size} x G {args.group_size}, "
-          f"{args.max_new_tokens} new tokens, {args.steps} steps (the first {args.warmup} left out) ==", flush=True)
+    settings = dict(
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens,
+        beta=0.04,
+        epsilon=0.2,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        cache_dir=str(work_dir / "cache"),
+    )
+    print(
+        f"\n== this engine vs TRL: {vs_trl.GPU_CONFIG}, B {args.batch_size} x G {args.group_size}, "
+        f"{args.max_new_tokens} new tokens, {args.steps} steps (the first {args.warmup} left out) ==",
+        flush=True,
+    )
     results, lines = {}, []
     try:
         t0 = time.perf_counter()
-        model_dir, params = vs_trl_models.prepare_model(vs_trl.GPU_CONFIG, work_dir / "cache", work_dir, args.seed,
-                                                        chat=True)
-        print(f"{vs_trl.GPU_CONFIG}: {params:,} parameters, ChatML template, written to {model_dir} "
-              f"in {time.perf_counter() - t0:.0f}s", flush=True)
+        model_dir, params = vs_trl_models.prepare_model(
+            vs_trl.GPU_CONFIG, work_dir / "cache", work_dir, args.seed, chat=True
+        )
+        print(
+            f"{vs_trl.GPU_CONFIG}: {params:,} parameters, ChatML template, written to {model_dir} "
+            f"in {time.perf_counter() - t0:.0f}s",
+            flush=True,
+        )
         for variant, name in [("engine off", "engine"), ("trl", "TRL")][: 2 if with_trl else 1]:
-            trial = {**settings, "config": vs_trl.GPU_CONFIG, "variant": variant, "model_dir": model_dir,
-                     "steps": args.steps, "record": False, "device": "cuda", "chat": True}
+            trial = {
+                **settings,
+                "config": vs_trl.GPU_CONFIG,
+                "variant": variant,
+                "model_dir": model_dir,
+                "steps": args.steps,
+                "record": False,
+                "device": "cuda",
+                "chat": True,
+            }
             print(f"{name}: training...", flush=True)
             t0 = time.perf_counter()
             try:
@@ -120,8 +150,11 @@ def run_trainers(args, with_trl: bool) -> list[tuple[str, str, str]]:
                 lines.append(("FAIL", name, "the run failed (its output is above)"))
                 continue
             p = vs_trl.Pooled([results[name]], args.warmup, n)
-            print(f"{name}: {p.completions_per_s():.1f} completions/s, {p.tokens_per_s():.1f} tokens/s "
-                  f"({time.perf_counter() - t0:.0f}s with set-up)", flush=True)
+            print(
+                f"{name}: {p.completions_per_s():.1f} completions/s, {p.tokens_per_s():.1f} tokens/s "
+                f"({time.perf_counter() - t0:.0f}s with set-up)",
+                flush=True,
+            )
             lines.append(("PASS", name, f"{args.steps} steps completed"))
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -130,20 +163,28 @@ def run_trainers(args, with_trl: bool) -> list[tuple[str, str, str]]:
 
     pooled = {name: vs_trl.Pooled([r], args.warmup, n) for name, r in results.items()}
     gpu = next(iter(results.values()))["device_name"]
-    print(f"\n{vs_trl.GPU_CONFIG}: {params:,} parameters, bf16 autocast on {gpu}; {args.steps - args.warmup} "
-          f"measured steps of B x G = {n} completions")
-    print(f"{'trainer':<8} {'compl/s':>8} {'tokens/s':>9} {'s/step':>7} {'tok/compl':>9}   "
-          f"GPU memory: at start -> peak (max allocated)")
+    print(
+        f"\n{vs_trl.GPU_CONFIG}: {params:,} parameters, bf16 autocast on {gpu}; {args.steps - args.warmup} "
+        f"measured steps of B x G = {n} completions"
+    )
+    print(
+        f"{'trainer':<8} {'compl/s':>8} {'tokens/s':>9} {'s/step':>7} {'tok/compl':>9}   "
+        f"GPU memory: at start -> peak (max allocated)"
+    )
     for name, p in pooled.items():
         before, peak = p.memory()
-        print(f"{name:<8} {p.completions_per_s():8.1f} {p.tokens_per_s():9.1f} {p.mean('step_seconds'):7.2f} "
-              f"{p.mean('completion_tokens') / n:9.1f}   {before / GB:6.2f} GB -> {peak / GB:6.2f} GB "
-              f"(+{(peak - before) / GB:.2f})")
+        print(
+            f"{name:<8} {p.completions_per_s():8.1f} {p.tokens_per_s():9.1f} {p.mean('step_seconds'):7.2f} "
+            f"{p.mean('completion_tokens') / n:9.1f}   {before / GB:6.2f} GB -> {peak / GB:6.2f} GB "
+            f"(+{(peak - before) / GB:.2f})"
+        )
     if len(pooled) == 2:
         engine, trl = pooled["engine"], pooled["TRL"]
-        print(f"engine / TRL: completions/s {engine.completions_per_s() / trl.completions_per_s():.2f}x, "
-              f"tokens/s {engine.tokens_per_s() / trl.tokens_per_s():.2f}x, "
-              f"peak GPU memory {engine.memory()[1] / trl.memory()[1]:.2f}x")
+        print(
+            f"engine / TRL: completions/s {engine.completions_per_s() / trl.completions_per_s():.2f}x, "
+            f"tokens/s {engine.tokens_per_s() / trl.tokens_per_s():.2f}x, "
+            f"peak GPU memory {engine.memory()[1] / trl.memory()[1]:.2f}x"
+        )
     if "engine" in pooled:
         vs_trl.report_engine_work(pooled["engine"], params)
     return lines
@@ -160,8 +201,11 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--learning-rate", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache-dir", help="the gpu tests' built-in model cache (GRPO_TEST_CACHE_DIR; default: "
-                                            "a temporary dir, the model built there first)")
+    parser.add_argument(
+        "--cache-dir",
+        help="the gpu tests' built-in model cache (GRPO_TEST_CACHE_DIR; default: "
+        "a temporary dir, the model built there first)",
+    )
     args = parser.parse_args()
     if not 0 <= args.warmup < args.steps:
         parser.error("--warmup must be less than --steps")

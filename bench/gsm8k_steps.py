@@ -19,6 +19,7 @@ settings' zero-spread share is below the old behaviour's (which is 1.0: no group
     .venv/bin/python bench/gsm8k_steps.py --cache-dir /tmp/grpo-cache              # 30 steps per setting
     .venv/bin/python bench/gsm8k_steps.py --cache-dir /tmp/grpo-cache --steps 4 --only arithmetic,builtin
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,37 +59,111 @@ APPLY = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x *
 # Per question shape ('op1 op2' of a op1 b op2 c): (question, unit, the first step's words, the second's).
 # The worded quantities may go below zero (degrees, floors, a balance) as some built-in answers do.
 TEMPLATES = {
-    "+*": [("Ann has {a} apples and buys {b} bags of {c} apples. How many apples does she have?",
-            "apples", "The bags hold", "Ann has"),
-           ("A shelf has {a} books. {b} boxes of {c} books are added. How many books are on it?",
-            "books", "The boxes hold", "The shelf has"),
-           ("Tom walks {a} km, then {b} laps of {c} km. How far does he walk?", "km", "The laps are", "Tom walks")],
-    "-*": [("It is {a} degrees. It falls {b} degrees an hour for {c} hours. How warm is it now?",
-            "degrees", "It falls", "It is now"),
-           ("Ann's balance is {a} dollars. She pays {b} bills of {c} dollars. What is her balance?",
-            "dollars", "The bills cost", "Her balance is"),
-           ("A lift is on floor {a}. It goes down {b} floors {c} times. Which floor is it on?",
-            "", "It goes down", "It is on floor")],
-    "*+": [("Ann buys {a} bags of {b} apples and {c} more apples. How many apples does she have?",
-            "apples", "The bags hold", "Ann has"),
-           ("A box has {a} rows of {b} eggs and {c} loose eggs. How many eggs are there?",
-            "eggs", "The rows hold", "There are")],
-    "*-": [("Ann earns {a} dollars a day for {b} days and spends {c} dollars. How many dollars does she have?",
-            "dollars", "She earns", "She has"),
-           ("It warms {a} degrees an hour for {b} hours from 0, then cools {c} degrees. How warm is it?",
-            "degrees", "It warms", "It is")],
-    "+-": [("It is {a} degrees. It rises {b} degrees, then falls {c} degrees. How warm is it?",
-            "degrees", "It rises to", "It falls to"),
-           ("Ann has {a} dollars, earns {b} and spends {c}. How many dollars does she have?",
-            "dollars", "She then has", "At the end she has")],
-    "-+": [("It is {a} degrees. It falls {b} degrees, then rises {c} degrees. How warm is it?",
-            "degrees", "It falls to", "It rises to"),
-           ("A lift is on floor {a}. It goes down {b} floors, then up {c}. Which floor is it on?",
-            "", "It goes down to floor", "It goes up to floor")],
-    "++": [("Ann has {a} apples, picks {b} and buys {c}. How many apples does she have?",
-            "apples", "After picking she has", "After buying she has"),
-           ("Tom reads {a} pages, then {b}, then {c}. How many pages does he read?",
-            "pages", "First he reads", "In all he reads")],
+    "+*": [
+        (
+            "Ann has {a} apples and buys {b} bags of {c} apples. How many apples does she have?",
+            "apples",
+            "The bags hold",
+            "Ann has",
+        ),
+        (
+            "A shelf has {a} books. {b} boxes of {c} books are added. How many books are on it?",
+            "books",
+            "The boxes hold",
+            "The shelf has",
+        ),
+        ("Tom walks {a} km, then {b} laps of {c} km. How far does he walk?", "km", "The laps are", "Tom walks"),
+    ],
+    "-*": [
+        (
+            "It is {a} degrees. It falls {b} degrees an hour for {c} hours. How warm is it now?",
+            "degrees",
+            "It falls",
+            "It is now",
+        ),
+        (
+            "Ann's balance is {a} dollars. She pays {b} bills of {c} dollars. What is her balance?",
+            "dollars",
+            "The bills cost",
+            "Her balance is",
+        ),
+        (
+            "A lift is on floor {a}. It goes down {b} floors {c} times. Which floor is it on?",
+            "",
+            "It goes down",
+            "It is on floor",
+        ),
+    ],
+    "*+": [
+        (
+            "Ann buys {a} bags of {b} apples and {c} more apples. How many apples does she have?",
+            "apples",
+            "The bags hold",
+            "Ann has",
+        ),
+        (
+            "A box has {a} rows of {b} eggs and {c} loose eggs. How many eggs are there?",
+            "eggs",
+            "The rows hold",
+            "There are",
+        ),
+    ],
+    "*-": [
+        (
+            "Ann earns {a} dollars a day for {b} days and spends {c} dollars. How many dollars does she have?",
+            "dollars",
+            "She earns",
+            "She has",
+        ),
+        (
+            "It warms {a} degrees an hour for {b} hours from 0, then cools {c} degrees. How warm is it?",
+            "degrees",
+            "It warms",
+            "It is",
+        ),
+    ],
+    "+-": [
+        (
+            "It is {a} degrees. It rises {b} degrees, then falls {c} degrees. How warm is it?",
+            "degrees",
+            "It rises to",
+            "It falls to",
+        ),
+        (
+            "Ann has {a} dollars, earns {b} and spends {c}. How many dollars does she have?",
+            "dollars",
+            "She then has",
+            "At the end she has",
+        ),
+    ],
+    "-+": [
+        (
+            "It is {a} degrees. It falls {b} degrees, then rises {c} degrees. How warm is it?",
+            "degrees",
+            "It falls to",
+            "It rises to",
+        ),
+        (
+            "A lift is on floor {a}. It goes down {b} floors, then up {c}. Which floor is it on?",
+            "",
+            "It goes down to floor",
+            "It goes up to floor",
+        ),
+    ],
+    "++": [
+        (
+            "Ann has {a} apples, picks {b} and buys {c}. How many apples does she have?",
+            "apples",
+            "After picking she has",
+            "After buying she has",
+        ),
+        (
+            "Tom reads {a} pages, then {b}, then {c}. How many pages does he read?",
+            "pages",
+            "First he reads",
+            "In all he reads",
+        ),
+    ],
 }
 
 
@@ -114,8 +189,9 @@ def solution_steps(q: tuple, precedence: bool, slip: tuple[int, int] | None = No
 def worded_solution(template: tuple, steps: list[tuple]) -> str:
     """GSM8K style: one sentence per step with the equation and its ``<<x*y=z>>`` annotation, then ``#### z``."""
     _, unit, *words = template
-    lines = [f"{w} {x}{op}{y}=<<{x}{op}{y}={z}>>{z}{' ' + unit if unit else ''}."
-             for w, (x, op, y, z) in zip(words, steps)]
+    lines = [
+        f"{w} {x}{op}{y}=<<{x}{op}{y}={z}>>{z}{' ' + unit if unit else ''}." for w, (x, op, y, z) in zip(words, steps)
+    ]
     return "\n".join([*lines, f"#### {steps[-1][3]}"])
 
 
@@ -132,8 +208,12 @@ def gsm8k_rows(seed: int = 0) -> list[dict]:
     rows = []
     for q in builtin_questions():
         template = rng.choice(TEMPLATES[q[1] + q[3]])
-        rows.append({"question": template[0].format(a=q[0], b=q[2], c=q[4]),
-                     "answer": worded_solution(template, solution_steps(q, True))})
+        rows.append(
+            {
+                "question": template[0].format(a=q[0], b=q[2], c=q[4]),
+                "answer": worded_solution(template, solution_steps(q, True)),
+            }
+        )
     return rows
 
 
@@ -154,11 +234,16 @@ def warmup_examples(questions: list[tuple], n: int, seed: int) -> list[dict]:
     for _ in range(n):
         q = rng.choice(questions)
         template = rng.choice(TEMPLATES[q[1] + q[3]])
-        precedence = not ("{a}" + q[1] + "{b}" + q[3] + "{c}" in PRECEDENCE_SHAPES
-                          and rng.random() < WARMUP["wrong_share"])
+        precedence = not (
+            "{a}" + q[1] + "{b}" + q[3] + "{c}" in PRECEDENCE_SHAPES and rng.random() < WARMUP["wrong_share"]
+        )
         slip = (rng.randrange(2), rng.choice((-2, -1, 1, 2))) if rng.random() < WARMUP["slip_share"] else None
-        out.append({"question": template[0].format(a=q[0], b=q[2], c=q[4]),
-                    "solution": worded_solution(template, solution_steps(q, precedence, slip))})
+        out.append(
+            {
+                "question": template[0].format(a=q[0], b=q[2], c=q[4]),
+                "solution": worded_solution(template, solution_steps(q, precedence, slip)),
+            }
+        )
     return out
 
 
@@ -166,9 +251,17 @@ def create_worded_model(out_dir: Path, questions: list[tuple]) -> None:
     """Warm-start the worded policy from scratch (the built-in recipe: model.train_from_scratch) on ``questions`` and
     save it to ``out_dir``."""
     examples = warmup_examples(questions, WARMUP["examples"], WARMUP["seed"])
-    train_from_scratch(out_dir, examples, ARCH, steps=WARMUP["steps"], batch_size=WARMUP["batch_size"],
-                       lr=WARMUP["lr"], seed=WARMUP["seed"], log=lambda line: print(f"  {line}", flush=True),
-                       name="worded model")
+    train_from_scratch(
+        out_dir,
+        examples,
+        ARCH,
+        steps=WARMUP["steps"],
+        batch_size=WARMUP["batch_size"],
+        lr=WARMUP["lr"],
+        seed=WARMUP["seed"],
+        log=lambda line: print(f"  {line}", flush=True),
+        name="worded model",
+    )
 
 
 def worded_model_dir(cache_dir: Path, questions: list[tuple]) -> Path:
@@ -196,9 +289,16 @@ def run_setting(spec: RunSpec, cache_dir: Path) -> dict:
     steps = [m for m in recorder.metrics if m["step"] >= 1]
     evals = [m["eval/accuracy"] for m in recorder.metrics if "eval/accuracy" in m]
     mean = lambda key: statistics.fmean(m[key] for m in steps)  # noqa: E731
-    return {"zero_std_frac": mean("zero_std_frac"), "reward_mean": mean("reward_mean"),
-            "correct_frac": mean("correct_frac"), "acc_first": evals[0], "acc_last": evals[-1],
-            "time/step": mean("time/step"), "time/labelling": mean("time/labelling"), "seconds": time.time() - t0}
+    return {
+        "zero_std_frac": mean("zero_std_frac"),
+        "reward_mean": mean("reward_mean"),
+        "correct_frac": mean("correct_frac"),
+        "acc_first": evals[0],
+        "acc_last": evals[-1],
+        "time/step": mean("time/step"),
+        "time/labelling": mean("time/labelling"),
+        "seconds": time.time() - t0,
+    }
 
 
 def setting_spec(setting: str, base: dict) -> RunSpec:
@@ -212,22 +312,30 @@ def setting_spec(setting: str, base: dict) -> RunSpec:
 
 
 def print_table(results: dict[str, dict]) -> None:
-    print(f"\n{'step_labels':12s} {'zero-spread':>11s} {'reward_mean':>11s} {'correct':>8s} {'eval@0':>7s} "
-          f"{'eval@end':>8s} {'s/step':>7s} {'labelling':>9s} {'total s':>8s}")
+    print(
+        f"\n{'step_labels':12s} {'zero-spread':>11s} {'reward_mean':>11s} {'correct':>8s} {'eval@0':>7s} "
+        f"{'eval@end':>8s} {'s/step':>7s} {'labelling':>9s} {'total s':>8s}"
+    )
     for name, r in results.items():
-        print(f"{name:12s} {r['zero_std_frac']:11.3f} {r['reward_mean']:11.3f} {r['correct_frac']:8.3f} "
-              f"{r['acc_first']:7.3f} {r['acc_last']:8.3f} {r['time/step']:7.2f} {r['time/labelling']:9.2f} "
-              f"{r['seconds']:8.1f}")
+        print(
+            f"{name:12s} {r['zero_std_frac']:11.3f} {r['reward_mean']:11.3f} {r['correct_frac']:8.3f} "
+            f"{r['acc_first']:7.3f} {r['acc_last']:8.3f} {r['time/step']:7.2f} {r['time/labelling']:9.2f} "
+            f"{r['seconds']:8.1f}"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache-dir", default=None, help="where the worded policy is cached (default: a new "
-                                                          "temporary dir, so a warm start first)")
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where the worded policy is cached (default: a new temporary dir, so a warm start first)",
+    )
     parser.add_argument("--steps", type=int, default=30, help="GRPO steps per setting")
     parser.add_argument("--seed", type=int, default=0, help="the runs' seed")
-    parser.add_argument("--only", default=",".join(SETTINGS), help="comma-separated settings to run, of "
-                                                                   + ", ".join(SETTINGS))
+    parser.add_argument(
+        "--only", default=",".join(SETTINGS), help="comma-separated settings to run, of " + ", ".join(SETTINGS)
+    )
     args = parser.parse_args()
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     if not only or set(only) - set(SETTINGS):
@@ -240,12 +348,26 @@ def main() -> int:
     n_train = len(load_dataset(str(dataset))[0])  # the rows a run trains on; the rest are held out
     model_dir = worded_model_dir(cache_dir, builtin_questions()[:n_train])  # the same order as the rows
     longest = max(len(build_tokenizer().encode(r["answer"], add_special_tokens=False)) for r in rows)
-    print(f"dataset {dataset}: {len(rows)} rows, e.g.\n  {rows[0]['question']}\n  "
-          + rows[0]["answer"].replace("\n", "\n  ") + f"\nlongest solution {longest} tokens; policy {model_dir}")
-    base = {"model": str(model_dir), "dataset": str(dataset), "supervision": "process", "reward": "rule",
-            "prompt_template": "plain", "group_size": 8, "batch_size": 8, "max_new_tokens": longest + 16,
-            "steps_per_iteration": args.steps, "eval_every": 10, "seed": args.seed, "checkpoint_every": 0,
-            "record_every": 0}
+    print(
+        f"dataset {dataset}: {len(rows)} rows, e.g.\n  {rows[0]['question']}\n  "
+        + rows[0]["answer"].replace("\n", "\n  ")
+        + f"\nlongest solution {longest} tokens; policy {model_dir}"
+    )
+    base = {
+        "model": str(model_dir),
+        "dataset": str(dataset),
+        "supervision": "process",
+        "reward": "rule",
+        "prompt_template": "plain",
+        "group_size": 8,
+        "batch_size": 8,
+        "max_new_tokens": longest + 16,
+        "steps_per_iteration": args.steps,
+        "eval_every": 10,
+        "seed": args.seed,
+        "checkpoint_every": 0,
+        "record_every": 0,
+    }
     results = {}
     for setting in only:
         print(f"\ntraining with step_labels {setting}: {args.steps} steps", flush=True)
@@ -255,9 +377,11 @@ def main() -> int:
     old = results["builtin"]["zero_std_frac"] if "builtin" in results else 1.0
     new = {s: r["zero_std_frac"] for s, r in results.items() if s != "builtin"}
     ok = all(v < old for v in new.values())
-    print(f"\nzero-spread share below the old behaviour's ({old:.3f}"
-          f"{'' if 'builtin' in results else ', its value by construction: not run'}): "
-          + ", ".join(f"{s} {'yes' if v < old else 'NO'}" for s, v in new.items()))
+    print(
+        f"\nzero-spread share below the old behaviour's ({old:.3f}"
+        f"{'' if 'builtin' in results else ', its value by construction: not run'}): "
+        + ", ".join(f"{s} {'yes' if v < old else 'NO'}" for s, v in new.items())
+    )
     return 0 if ok else 1
 
 

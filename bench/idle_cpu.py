@@ -11,6 +11,7 @@ browser's processes and the server's process use. Nothing trains meanwhile, so n
 Prints, per tab, the browser's and the server's CPU use in % of one core. Target: the browser under 3% of a core
 on every tab. Exit status 0 when it is met.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,11 +48,30 @@ def seed(db_url: str, steps: int) -> None:
     with session_scope(db_url) as s:
         run_id = store.create_run(s, validate_spec({"name": "idle", "steps_per_iteration": steps}).to_dict(), "idle")
         for step in range(1, steps + 1):
-            store.record_step(s, run_id, step, 1, {"reward_mean": step / steps, "kl": 1e-4 * step, "loss": 0.1,
-                                                   "grad_norm": 0.5, "entropy": 1.0, "time/step": 1.0})
-            samples = [SampleRecord(completion="".join(tokens), tokens=tokens, reward=float(i % 2),
-                                    advantages=[i % 2 - 0.5] * len(tokens), reward_components={"correct": float(i % 2)})
-                       for i in range(4)]
+            store.record_step(
+                s,
+                run_id,
+                step,
+                1,
+                {
+                    "reward_mean": step / steps,
+                    "kl": 1e-4 * step,
+                    "loss": 0.1,
+                    "grad_norm": 0.5,
+                    "entropy": 1.0,
+                    "time/step": 1.0,
+                },
+            )
+            samples = [
+                SampleRecord(
+                    completion="".join(tokens),
+                    tokens=tokens,
+                    reward=float(i % 2),
+                    advantages=[i % 2 - 0.5] * len(tokens),
+                    reward_components={"correct": float(i % 2)},
+                )
+                for i in range(4)
+            ]
             store.record_groups(s, run_id, step, [GroupRecord("6*7", "42", samples).to_dict()])
         for step in range(1, steps + 1):
             store.append_log(s, run_id, f"step {step}")
@@ -89,8 +109,10 @@ def main() -> int:
         make_engine(env["GRPO_DATABASE_URL"]).dispose()
         results = {}
         with running_server(data, env) as (url, server, _), sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(url)
             page.wait_for_selector("#runs-table tr.run-row")
@@ -102,8 +124,10 @@ def main() -> int:
                 before, server_before, start = cpu_seconds(processes), cpu_seconds([server_process]), time.monotonic()
                 time.sleep(args.seconds)
                 elapsed = time.monotonic() - start
-                results[tab] = (100 * (cpu_seconds(processes) - before) / elapsed,
-                                100 * (cpu_seconds([server_process]) - server_before) / elapsed)
+                results[tab] = (
+                    100 * (cpu_seconds(processes) - before) / elapsed,
+                    100 * (cpu_seconds([server_process]) - server_before) / elapsed,
+                )
             browser.close()
     print(f"idle dashboard tab, {args.seconds:g} s per tab, nothing running (% of one core):")
     for tab, (browser_pct, server_pct) in results.items():

@@ -18,6 +18,7 @@ Runs the engine directly (grpo_engine.trainer.train with an in-memory recorder; 
 Exit status 0 when every refresh raised the RM's held-out accuracy and the ORM run's final
 eval/accuracy is at least 0.85, else 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,40 +56,52 @@ def run(spec: dict, cache_dir: Path) -> tuple[dict, PrintingRecorder, float]:
 
 def orm_run(steps_per_iteration: int, seed: int, cache_dir: Path) -> bool:
     print("(a) ORM: outcome supervision with a learned outcome reward model, 3 iterations")
-    result, rec, seconds = run({"reward": "model", "iterations": 3, "steps_per_iteration": steps_per_iteration,
-                                "seed": seed}, cache_dir)
+    result, rec, seconds = run(
+        {"reward": "model", "iterations": 3, "steps_per_iteration": steps_per_iteration, "seed": seed}, cache_dir
+    )
     print(f"status: {result['status']} after {result['step']} steps in {seconds:.0f}s")
     start = rec.metrics[0]
     print(f"RM initial training: loss {start['rm/loss']:.3f}, held-out accuracy {start['rm/accuracy_after']:.3f}")
     refreshes = [m for m in rec.metrics if "rm/accuracy_before" in m]
-    print(f"{'iteration':>9} {'step':>5} {'rm/loss':>8} {'rm/accuracy_before':>19} {'rm/accuracy_after':>18} {'change':>7}")
+    print(
+        f"{'iteration':>9} {'step':>5} {'rm/loss':>8} {'rm/accuracy_before':>19} {'rm/accuracy_after':>18} {'change':>7}"
+    )
     for m in refreshes:
         change = m["rm/accuracy_after"] - m["rm/accuracy_before"]
-        print(f"{m['iteration']:9d} {m['step']:5d} {m['rm/loss']:8.3f} {m['rm/accuracy_before']:19.3f} "
-              f"{m['rm/accuracy_after']:18.3f} {change:+7.3f}")
+        print(
+            f"{m['iteration']:9d} {m['step']:5d} {m['rm/loss']:8.3f} {m['rm/accuracy_before']:19.3f} "
+            f"{m['rm/accuracy_after']:18.3f} {change:+7.3f}"
+        )
     print(f"{'step':>5} {'eval/accuracy':>14} {'correct_frac':>13} {'reward_mean (ORM)':>18}")
     for m in rec.metrics:
         if "eval/accuracy" in m:
-            print(f"{m['step']:5d} {m['eval/accuracy']:14.3f} {m.get('correct_frac', float('nan')):13.3f} "
-                  f"{m.get('reward_mean', float('nan')):18.3f}")
+            print(
+                f"{m['step']:5d} {m['eval/accuracy']:14.3f} {m.get('correct_frac', float('nan')):13.3f} "
+                f"{m.get('reward_mean', float('nan')):18.3f}"
+            )
     accs = [m["eval/accuracy"] for m in rec.metrics if "eval/accuracy" in m]
     improved = sum(m["rm/accuracy_after"] > m["rm/accuracy_before"] for m in refreshes)
     print(f"refreshes that raised the RM's held-out accuracy: {improved}/{len(refreshes)}")
-    print(f"eval/accuracy: first {accs[0]:.3f}, final {accs[-1]:.3f}, best {max(accs):.3f} "
-          f"(target >= {TARGET_ACCURACY})")
+    print(
+        f"eval/accuracy: first {accs[0]:.3f}, final {accs[-1]:.3f}, best {max(accs):.3f} (target >= {TARGET_ACCURACY})"
+    )
     return result["status"] == "completed" and improved == len(refreshes) == 3 and accs[-1] >= TARGET_ACCURACY
 
 
 def prm_run(steps: int, seed: int, cache_dir: Path) -> bool:
     print("(b) PRM: process supervision with a learned process reward model")
-    result, rec, seconds = run({"reward": "model", "supervision": "process", "steps_per_iteration": steps,
-                                "eval_every": steps, "seed": seed}, cache_dir)
+    result, rec, seconds = run(
+        {"reward": "model", "supervision": "process", "steps_per_iteration": steps, "eval_every": steps, "seed": seed},
+        cache_dir,
+    )
     print(f"status: {result['status']} after {result['step']} steps in {seconds:.0f}s")
     for m in rec.metrics:
         if "rm/accuracy_after" in m:
             before = f"{m['rm/accuracy_before']:.3f} -> " if "rm/accuracy_before" in m else ""
-            print(f"step {m['step']}: PRM loss {m['rm/loss']:.3f}, held-out step accuracy {before}"
-                  f"{m['rm/accuracy_after']:.3f}")
+            print(
+                f"step {m['step']}: PRM loss {m['rm/loss']:.3f}, held-out step accuracy {before}"
+                f"{m['rm/accuracy_after']:.3f}"
+            )
     accs = [(m["step"], m["eval/accuracy"]) for m in rec.metrics if "eval/accuracy" in m]
     print("eval/accuracy: " + ", ".join(f"step {s} {a:.3f}" for s, a in accs))
     last = max(rec.group_log)
@@ -97,16 +110,22 @@ def prm_run(steps: int, seed: int, cache_dir: Path) -> bool:
     for s in group.samples:
         steps_text = [t.strip() for t in s.completion.split("\n") if t.strip()]
         scored = ", ".join(f"{t!r}: {r:.2f}" for t, r in zip(steps_text, s.step_rewards))
-        print(f"  correct={s.reward_components['correct']:.0f} reward {s.reward:.3f} "
-              f"step ends {s.step_end_indices} step rewards [{scored}]")
+        print(
+            f"  correct={s.reward_components['correct']:.0f} reward {s.reward:.3f} "
+            f"step ends {s.step_end_indices} step rewards [{scored}]"
+        )
     return result["status"] == "completed"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", help="built-in model cache (default: a temporary directory; builds the model)")
-    parser.add_argument("--steps-per-iteration", type=int, default=20,
-                        help="M of the ORM run (3 iterations): short enough that the policy moves within each one")
+    parser.add_argument(
+        "--steps-per-iteration",
+        type=int,
+        default=20,
+        help="M of the ORM run (3 iterations): short enough that the policy moves within each one",
+    )
     parser.add_argument("--prm-steps", type=int, default=20, help="steps of the PRM run (1 iteration)")
     parser.add_argument("--only", choices=("orm", "prm"), help="run only one of the two")
     parser.add_argument("--seeds", default="0", help="comma-separated run seeds (each runs the chosen runs)")

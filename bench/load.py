@@ -13,6 +13,7 @@ Prints the requests made, the errors, p50 / p95 / max latency per endpoint and o
 run recorded (each exactly once) and its median step time against the unloaded one. Targets: 0 errors, p95
 under 1 s, and the loaded step time at most 2x the unloaded one. Exit status 0 when all are met.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,11 @@ def wait_for(client, run_id: int, done, what: str, timeout: float = 900) -> dict
 
 
 def step_times(client, run_id: int, after: int = 0) -> list[float]:
-    return [m["time/step"] for m in client.predict(run_id, api_name="/get_metrics")
-            if m["step"] > after and m.get("time/step") is not None]
+    return [
+        m["time/step"]
+        for m in client.predict(run_id, api_name="/get_metrics")
+        if m["step"] > after and m.get("time/step") is not None
+    ]
 
 
 def poller(url: str, run_id: int, stop: threading.Event, out: dict, interval: float) -> None:
@@ -89,16 +93,23 @@ def main() -> int:
     parser.add_argument("--cache-dir", help="built-in model cache (default: one in the data dir, built first)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=120)
-    parser.add_argument("--interval", type=float, default=0.4,
-                        help="seconds between one client's calls (0.4: its five endpoints every 2 s, as the tabs poll)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.4,
+        help="seconds between one client's calls (0.4: its five endpoints every 2 s, as the tabs poll)",
+    )
     args = parser.parse_args()
     from gradio_client import Client
 
     data_dir = Path(tempfile.mkdtemp(prefix="grpo-load-"))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
-    env.update(GRPO_DATA_DIR=str(data_dir), GRADIO_ANALYTICS_ENABLED="False",
-               **({"GRPO_CACHE_DIR": args.cache_dir} if args.cache_dir else {}))
+    env.update(
+        GRPO_DATA_DIR=str(data_dir),
+        GRADIO_ANALYTICS_ENABLED="False",
+        **({"GRPO_CACHE_DIR": args.cache_dir} if args.cache_dir else {}),
+    )
     command = [str(Path(sys.executable).with_name("grpo-dashboard")), "serve", "--port", str(port)]
     with open(data_dir / "serve.log", "w") as log:
         server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -110,11 +121,15 @@ def main() -> int:
         alone = client.predict({**SPEC, "name": "alone"}, api_name="/launch_run")["run_id"]
         wait_for(client, alone, lambda r: r["status"] == "completed", "the unloaded run")
         unloaded = statistics.median(step_times(client, alone, after=5))  # the first steps warm up
-        loaded_id = client.predict({**SPEC, "name": "loaded", "steps_per_iteration": 100_000}, api_name="/launch_run")["run_id"]
+        loaded_id = client.predict({**SPEC, "name": "loaded", "steps_per_iteration": 100_000}, api_name="/launch_run")[
+            "run_id"
+        ]
         first = wait_for(client, loaded_id, lambda r: r["step"] >= 5, "the loaded run's first steps")["step"]
         stop, results = threading.Event(), [dict() for _ in range(args.clients)]
-        threads = [threading.Thread(target=poller, args=(url, loaded_id, stop, out, args.interval),
-                                    daemon=True) for out in results]
+        threads = [
+            threading.Thread(target=poller, args=(url, loaded_id, stop, out, args.interval), daemon=True)
+            for out in results
+        ]
         for t in threads:
             t.start()
         time.sleep(args.seconds)
@@ -141,14 +156,20 @@ def main() -> int:
     print(f"{'endpoint':14} {'calls':>6} {'p50 s':>7} {'p95 s':>7} {'max s':>7}")
     for name, values in [*latencies.items(), ("all", every)]:
         if values:
-            print(f"{name:14} {len(values):6d} {statistics.median(values):7.3f} {percentile(values, 0.95):7.3f} "
-                  f"{max(values):7.3f}")
+            print(
+                f"{name:14} {len(values):6d} {statistics.median(values):7.3f} {percentile(values, 0.95):7.3f} "
+                f"{max(values):7.3f}"
+            )
     once = steps == list(range(steps[0], steps[0] + len(steps))) if steps else False
-    print(f"the loaded run recorded steps {steps[0] if steps else '-'}..{steps[-1] if steps else '-'}, "
-          f"{'each once' if once else 'NOT each once'}")
+    print(
+        f"the loaded run recorded steps {steps[0] if steps else '-'}..{steps[-1] if steps else '-'}, "
+        f"{'each once' if once else 'NOT each once'}"
+    )
     print(f"median step time: unloaded {unloaded:.3f} s, under load {loaded:.3f} s ({loaded / unloaded:.2f}x)")
-    print(f"CPU: the clients (this process) used {clients_cpu:.0f} s of the machine's "
-          f"{(os.cpu_count() or 1) * args.seconds:.0f} core-seconds while polling")
+    print(
+        f"CPU: the clients (this process) used {clients_cpu:.0f} s of the machine's "
+        f"{(os.cpu_count() or 1) * args.seconds:.0f} core-seconds while polling"
+    )
     for e in errors[:5]:
         print("  error:", e)
     ok = not errors and every and percentile(every, 0.95) < 1.0 and loaded <= 2 * unloaded and once

@@ -11,6 +11,7 @@ the time.
     .venv/bin/python bench/logprob_memory.py
     .venv/bin/python bench/logprob_memory.py --n 32 --t 64
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,9 +40,17 @@ def main() -> None:
     from grpo_engine.outputs import token_logprobs
 
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=args.vocab, hidden_size=64, intermediate_size=128,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         tie_word_embeddings=True))
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=args.vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+        )
+    )
     prompt_ids = torch.randint(0, args.vocab, (args.n, args.p))
     prompt_attn = torch.ones(args.n, args.p, dtype=torch.long)
     completions = torch.randint(0, args.vocab, (args.n, args.t))
@@ -54,8 +63,10 @@ def main() -> None:
     seconds = time.perf_counter() - start
     one = args.n * args.t * args.vocab * 4 / 2**20
     print(f"N {args.n}, P {args.p}, T {args.t}, vocabulary {args.vocab:,}: one (N, T, V) fp32 tensor is {one:.0f} MB")
-    print(f"forward + backward of token_logprobs: peak memory rise {peak_mb() - before:.0f} MB "
-          f"({(peak_mb() - before) / one:.1f} such tensors), {seconds:.2f}s; mean entropy {entropy.mean().item():.4f}")
+    print(
+        f"forward + backward of token_logprobs: peak memory rise {peak_mb() - before:.0f} MB "
+        f"({(peak_mb() - before) / one:.1f} such tensors), {seconds:.2f}s; mean entropy {entropy.mean().item():.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ of both runs (it counts the weights too, copied to the GPU).
 
 Prints, per model: both peaks, their ratio, and what makes them up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,14 @@ from pathlib import Path
 BUILTIN_SPEC = dict(model="builtin-arith", eval_every=0)  # default batch 8 x group 8, 32 new tokens
 LLAMA_SPEC = dict(eval_every=0, batch_size=2, group_size=4, max_new_tokens=16)
 STEP_MARK = 1_234_567  # bytes of the allocation that marks a step's end in the profile
-LLAMA_ARCH = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
-                  num_key_value_heads=8, max_position_embeddings=128)
+LLAMA_ARCH = dict(
+    hidden_size=512,
+    intermediate_size=1408,
+    num_hidden_layers=8,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    max_position_embeddings=128,
+)
 MB = 1e6
 
 
@@ -95,14 +102,23 @@ def measure(spec: dict, cache_dir: str) -> dict:
             weights += f.get_tensor(key).nbytes
     counts = [re.search(r"([\d,]+) trainable parameters", m) for m in recorder.messages]
     trainable = next(int(c.group(1).replace(",", "")) for c in counts if c)
-    return {"allocated_peak": peak, "held_between_steps": held, "weights": weights, "trainable": trainable,
-            "cuda_peak": torch.cuda.max_memory_allocated() if cuda else None, "steps": result["step"]}
+    return {
+        "allocated_peak": peak,
+        "held_between_steps": held,
+        "weights": weights,
+        "trainable": trainable,
+        "cuda_peak": torch.cuda.max_memory_allocated() if cuda else None,
+        "steps": result["step"],
+    }
 
 
 def run_child(spec: dict, cache_dir: str) -> dict:
     """``measure`` in a fresh Python process; its last stdout line is the JSON result."""
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec), "--cache-dir", cache_dir],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec), "--cache-dir", cache_dir],
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
         raise SystemExit(f"the measuring process failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -119,9 +135,14 @@ def write_random_llama(out_dir: Path, cache_dir: str) -> int:
     logging.disable_progress_bar()
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(builtin_model_dir(Path(cache_dir)))
-    config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=True,
-                         **LLAMA_ARCH)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        **LLAMA_ARCH,
+    )
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -136,16 +157,22 @@ def compare(label: str, spec: dict, lora_rank: int, cache_dir: str) -> None:
     print(f"\n{label}: {full['steps']} steps of {json.dumps(spec)}")
     if full["cuda_peak"] is not None:
         for name, r in (("full fine-tune", full), (f"LoRA rank {lora_rank}", lora)):
-            print(f"  {name:<15} CUDA max_memory_allocated {r['cuda_peak'] / MB:8.1f} MB; "
-                  f"{r['trainable']:,} trainable parameters")
-        print(f"  LoRA / full: {lora['cuda_peak'] / full['cuda_peak']:.3f} "
-              f"({(full['cuda_peak'] - lora['cuda_peak']) / MB:.1f} MB less)")
+            print(
+                f"  {name:<15} CUDA max_memory_allocated {r['cuda_peak'] / MB:8.1f} MB; "
+                f"{r['trainable']:,} trainable parameters"
+            )
+        print(
+            f"  LoRA / full: {lora['cuda_peak'] / full['cuda_peak']:.3f} "
+            f"({(full['cuda_peak'] - lora['cuda_peak']) / MB:.1f} MB less)"
+        )
         return
     for name, r in (("full fine-tune", full), (f"LoRA rank {lora_rank}", lora)):
         total = r["allocated_peak"] + r["weights"]
-        print(f"  {name:<15} peak {total / MB:8.1f} MB = weights {r['weights'] / MB:6.1f} MB (memory-mapped) "
-              f"+ allocator peak {r['allocated_peak'] / MB:7.1f} MB; held between steps "
-              f"{(r['held_between_steps'] + r['weights']) / MB:7.1f} MB; {r['trainable']:,} trainable parameters")
+        print(
+            f"  {name:<15} peak {total / MB:8.1f} MB = weights {r['weights'] / MB:6.1f} MB (memory-mapped) "
+            f"+ allocator peak {r['allocated_peak'] / MB:7.1f} MB; held between steps "
+            f"{(r['held_between_steps'] + r['weights']) / MB:7.1f} MB; {r['trainable']:,} trainable parameters"
+        )
     full_total = full["allocated_peak"] + full["weights"]
     lora_total = lora["allocated_peak"] + lora["weights"]
     print(f"  LoRA / full: {lora_total / full_total:.3f} ({(full_total - lora_total) / MB:.1f} MB less)")
@@ -169,13 +196,17 @@ def main() -> int:
         from grpo_engine.model import builtin_model_dir
 
         builtin_model_dir(Path(cache_dir))
-        compare("built-in model", {**BUILTIN_SPEC, "steps_per_iteration": args.builtin_steps}, args.lora_rank,
-                cache_dir)
+        compare(
+            "built-in model", {**BUILTIN_SPEC, "steps_per_iteration": args.builtin_steps}, args.lora_rank, cache_dir
+        )
         llama_dir = Path(tmp) / "llama-25m"
         n = write_random_llama(llama_dir, cache_dir)
-        compare(f"random Llama, {n / 1e6:.1f}M parameters",
-                {**LLAMA_SPEC, "model": str(llama_dir), "steps_per_iteration": args.llama_steps}, args.lora_rank,
-                cache_dir)
+        compare(
+            f"random Llama, {n / 1e6:.1f}M parameters",
+            {**LLAMA_SPEC, "model": str(llama_dir), "steps_per_iteration": args.llama_steps},
+            args.lora_rank,
+            cache_dir,
+        )
     return 0
 
 

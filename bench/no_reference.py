@@ -17,6 +17,7 @@ saving (about 2 or 4 bytes per parameter, bf16 or fp32).
 Prints, per configuration, the peak RSS (median over the repeats), the peak GPU memory when there is one, and the
 median of every step's ``time/step`` metric; then what kl_coef 0 saves in both.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,6 +40,7 @@ def peak_rss() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024  # kB
     import resource
+
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
 
 
@@ -58,8 +60,12 @@ def child(spec: dict, cache_dir: str) -> dict:
 
 
 def run_child(spec: dict, cache_dir: str) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec), "--cache-dir", cache_dir],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec), "--cache-dir", cache_dir],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode:
         sys.exit(f"a run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -82,8 +88,10 @@ def main() -> None:
     for r in range(args.repeats):
         for name, overrides in CONFIGS.items():
             results[name].append(run_child({**base, **overrides}, cache_dir))
-            print(f"repeat {r + 1}/{args.repeats}, {name}: peak RSS {results[name][-1]['peak_rss'] / MB:.1f} MB",
-                  flush=True)
+            print(
+                f"repeat {r + 1}/{args.repeats}, {name}: peak RSS {results[name][-1]['peak_rss'] / MB:.1f} MB",
+                flush=True,
+            )
     summary = {}
     for name, runs in results.items():
         summary[name] = {
@@ -99,8 +107,10 @@ def main() -> None:
     saved = f"saving: peak RSS {(with_ref['rss'] - without['rss']) / MB:.1f} MB"
     if with_ref["gpu"] is not None:
         saved += f", peak GPU {(with_ref['gpu'] - without['gpu']) / MB:.1f} MB"
-    print(f"{saved}, time/step {100 * (1 - without['step'] / with_ref['step']):.1f}% "
-          f"({with_ref['step']:.3f} -> {without['step']:.3f} s)")
+    print(
+        f"{saved}, time/step {100 * (1 - without['step'] / with_ref['step']):.1f}% "
+        f"({with_ref['step']:.3f} -> {without['step']:.3f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ prints those, the run's own rm/* metrics (against rollout labels), and the polic
 Exit status 0 when each refresh raises the PRM's exact-checker accuracy (after it, above before it, on the same
 samples) and the policy's last held-out accuracy is at least --target (0.90), else 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,18 +42,25 @@ def measured_training(exact: list[dict]):
     samples of the current policy, before and after each training, is appended to ``exact``."""
     inner = trainer.train_reward_model
 
-    def train_reward_model(rm, history, policy, tokenizer, prompt, train_set, heldout, spec, rng, device, *args,
-                           **kwargs):
+    def train_reward_model(
+        rm, history, policy, tokenizer, prompt, train_set, heldout, spec, rng, device, *args, **kwargs
+    ):
         exact_spec = dataclasses.replace(spec, step_labels="builtin")  # the built-in task's exact checker
         questions = random.Random(len(exact)).choices(heldout, k=EXACT_SAMPLES)
         held = sample_labelled(policy, tokenizer, prompt, questions, exact_spec, "prm", device)
         before = accuracy(rm, held) if history else None
         t0 = time.time()
-        metrics = inner(rm, history, policy, tokenizer, prompt, train_set, heldout, spec, rng, device, *args,
-                        **kwargs)
-        exact.append({"before": before, "after": accuracy(rm, held), "seconds": time.time() - t0,
-                      "rollout_before": metrics.get("rm/accuracy_before"),
-                      "rollout_after": metrics["rm/accuracy_after"], "examples": metrics["rm/train_examples"]})
+        metrics = inner(rm, history, policy, tokenizer, prompt, train_set, heldout, spec, rng, device, *args, **kwargs)
+        exact.append(
+            {
+                "before": before,
+                "after": accuracy(rm, held),
+                "seconds": time.time() - t0,
+                "rollout_before": metrics.get("rm/accuracy_before"),
+                "rollout_after": metrics["rm/accuracy_after"],
+                "examples": metrics["rm/train_examples"],
+            }
+        )
         return metrics
 
     return train_reward_model
@@ -71,26 +79,40 @@ def main() -> int:
     args = parser.parse_args()
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="grpo-bench-cache-"))
 
-    spec = validate_spec({"supervision": "process", "reward": "model", "step_labels": "rollouts",
-                          "label_rollouts": args.rollouts, "label_estimate": "hard", "iterations": args.iterations,
-                          "steps_per_iteration": args.steps_per_iteration, "rm_samples": args.rm_samples,
-                          "eval_every": args.eval_every, "seed": args.seed})
+    spec = validate_spec(
+        {
+            "supervision": "process",
+            "reward": "model",
+            "step_labels": "rollouts",
+            "label_rollouts": args.rollouts,
+            "label_estimate": "hard",
+            "iterations": args.iterations,
+            "steps_per_iteration": args.steps_per_iteration,
+            "rm_samples": args.rm_samples,
+            "eval_every": args.eval_every,
+            "seed": args.seed,
+        }
+    )
     exact: list[dict] = []
     trainer.train_reward_model = measured_training(exact)
     recorder = MemoryRecorder()
     t0 = time.time()
     result = trainer.train(spec, recorder, cache_dir, device="cpu")
     total = time.time() - t0
-    print(f"PRM on rollout labels (N = {args.rollouts}, hard), {args.iterations} iterations x "
-          f"{args.steps_per_iteration} steps, rm_samples {args.rm_samples}, seed {args.seed}: {result['status']} "
-          f"in {total:.0f}s")
+    print(
+        f"PRM on rollout labels (N = {args.rollouts}, hard), {args.iterations} iterations x "
+        f"{args.steps_per_iteration} steps, rm_samples {args.rm_samples}, seed {args.seed}: {result['status']} "
+        f"in {total:.0f}s"
+    )
     print("\n  training      exact checker: before -> after   rollout labels: before -> after   examples  seconds")
     for k, e in enumerate(exact):
         name = "initial" if k == 0 else f"refresh {k}"
         before = "   -  " if e["before"] is None else f"{e['before']:.3f}"
         rollout_before = "   -  " if e["rollout_before"] is None else f"{e['rollout_before']:.3f}"
-        print(f"  {name:12s}  {before:>21s} -> {e['after']:.3f}   {rollout_before:>22s} -> {e['rollout_after']:.3f}"
-              f"   {e['examples']:8.0f}  {e['seconds']:7.1f}")
+        print(
+            f"  {name:12s}  {before:>21s} -> {e['after']:.3f}   {rollout_before:>22s} -> {e['rollout_after']:.3f}"
+            f"   {e['examples']:8.0f}  {e['seconds']:7.1f}"
+        )
     curve = [(m["step"], m["eval/accuracy"]) for m in recorder.metrics if "eval/accuracy" in m]
     print("\n  step  eval/accuracy")
     for step, acc in curve:
@@ -98,10 +120,14 @@ def main() -> int:
     afters = [e["after"] for e in exact]
     rising = len(exact) > 1 and all(e["after"] > e["before"] for e in exact[1:])
     final = curve[-1][1] if curve else 0.0
-    print(f"\neach refresh raises the PRM's exact-checker accuracy: {'yes' if rising else 'NO'} "
-          f"(after each training: {', '.join(f'{a:.3f}' for a in afters)})")
-    print(f"the policy's held-out accuracy reaches {args.target:.2f}: {'yes' if final >= args.target else 'NO'} "
-          f"(last {final:.3f}, best {max((a for _, a in curve), default=0.0):.3f})")
+    print(
+        f"\neach refresh raises the PRM's exact-checker accuracy: {'yes' if rising else 'NO'} "
+        f"(after each training: {', '.join(f'{a:.3f}' for a in afters)})"
+    )
+    print(
+        f"the policy's held-out accuracy reaches {args.target:.2f}: {'yes' if final >= args.target else 'NO'} "
+        f"(last {final:.3f}, best {max((a for _, a in curve), default=0.0):.3f})"
+    )
     return 0 if rising and final >= args.target else 1
 
 

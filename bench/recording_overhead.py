@@ -28,6 +28,7 @@ difference recording makes, the overhead in percent with its 95% interval, and P
 
 ``NoRecorder``, ``StepTimer`` and ``recorder_for`` are also what bench/vs_trl.py times the engine with.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from grpo_engine.recorder import Recorder
-
 
 
 class NoRecorder(Recorder):
@@ -203,9 +203,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="steps per run (steps_per_iteration)")
     parser.add_argument("--block", type=int, default=5, help="steps per block; recording blocks alternate with others")
-    parser.add_argument("--repeats", type=int, default=2, help="pairs of runs (one recording the odd blocks, one the even)")
-    parser.add_argument("--cache-dir", help="built-in model cache (default: a temporary dir; the model is built there first)")
-    parser.add_argument("--max-overhead", type=float, default=5.0, help="PASS when the overhead is at most this, in percent")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="pairs of runs (one recording the odd blocks, one the even)"
+    )
+    parser.add_argument(
+        "--cache-dir", help="built-in model cache (default: a temporary dir; the model is built there first)"
+    )
+    parser.add_argument(
+        "--max-overhead", type=float, default=5.0, help="PASS when the overhead is at most this, in percent"
+    )
     args = parser.parse_args()
 
     from grpo_engine.config import validate_spec
@@ -213,9 +219,11 @@ def main() -> int:
 
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="grpo-rec-overhead-cache-")).resolve()
     spec = validate_spec({"steps_per_iteration": args.steps, "eval_every": 0})
-    print(f"spec: batch {spec.batch_size} x group {spec.group_size}, max_new_tokens {spec.max_new_tokens}, "
-          f"{spec.total_steps} steps in blocks of {args.block}, seed {spec.seed}, eval_every 0; model cache {cache_dir}",
-          flush=True)
+    print(
+        f"spec: batch {spec.batch_size} x group {spec.group_size}, max_new_tokens {spec.max_new_tokens}, "
+        f"{spec.total_steps} steps in blocks of {args.block}, seed {spec.seed}, eval_every 0; model cache {cache_dir}",
+        flush=True,
+    )
     try:
         t0 = time.perf_counter()
         builtin_model_dir(cache_dir, log=lambda message: print(f"  {message}", flush=True))
@@ -229,9 +237,11 @@ def main() -> int:
                 pair.append(result)
                 on = [t for t, r in zip(result["seconds"], result["on"]) if r]
                 off = [t for t, r in zip(result["seconds"], result["on"]) if not r]
-                print(f"repeat {repeat} run {phase + 1}: recording {statistics.fmean(on):.4f} s/step, "
-                      f"not recording {statistics.fmean(off):.4f} s/step ({percent(statistics.fmean(on), statistics.fmean(off)):+.1f}%)",
-                      flush=True)
+                print(
+                    f"repeat {repeat} run {phase + 1}: recording {statistics.fmean(on):.4f} s/step, "
+                    f"not recording {statistics.fmean(off):.4f} s/step ({percent(statistics.fmean(on), statistics.fmean(off)):+.1f}%)",
+                    flush=True,
+                )
             pairs.append(pair)
     finally:
         if args.cache_dir is None:
@@ -264,10 +274,14 @@ def report(pairs: list[list[dict]], block: int, max_overhead: float) -> int:
     error = 2 * statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else float("nan")
     overhead = 100 * mean_difference / off
     print(f"{len(differences)} blocks of {block} steps, each recording in one run and not in the other")
-    print(f"not recording {off:.4f} s/step; recording {off + mean_difference:.4f} s/step "
-          f"({1000 * mean_difference:+.1f} ms/step)")
-    print(f"overhead of recording: {overhead:+.2f}% (95% interval {overhead - 100 * error / off:+.2f}% to "
-          f"{overhead + 100 * error / off:+.2f}%)")
+    print(
+        f"not recording {off:.4f} s/step; recording {off + mean_difference:.4f} s/step "
+        f"({1000 * mean_difference:+.1f} ms/step)"
+    )
+    print(
+        f"overhead of recording: {overhead:+.2f}% (95% interval {overhead - 100 * error / off:+.2f}% to "
+        f"{overhead + 100 * error / off:+.2f}%)"
+    )
     ok = overhead <= max_overhead
     print(f"{'PASS' if ok else 'FAIL'} (overhead <= {max_overhead}%)")
     return 0 if ok else 1

@@ -10,6 +10,7 @@ confusion counts and the labelling time.
 
 Target (the rollouts issue): at least 90% of steps agree at N = 4, hard. Exit status 0 when met.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,22 @@ def labelled_steps(cache_dir: Path, questions: int, n: int, estimate: str, seed:
     mask, ended = completion_mask(completions, end_ids)
     judged = judge(tokenizer, completions, mask, ended, rows, True, delimiter=STEP_DELIMITER, checker="builtin")
     started = time.time()
-    by_rollouts = rollout_verdicts(policy, tokenizer, prompts["input_ids"], prompts["attention_mask"], completions,
-                                   judged.step_ends, judged.texts, [r["answer"] for r in rows], n=n,
-                                   estimate=estimate, max_new_tokens=32, temperature=1.0, top_p=1.0, end_ids=end_ids)
+    by_rollouts = rollout_verdicts(
+        policy,
+        tokenizer,
+        prompts["input_ids"],
+        prompts["attention_mask"],
+        completions,
+        judged.step_ends,
+        judged.texts,
+        [r["answer"] for r in rows],
+        n=n,
+        estimate=estimate,
+        max_new_tokens=32,
+        temperature=1.0,
+        top_p=1.0,
+        end_ids=end_ids,
+    )
     return by_rollouts, judged.verdicts, time.time() - started
 
 
@@ -60,10 +74,16 @@ def main() -> int:
     pairs = [(r >= 0.5, e >= 0.5) for rs, es in zip(rollouts, exact) for r, e in zip(rs, es)]
     counts = {(r, e): sum(1 for p in pairs if p == (r, e)) for r in (True, False) for e in (True, False)}
     agree = (counts[True, True] + counts[False, False]) / max(len(pairs), 1)
-    print(f"{args.questions} outputs, {len(pairs)} steps; rollouts N={args.rollouts} ({args.estimate}) in {seconds:.1f} s")
+    print(
+        f"{args.questions} outputs, {len(pairs)} steps; rollouts N={args.rollouts} ({args.estimate}) in {seconds:.1f} s"
+    )
     print(f"agreement with the exact checker: {agree:.3f}")
-    print(f"  rollouts right, checker right: {counts[True, True]:5d}   rollouts right, checker wrong: {counts[True, False]:5d}")
-    print(f"  rollouts wrong, checker right: {counts[False, True]:5d}   rollouts wrong, checker wrong: {counts[False, False]:5d}")
+    print(
+        f"  rollouts right, checker right: {counts[True, True]:5d}   rollouts right, checker wrong: {counts[True, False]:5d}"
+    )
+    print(
+        f"  rollouts wrong, checker right: {counts[False, True]:5d}   rollouts wrong, checker wrong: {counts[False, False]:5d}"
+    )
     ok = agree >= 0.90
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -32,6 +32,7 @@ with the question the run sampled most often.
 Prints seeding time and token count per backend, then per endpoint and backend the median and
 p90 seconds of a call, PASS or FAIL against --max-median (0.5 s). Exit status 0 when all pass.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,8 +103,15 @@ def make_group(example: dict, process: bool, rng: random.Random) -> dict:
         tokens = completion_tokens(example["question"], example["solution"], difficulty, rng)
         completion = "".join(t for t in tokens if t != EOS)
         reward, components = outcome_reward(completion, example["answer"])
-        sample = {"completion": completion, "tokens": tokens, "reward": reward, "step_rewards": None,
-                  "step_end_indices": None, "reward_components": components, "truncated": tokens[-1] != EOS}
+        sample = {
+            "completion": completion,
+            "tokens": tokens,
+            "reward": reward,
+            "step_rewards": None,
+            "step_end_indices": None,
+            "reward_components": components,
+            "truncated": tokens[-1] != EOS,
+        }
         if process:
             sample["step_end_indices"] = step_ends(tokens)
             sample["step_rewards"] = [float(rng.random() < 0.7) for _ in sample["step_end_indices"]]
@@ -162,12 +170,19 @@ def seed_store(url: str, min_tokens: int, steps_per_commit: int, seed: int) -> d
             for _ in range(steps_per_commit):
                 step += 1
                 examples = [rng.choice(train_set) for _ in range(GROUPS_PER_STEP)]
-                groups = [make_group(e, (step * GROUPS_PER_STEP + b) % PROCESS_EVERY == 0, rng)
-                          for b, e in enumerate(examples)]
+                groups = [
+                    make_group(e, (step * GROUPS_PER_STEP + b) % PROCESS_EVERY == 0, rng)
+                    for b, e in enumerate(examples)
+                ]
                 store.record_groups(s, run_id, step, groups)
                 rewards = [x["reward"] for g in groups for x in g["samples"]]
-                store.record_step(s, run_id, step, 1, {"reward_mean": statistics.fmean(rewards),
-                                                       "reward_std": statistics.pstdev(rewards)})
+                store.record_step(
+                    s,
+                    run_id,
+                    step,
+                    1,
+                    {"reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards)},
+                )
                 tokens += sum(len(x["tokens"]) for g in groups for x in g["samples"])
                 asked.update(e["question"] for e in examples)
                 if tokens >= min_tokens:
@@ -176,9 +191,15 @@ def seed_store(url: str, min_tokens: int, steps_per_commit: int, seed: int) -> d
         store.mark_running(s, run_id, step)
         store.finish_run(s, run_id, "completed")
         group_ids = list(s.scalars(select(Group.id).where(Group.run_id == run_id)))
-    (question, times), = asked.most_common(1)
-    return {"run_id": run_id, "steps": step, "group_ids": group_ids, "tokens": tokens, "question": question,
-            "question_groups": times}
+    ((question, times),) = asked.most_common(1)
+    return {
+        "run_id": run_id,
+        "steps": step,
+        "group_ids": group_ids,
+        "tokens": tokens,
+        "question": question,
+        "question_groups": times,
+    }
 
 
 # ---- 3. the real server ----------------------------------------------------------------------
@@ -191,8 +212,14 @@ def start_server(data_dir: Path, settings: dict[str, str], timeout: float = 180)
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     with open(data_dir / "serve.log", "wb") as log:
-        server = subprocess.Popen([COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)], cwd=ROOT,
-                                  env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + timeout
     while True:
         if server.poll() is not None or time.monotonic() > deadline:
@@ -235,10 +262,32 @@ def p90(times: list[float]) -> float:
     return statistics.quantiles(times, n=10, method="inclusive")[8]
 
 
-SEARCH_PARAMS = ("reward_min", "reward_max", "outcome", "spread_min", "spread_max", "length_min", "length_max",
-                 "step_min", "step_max", "contains", "kind", "sort", "descending", "page", "page_size")
-SEARCH_DEFAULTS = {"outcome": "any", "contains": "", "kind": "any", "sort": "step", "descending": False, "page": 1,
-                   "page_size": 50}
+SEARCH_PARAMS = (
+    "reward_min",
+    "reward_max",
+    "outcome",
+    "spread_min",
+    "spread_max",
+    "length_min",
+    "length_max",
+    "step_min",
+    "step_max",
+    "contains",
+    "kind",
+    "sort",
+    "descending",
+    "page",
+    "page_size",
+)
+SEARCH_DEFAULTS = {
+    "outcome": "any",
+    "contains": "",
+    "kind": "any",
+    "sort": "step",
+    "descending": False,
+    "page": 1,
+    "page_size": 50,
+}
 
 
 def search_args(run_id: int, **filters) -> tuple:
@@ -261,14 +310,22 @@ def cases(seeded: dict, n: int, rng: random.Random) -> dict[str, tuple[str, obje
     spread = [1 + round(i * (steps - 1) / max(1, n - 1)) for i in range(n)]
     last_page = -(-len(seeded["group_ids"]) * SAMPLES_PER_GROUP // 50)
     search = [
-        ("search(wrong,reward)", [search_args(run_id, outcome="wrong", sort="reward", page=1 + i % 3)
-                                  for i in range(n)]),
-        ("search(reward+steps)", [search_args(run_id, reward_min=0.5, reward_max=1.0, step_min=max(1, s - 50),
-                                              step_max=s) for s in spread]),
-        ("search(contains)", [search_args(run_id, contains=f"{rng.choice('+-*')}{rng.randint(1, 9)}=")
-                              for _ in range(n)]),
-        ("search(kind mixed)", [search_args(run_id, kind="mixed", sort="spread", descending=True, page=1 + i)
-                                for i in range(n)]),
+        (
+            "search(wrong,reward)",
+            [search_args(run_id, outcome="wrong", sort="reward", page=1 + i % 3) for i in range(n)],
+        ),
+        (
+            "search(reward+steps)",
+            [search_args(run_id, reward_min=0.5, reward_max=1.0, step_min=max(1, s - 50), step_max=s) for s in spread],
+        ),
+        (
+            "search(contains)",
+            [search_args(run_id, contains=f"{rng.choice('+-*')}{rng.randint(1, 9)}=") for _ in range(n)],
+        ),
+        (
+            "search(kind mixed)",
+            [search_args(run_id, kind="mixed", sort="spread", descending=True, page=1 + i) for i in range(n)],
+        ),
         ("search(deep page)", [search_args(run_id, sort="length", page=last_page - i) for i in range(n)]),
     ]
     return {
@@ -280,8 +337,9 @@ def cases(seeded: dict, n: int, rng: random.Random) -> dict[str, tuple[str, obje
     }
 
 
-def measure(url: str, db_url: str, seeded: dict, n: int,
-            rng: random.Random) -> dict[str, tuple[list[float], list[float]]]:
+def measure(
+    url: str, db_url: str, seeded: dict, n: int, rng: random.Random
+) -> dict[str, tuple[list[float], list[float]]]:
     """Per case: (seconds per API call, seconds per app.store call on the same arguments)."""
     from gradio_client import Client
 
@@ -294,11 +352,16 @@ def measure(url: str, db_url: str, seeded: dict, n: int,
         def call(*args):
             with session_scope(db_url) as s:
                 return fn(s, *args)
+
         return call
 
-    return {name: (seconds_per_call(lambda *a, e=endpoint: client.predict(*a, api_name=e), calls),
-                   seconds_per_call(in_store(fn), calls))
-            for name, (endpoint, fn, calls) in cases(seeded, n, rng).items()}
+    return {
+        name: (
+            seconds_per_call(lambda *a, e=endpoint: client.predict(*a, api_name=e), calls),
+            seconds_per_call(in_store(fn), calls),
+        )
+        for name, (endpoint, fn, calls) in cases(seeded, n, rng).items()
+    }
 
 
 def check(client, seeded: dict) -> None:
@@ -317,8 +380,11 @@ def check(client, seeded: dict) -> None:
     history = client.predict(run_id, seeded["question"], api_name="/question_history")
     shown = len(history["runs"][0]["groups"])
     assert history["runs"][0]["groups_total"] == seeded["question_groups"] >= shown > 0, history["runs"][0]
-    print(f"  {wrong['total']} wrong answers, {truncated['total']} truncated samples; the question "
-          f"{seeded['question']!r} in {seeded['question_groups']} groups", flush=True)
+    print(
+        f"  {wrong['total']} wrong answers, {truncated['total']} truncated samples; the question "
+        f"{seeded['question']!r} in {seeded['question_groups']} groups",
+        flush=True,
+    )
 
 
 # ---- 5. one backend --------------------------------------------------------------------------
@@ -355,17 +421,23 @@ def drop_postgres_database(url: str) -> None:
 def bench_backend(backend: str, data_dir: Path, args: argparse.Namespace) -> dict:
     """Seed one store, serve it, time the endpoints; returns the timings per endpoint."""
     data_dir.mkdir(parents=True)
-    db_url = create_postgres_database(args.postgres_url) if backend == "postgres" \
+    db_url = (
+        create_postgres_database(args.postgres_url)
+        if backend == "postgres"
         else f"sqlite:///{data_dir / 'grpo.sqlite'}"
+    )
     server = None
     try:
         t0 = time.perf_counter()
         seeded = seed_store(db_url, args.tokens, args.steps_per_commit, args.seed)
         seconds, tokens = time.perf_counter() - t0, seeded["tokens"]
         groups = len(seeded["group_ids"])
-        print(f"{backend}: seeded run {seeded['run_id']}: {seeded['steps']} steps, {groups} groups, "
-              f"{groups * SAMPLES_PER_GROUP} samples, {tokens:,} tokens in {seconds:.1f}s "
-              f"({tokens / seconds:,.0f} tokens/s)", flush=True)
+        print(
+            f"{backend}: seeded run {seeded['run_id']}: {seeded['steps']} steps, {groups} groups, "
+            f"{groups * SAMPLES_PER_GROUP} samples, {tokens:,} tokens in {seconds:.1f}s "
+            f"({tokens / seconds:,.0f} tokens/s)",
+            flush=True,
+        )
         if backend == "sqlite":
             size = sum(f.stat().st_size for f in data_dir.glob("grpo.sqlite*"))  # the WAL file included
             print(f"{backend}: store files {size / 1e6:.0f} MB", flush=True)
@@ -389,10 +461,16 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20, help="timed calls per endpoint")
     parser.add_argument("--max-median", type=float, default=0.5, help="PASS when an endpoint's median is at most this")
     parser.add_argument("--steps-per-commit", type=int, default=50, help="steps seeded per transaction")
-    parser.add_argument("--postgres-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/",
-                        help="PostgreSQL server the database is created on")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/7",
-                        help="GRPO_BROKER_URL of the PostgreSQL server (never used: nothing is launched)")
+    parser.add_argument(
+        "--postgres-url",
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/",
+        help="PostgreSQL server the database is created on",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default="redis://127.0.0.1:6379/7",
+        help="GRPO_BROKER_URL of the PostgreSQL server (never used: nothing is launched)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -411,8 +489,10 @@ def main() -> int:
         else:
             shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\n{'backend':<9} {'endpoint':<20} {'median s':>9} {'p90 s':>7} {'store median s':>15}  "
-          f"(API: {args.calls} calls via gradio_client; store: app.store in-process)")
+    print(
+        f"\n{'backend':<9} {'endpoint':<20} {'median s':>9} {'p90 s':>7} {'store median s':>15}  "
+        f"(API: {args.calls} calls via gradio_client; store: app.store in-process)"
+    )
     passed = True
     for backend, timings in results.items():
         for name, (api_times, store_times) in timings.items():
@@ -420,8 +500,10 @@ def main() -> int:
             ok = median <= args.max_median
             passed &= ok
             store_median = statistics.median(store_times)
-            print(f"{backend:<9} {name:<20} {median:9.3f} {p90(api_times):7.3f} {store_median:15.4f}  "
-                  f"{'PASS' if ok else 'FAIL'} (median <= {args.max_median} s)")
+            print(
+                f"{backend:<9} {name:<20} {median:9.3f} {p90(api_times):7.3f} {store_median:15.4f}  "
+                f"{'PASS' if ok else 'FAIL'} (median <= {args.max_median} s)"
+            )
     print("PASS" if passed else "FAIL")
     return 0 if passed else 1
 

@@ -5,6 +5,7 @@
 answer in prose 1.0 and the same answer stated after ``####`` 1.0 + weight, and a wrong answer nothing, however it
 is stated. bench/real_model.py uses it with ``--strict-bonus WEIGHT`` (a reward in a file: ``path.py:function``).
 """
+
 from __future__ import annotations
 
 from typing import Any

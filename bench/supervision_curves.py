@@ -12,6 +12,7 @@ no more steps than outcome's.
     .venv/bin/python bench/supervision_curves.py --labels rollouts --cache-dir /tmp/grpo-cache
     .venv/bin/python bench/supervision_curves.py --seeds 0 --steps 100 --eval-every 10 --cache-dir D
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,12 @@ def main() -> int:
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
     parser.add_argument("--spec", default="{}", help="extra JSON run-spec keys for both runs")
-    parser.add_argument("--labels", default="builtin", choices=("builtin", "arithmetic", "rollouts"),
-                        help="step_labels of the process runs (rollouts: label_rollouts 4, hard)")
+    parser.add_argument(
+        "--labels",
+        default="builtin",
+        choices=("builtin", "arithmetic", "rollouts"),
+        help="step_labels of the process runs (rollouts: label_rollouts 4, hard)",
+    )
     parser.add_argument("--cache-dir", default=None, help="built-in model cache (default: a temporary dir)")
     args = parser.parse_args()
 
@@ -71,23 +76,30 @@ def main() -> int:
             first = next(((s, t) for s, t, a in curve if a >= args.target), None)
             firsts[supervision].append(first[0] if first else math.inf)
             seconds[supervision].append(first[1] if first else math.inf)
-            print(f"\nseed {seed}, {supervision} supervision{f' ({args.labels} labels)' if extra else ''}: "
-                  f"{total:.1f}s")
+            print(
+                f"\nseed {seed}, {supervision} supervision{f' ({args.labels} labels)' if extra else ''}: {total:.1f}s"
+            )
             print("  step  seconds  eval/accuracy")
             for step, t, acc in curve:
                 print(f"  {step:4d} {t:8.1f} {acc:14.3f}")
             print(f"  first step at >= {args.target:.2f}: " + (f"{first[0]} ({first[1]:.1f}s)" if first else "never"))
-    print(f"\nsteps and seconds to {args.target:.2f} (per seed; 'inf' = never), process steps labelled by "
-          f"{args.labels}:")
+    print(
+        f"\nsteps and seconds to {args.target:.2f} (per seed; 'inf' = never), process steps labelled by {args.labels}:"
+    )
     medians = {}
     for supervision, values in firsts.items():
         medians[supervision] = statistics.median(values)
         times = seconds[supervision]
-        print(f"  {supervision:8s} steps {', '.join(str(v) for v in values)}   median {medians[supervision]};   "
-              f"seconds {', '.join(f'{t:.0f}' for t in times)}   median {statistics.median(times):.0f}")
+        print(
+            f"  {supervision:8s} steps {', '.join(str(v) for v in values)}   median {medians[supervision]};   "
+            f"seconds {', '.join(f'{t:.0f}' for t in times)}   median {statistics.median(times):.0f}"
+        )
     ok = medians["process"] < math.inf and (args.labels != "builtin" or medians["process"] <= medians["outcome"])
-    print(f"process supervision reaches {args.target:.2f}" + (" in no more steps than outcome" if args.labels ==
-                                                             "builtin" else "") + (": yes" if ok else ": NO"))
+    print(
+        f"process supervision reaches {args.target:.2f}"
+        + (" in no more steps than outcome" if args.labels == "builtin" else "")
+        + (": yes" if ok else ": NO")
+    )
     return 0 if ok else 1
 
 

@@ -19,6 +19,7 @@ of the run's process; then what kl_coef 0 saves against grpo.
 
 Exit status 0 when every variant reaches the target on the median seed, else 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,18 +69,29 @@ def one_run(spec: dict, cache_dir: Path, target: float) -> dict:
 
     recorder = Timed()
     train(validate_spec(spec), recorder, cache_dir, device="cpu")
-    first = next(((m["step"], stamps[m["step"]]) for m in recorder.metrics
-                  if m.get("eval/accuracy", -1.0) >= target), (math.inf, math.inf))
+    first = next(
+        ((m["step"], stamps[m["step"]]) for m in recorder.metrics if m.get("eval/accuracy", -1.0) >= target),
+        (math.inf, math.inf),
+    )
     steps = [m for m in recorder.metrics if m["step"] > 0]
-    return {"steps": first[0], "seconds": first[1], "completion_len": steps[-1]["completion_len"],
-            "step_time": statistics.median(m["time/step"] for m in steps), "peak_mb": peak_rss_mb(),
-            "final": [m["eval/accuracy"] for m in recorder.metrics if "eval/accuracy" in m][-1]}
+    return {
+        "steps": first[0],
+        "seconds": first[1],
+        "completion_len": steps[-1]["completion_len"],
+        "step_time": statistics.median(m["time/step"] for m in steps),
+        "peak_mb": peak_rss_mb(),
+        "final": [m["eval/accuracy"] for m in recorder.metrics if "eval/accuracy" in m][-1],
+    }
 
 
 def in_subprocess(spec: dict, cache_dir: Path, target: float) -> dict:
     """``one_run`` in a fresh Python process (its peak memory is this run's alone)."""
-    out = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec), "--cache-dir", str(cache_dir),
-                          "--target", str(target)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", json.dumps(spec), "--cache-dir", str(cache_dir), "--target", str(target)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -109,28 +121,41 @@ def main() -> int:
         for name in args.variants.split(","):
             r = in_subprocess({**base, **VARIANTS[name], "seed": seed}, cache_dir, args.target)
             results.setdefault(name, []).append(r)
-            print(f"{name:8s} seed {seed}: steps to {args.target:.2f} {fmt([r['steps']])}, {fmt([r['seconds']])}s; "
-                  f"final accuracy {r['final']:.3f}, completion length {r['completion_len']:.1f}", flush=True)
+            print(
+                f"{name:8s} seed {seed}: steps to {args.target:.2f} {fmt([r['steps']])}, {fmt([r['seconds']])}s; "
+                f"final accuracy {r['final']:.3f}, completion length {r['completion_len']:.1f}",
+                flush=True,
+            )
 
-    print(f"\nsteps and seconds to {args.target:.2f} held-out accuracy (seeds {args.seeds}; inf = never in "
-          f"{args.steps} steps)")
-    print(f"{'variant':8s}  {'steps':>14s} {'median':>6s}  {'seconds':>14s} {'median':>6s}  {'length':>6s}  "
-          f"{'s/step':>6s}  {'peak MB':>7s}")
+    print(
+        f"\nsteps and seconds to {args.target:.2f} held-out accuracy (seeds {args.seeds}; inf = never in "
+        f"{args.steps} steps)"
+    )
+    print(
+        f"{'variant':8s}  {'steps':>14s} {'median':>6s}  {'seconds':>14s} {'median':>6s}  {'length':>6s}  "
+        f"{'s/step':>6s}  {'peak MB':>7s}"
+    )
     ok = True
     for name, runs in results.items():
         steps, seconds = [r["steps"] for r in runs], [r["seconds"] for r in runs]
         ok &= not math.isinf(statistics.median(steps))
-        print(f"{name:8s}  {fmt(steps):>14s} {statistics.median(steps):6.0f}  {fmt(seconds):>14s} "
-              f"{statistics.median(seconds):6.0f}  {statistics.mean(r['completion_len'] for r in runs):6.1f}  "
-              f"{statistics.median(r['step_time'] for r in runs):6.3f}  "
-              f"{statistics.median(r['peak_mb'] for r in runs):7.0f}")
+        print(
+            f"{name:8s}  {fmt(steps):>14s} {statistics.median(steps):6.0f}  {fmt(seconds):>14s} "
+            f"{statistics.median(seconds):6.0f}  {statistics.mean(r['completion_len'] for r in runs):6.1f}  "
+            f"{statistics.median(r['step_time'] for r in runs):6.3f}  "
+            f"{statistics.median(r['peak_mb'] for r in runs):7.0f}"
+        )
     if "grpo" in results and "no_kl" in results:
+
         def med(name, key):
             return statistics.median(r[key] for r in results[name])
-        print(f"\nkl_coef 0 against grpo: step time {med('grpo', 'step_time'):.3f}s -> {med('no_kl', 'step_time'):.3f}s "
-              f"({1 - med('no_kl', 'step_time') / med('grpo', 'step_time'):+.0%} saved), peak memory "
-              f"{med('grpo', 'peak_mb'):.0f} MB -> {med('no_kl', 'peak_mb'):.0f} MB "
-              f"({med('grpo', 'peak_mb') - med('no_kl', 'peak_mb'):.0f} MB saved)")
+
+        print(
+            f"\nkl_coef 0 against grpo: step time {med('grpo', 'step_time'):.3f}s -> {med('no_kl', 'step_time'):.3f}s "
+            f"({1 - med('no_kl', 'step_time') / med('grpo', 'step_time'):+.0%} saved), peak memory "
+            f"{med('grpo', 'peak_mb'):.0f} MB -> {med('no_kl', 'peak_mb'):.0f} MB "
+            f"({med('grpo', 'peak_mb') - med('no_kl', 'peak_mb'):.0f} MB saved)"
+        )
     print("every variant reaches the target on the median seed: " + ("yes" if ok else "NO"))
     return 0 if ok else 1
 

@@ -102,6 +102,7 @@ This file runs the rounds and prints the report; a trial (one trainer on one con
 and the tokens each of its steps fed the model) is bench/vs_trl_trials.py's; the random models, their chat
 formats and the prompt text, bench/vs_trl_models.py's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -123,19 +124,35 @@ CPU_CONFIGS = ("builtin", "llama25m", "longprompt")  # the acceptance run's
 REAL_CONFIG = "smollm2"  # on the CPU too, run when asked (--configs)
 GPU_CONFIG = "qwen05b"
 RECORDED = ("builtin",)  # configurations that also run the engine with recording on
-TARGETS = {"builtin": 1.7, "longprompt": 2.0, "llama25m": 1.0, "smollm2": 1.5}  # PASS: engine / TRL completions/s at least this
+TARGETS = {
+    "builtin": 1.7,
+    "longprompt": 2.0,
+    "llama25m": 1.0,
+    "smollm2": 1.5,
+}  # PASS: engine / TRL completions/s at least this
 CONSISTENT = 1.2  # repeats of one variant whose rates differ by more than this factor: a busy machine
 MB = 1e6
 # per configuration, what differs from the shared flags (a function of the parsed flags); the steps: STEP_FLAGS
 OVERRIDES = {
     "longprompt": lambda a: dict(batch_size=a.long_batch_size, max_new_tokens=128, chat=True),
-    "smollm2": lambda a: dict(batch_size=a.smollm2_batch_size, max_new_tokens=a.smollm2_new_tokens, chat=True,
-                              temperature=0.7, dataset=a.word_problems, question_template=INSTRUCTION),
+    "smollm2": lambda a: dict(
+        batch_size=a.smollm2_batch_size,
+        max_new_tokens=a.smollm2_new_tokens,
+        chat=True,
+        temperature=0.7,
+        dataset=a.word_problems,
+        question_template=INSTRUCTION,
+    ),
 }
-STEP_FLAGS = {"builtin": "--builtin-steps", "longprompt": "--long-steps", "smollm2": "--smollm2-steps"}  # the others: --steps
+STEP_FLAGS = {
+    "builtin": "--builtin-steps",
+    "longprompt": "--long-steps",
+    "smollm2": "--smollm2-steps",
+}  # the others: --steps
 
 
 # ---- the report ----------------------------------------------------------------------------------------
+
 
 class Pooled:
     """A variant's measured (non-warm-up) steps, of one repeat (``r``) or of every repeat of a configuration."""
@@ -147,10 +164,10 @@ class Pooled:
 
     def total(self, key: str, r: dict | None = None) -> float:
         """Sum of a per-step series over the measured steps."""
-        return sum(sum(x[key][self.warmup:]) for x in ([r] if r else self.results))
+        return sum(sum(x[key][self.warmup :]) for x in ([r] if r else self.results))
 
     def steps(self, r: dict | None = None) -> int:
-        return sum(len(x["step_seconds"][self.warmup:]) for x in ([r] if r else self.results))
+        return sum(len(x["step_seconds"][self.warmup :]) for x in ([r] if r else self.results))
 
     def completions_per_s(self, r: dict | None = None) -> float:
         return self.n * self.steps(r) / self.total("step_seconds", r)
@@ -164,16 +181,21 @@ class Pooled:
 
     def memory(self) -> tuple[float, float]:
         """Median over repeats of (bytes at reset, peak bytes)."""
-        return (statistics.median(r["memory_before"] for r in self.results),
-                statistics.median(r["memory_peak"] for r in self.results))
+        return (
+            statistics.median(r["memory_before"] for r in self.results),
+            statistics.median(r["memory_peak"] for r in self.results),
+        )
 
     def phase_flops(self, params: int) -> dict[str, float]:
         """Mean FLOPs per measured step by phase (module docstring): sampling (prefill and decode), the reference
         forward (0 where the trials ran none) and the update's forward + backward, ``params`` = n."""
         forward = self.mean("forward_tokens")
         reference = all(r["reference_pass"] for r in self.results)
-        return {"sampling": 2 * params * (self.mean("prefill_tokens") + self.mean("decode_tokens")),
-                "reference": 2 * params * forward if reference else 0.0, "update": 6 * params * forward}
+        return {
+            "sampling": 2 * params * (self.mean("prefill_tokens") + self.mean("decode_tokens")),
+            "reference": 2 * params * forward if reference else 0.0,
+            "update": 6 * params * forward,
+        }
 
 
 def percent(a: float, b: float) -> float:
@@ -188,29 +210,40 @@ def report_config(config: str, params: int, cuda: bool, pooled: dict[str, Pooled
     """Print one configuration's table; return its (check, passed) lines."""
     memory_kind = "CUDA max allocated" if cuda else "peak RSS (VmHWM)"
     device = f"bf16 autocast on {pooled['trl'].results[0]['device_name']}" if cuda else "fp32 on the CPU"
-    print(f"\n== {config}: {params:,} parameters, {device}; {pooled['trl'].steps() // args.repeats} measured steps x "
-          f"{args.repeats} repeats; rates = total over total time of the measured steps ==")
-    print(f"{'variant':<11} {'compl/s':>8} {'tokens/s':>9} {'s/step':>7} {'tok/compl':>9} "
-          f"{'memory: at start -> ' + memory_kind:>44}  compl/s per repeat")
+    print(
+        f"\n== {config}: {params:,} parameters, {device}; {pooled['trl'].steps() // args.repeats} measured steps x "
+        f"{args.repeats} repeats; rates = total over total time of the measured steps =="
+    )
+    print(
+        f"{'variant':<11} {'compl/s':>8} {'tokens/s':>9} {'s/step':>7} {'tok/compl':>9} "
+        f"{'memory: at start -> ' + memory_kind:>44}  compl/s per repeat"
+    )
     for name, p in pooled.items():
         before, peak = p.memory()
         per_repeat = ", ".join(f"{p.completions_per_s(r):.1f}" for r in p.results)
-        print(f"{name:<11} {p.completions_per_s():8.1f} {p.tokens_per_s():9.1f} {p.mean('step_seconds'):7.3f} "
-              f"{p.mean('completion_tokens') / p.n:9.1f} {before / MB:14.1f} MB -> {peak / MB:8.1f} MB "
-              f"(+{(peak - before) / MB:7.1f})  {per_repeat}")
+        print(
+            f"{name:<11} {p.completions_per_s():8.1f} {p.tokens_per_s():9.1f} {p.mean('step_seconds'):7.3f} "
+            f"{p.mean('completion_tokens') / p.n:9.1f} {before / MB:14.1f} MB -> {peak / MB:8.1f} MB "
+            f"(+{(peak - before) / MB:7.1f})  {per_repeat}"
+        )
     for name, p in pooled.items():
         rates = [p.completions_per_s(r) for r in p.results]
         if max(rates) > CONSISTENT * min(rates):
-            print(f"WARNING: the {name} repeats differ by {100 * (max(rates) / min(rates) - 1):.0f}%: another "
-                  "process probably took the machine; rerun on an idle one")
+            print(
+                f"WARNING: the {name} repeats differ by {100 * (max(rates) / min(rates) - 1):.0f}%: another "
+                "process probably took the machine; rerun on an idle one"
+            )
 
     engine, trl = pooled["engine off"], pooled["trl"]
     ratio = engine.completions_per_s() / trl.completions_per_s()
-    per_round = ", ".join(f"{engine.completions_per_s(e) / trl.completions_per_s(r):.2f}"
-                          for e, r in zip(engine.results, trl.results))
-    print(f"engine / TRL: completions/s {ratio:.2f}x (per round {per_round}), "
-          f"tokens/s {engine.tokens_per_s() / trl.tokens_per_s():.2f}x, "
-          f"peak memory {engine.memory()[1] / trl.memory()[1]:.2f}x")
+    per_round = ", ".join(
+        f"{engine.completions_per_s(e) / trl.completions_per_s(r):.2f}" for e, r in zip(engine.results, trl.results)
+    )
+    print(
+        f"engine / TRL: completions/s {ratio:.2f}x (per round {per_round}), "
+        f"tokens/s {engine.tokens_per_s() / trl.tokens_per_s():.2f}x, "
+        f"peak memory {engine.memory()[1] / trl.memory()[1]:.2f}x"
+    )
     report_engine_work(engine, params)
     report_flops(engine, trl, params, ratio)
     checks = []
@@ -224,17 +257,27 @@ def report_config(config: str, params: int, cuda: bool, pooled: dict[str, Pooled
         # time the training loop spent inside DBRecorder's methods (the writes themselves run on its writer
         # thread), over all steps (it is not split per step)
         recording = sum(r["recording_seconds"] for r in on.results) / sum(len(r["step_seconds"]) for r in on.results)
-        print(f"engine on vs off trials, mean s/step: {overhead:+.2f}% (whole trials, for information; the "
-              f"recording check below times on and off within runs); time the loop spent in DBRecorder calls "
-              f"{recording:.4f} s/step; off and on sampled the same completions: {'yes' if same else 'NO'}")
+        print(
+            f"engine on vs off trials, mean s/step: {overhead:+.2f}% (whole trials, for information; the "
+            f"recording check below times on and off within runs); time the loop spent in DBRecorder calls "
+            f"{recording:.4f} s/step; off and on sampled the same completions: {'yes' if same else 'NO'}"
+        )
     return checks
 
 
 def recording_check(cache_dir: Path, args) -> tuple[str, bool]:
     """bench/recording_overhead.py on the built-in model in ``cache_dir``, in a fresh process, its output shown;
     the check's line is its overhead line."""
-    command = [sys.executable, str(Path(__file__).resolve().parent / "recording_overhead.py"), "--cache-dir",
-               str(cache_dir), "--repeats", str(args.overhead_repeats), "--max-overhead", str(args.max_overhead)]
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve().parent / "recording_overhead.py"),
+        "--cache-dir",
+        str(cache_dir),
+        "--repeats",
+        str(args.overhead_repeats),
+        "--max-overhead",
+        str(args.max_overhead),
+    ]
     print(f"\nrecording overhead on builtin: {' '.join(command[1:])}", flush=True)
     out = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if not line.startswith("Loading weights")]
@@ -249,12 +292,16 @@ def report_engine_work(engine: Pooled, params: int) -> None:
     """The engine's phases (its time/* metrics) and the FLOP/s each achieves (formulas in the module docstring)."""
     sampling, scoring, update = (engine.mean(f"{phase}_seconds") for phase in ("sampling", "scoring", "update"))
     f = engine.phase_flops(params)
-    print(f"engine off, s/step: sampling {sampling:.3f}, scoring {scoring:.3f}, update {update:.3f}; "
-          f"{engine.mean('forward_tokens'):,.0f} tokens per training forward (B x P + N x T)")
-    print(f"engine off FLOP/s: sampling 2 n x (prefill + decode tokens) / time/sampling = "
-          f"{flops(f['sampling'] / sampling)}; update 6 n x forward tokens / time/update = "
-          f"{flops(f['update'] / update)}; with the reference forward (its FLOPs + the update's) / "
-          f"(time/update + time/scoring) = {flops((f['update'] + f['reference']) / (update + scoring))}")
+    print(
+        f"engine off, s/step: sampling {sampling:.3f}, scoring {scoring:.3f}, update {update:.3f}; "
+        f"{engine.mean('forward_tokens'):,.0f} tokens per training forward (B x P + N x T)"
+    )
+    print(
+        f"engine off FLOP/s: sampling 2 n x (prefill + decode tokens) / time/sampling = "
+        f"{flops(f['sampling'] / sampling)}; update 6 n x forward tokens / time/update = "
+        f"{flops(f['update'] / update)}; with the reference forward (its FLOPs + the update's) / "
+        f"(time/update + time/scoring) = {flops((f['update'] + f['reference']) / (update + scoring))}"
+    )
 
 
 def report_flops(engine: Pooled, trl: Pooled, params: int, speed: float) -> None:
@@ -264,52 +311,92 @@ def report_flops(engine: Pooled, trl: Pooled, params: int, speed: float) -> None
     work = {name: p.phase_flops(params) for name, (p, _) in sides.items()}
     total = {name: sum(f.values()) for name, f in work.items()}
     unit, scale = ("TFLOP", 1e12) if max(total.values()) >= 1e12 else ("GFLOP", 1e9)
-    print(f"FLOPs per step in {unit} (2 n per token of a forward, 6 n of a forward + backward, n = {params:,}; "
-          "attention's score products left out):")
+    print(
+        f"FLOPs per step in {unit} (2 n per token of a forward, 6 n of a forward + backward, n = {params:,}; "
+        "attention's score products left out):"
+    )
     for name, (p, first) in sides.items():
         f = work[name]
-        print(f"{name:<11} {first} {f['sampling'] / scale:.3g} (prefill {p.mean('prefill_tokens'):,.0f} + decode "
-              f"{p.mean('decode_tokens'):,.0f} tokens) + reference {f['reference'] / scale:.3g} + update "
-              f"{f['update'] / scale:.3g} ({p.mean('forward_tokens'):,.0f} tokens each) = {total[name] / scale:.3g} "
-              f"{unit}: {flops(total[name] / p.mean('step_seconds'))} at {p.mean('step_seconds'):.3f} s/step")
-    print(f"TRL / engine FLOPs per step {total['trl'] / total['engine off']:.2f}x; "
-          f"measured engine / TRL completions/s {speed:.2f}x")
+        print(
+            f"{name:<11} {first} {f['sampling'] / scale:.3g} (prefill {p.mean('prefill_tokens'):,.0f} + decode "
+            f"{p.mean('decode_tokens'):,.0f} tokens) + reference {f['reference'] / scale:.3g} + update "
+            f"{f['update'] / scale:.3g} ({p.mean('forward_tokens'):,.0f} tokens each) = {total[name] / scale:.3g} "
+            f"{unit}: {flops(total[name] / p.mean('step_seconds'))} at {p.mean('step_seconds'):.3f} s/step"
+        )
+    print(
+        f"TRL / engine FLOPs per step {total['trl'] / total['engine off']:.2f}x; "
+        f"measured engine / TRL completions/s {speed:.2f}x"
+    )
 
 
 # ---- main ------------------------------------------------------------------------------------------------
 
+
 def parse_args() -> argparse.Namespace:
     """The flags; the configurations to run are checked and listed in ``configs``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache-dir", help="built-in model cache (default: a temporary dir; the model is built there first)")
-    parser.add_argument("--configs", default=",".join(CPU_CONFIGS),
-                        help=f"of {', '.join(CPU_CONFIGS + (REAL_CONFIG, GPU_CONFIG))}")
+    parser.add_argument(
+        "--cache-dir", help="built-in model cache (default: a temporary dir; the model is built there first)"
+    )
+    parser.add_argument(
+        "--configs", default=",".join(CPU_CONFIGS), help=f"of {', '.join(CPU_CONFIGS + (REAL_CONFIG, GPU_CONFIG))}"
+    )
     parser.add_argument("--gpu", action="store_true", help=f"add {GPU_CONFIG} (needs CUDA)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds; each runs every variant of every configuration once")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds; each runs every variant of every configuration once"
+    )
     parser.add_argument("--steps", type=int, default=12, help="optimizer steps per trial (llama25m, qwen05b)")
-    parser.add_argument("--builtin-steps", type=int, default=60, help="optimizer steps per trial of builtin (fast steps)")
-    parser.add_argument("--long-steps", type=int, default=5, help="optimizer steps per trial of longprompt (slow steps)")
-    parser.add_argument("--smollm2-steps", type=int, default=5, help="optimizer steps per trial of smollm2 (slow steps)")
+    parser.add_argument(
+        "--builtin-steps", type=int, default=60, help="optimizer steps per trial of builtin (fast steps)"
+    )
+    parser.add_argument(
+        "--long-steps", type=int, default=5, help="optimizer steps per trial of longprompt (slow steps)"
+    )
+    parser.add_argument(
+        "--smollm2-steps", type=int, default=5, help="optimizer steps per trial of smollm2 (slow steps)"
+    )
     parser.add_argument("--smollm2-batch-size", type=int, default=4, help="B of smollm2")
-    parser.add_argument("--smollm2-new-tokens", type=int, default=160, help="new tokens per completion at most, smollm2")
+    parser.add_argument(
+        "--smollm2-new-tokens", type=int, default=160, help="new tokens per completion at most, smollm2"
+    )
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each trial left out of the rates")
-    parser.add_argument("--batch-size", type=int, default=8, help="B: questions per step (longprompt: --long-batch-size)")
-    parser.add_argument("--long-batch-size", type=int, default=4, help="B of longprompt (a step near half a minute on 2 cores)")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="B: questions per step (longprompt: --long-batch-size)"
+    )
+    parser.add_argument(
+        "--long-batch-size", type=int, default=4, help="B of longprompt (a step near half a minute on 2 cores)"
+    )
     parser.add_argument("--group-size", type=int, default=8, help="G: completions per question")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="new tokens per completion at most (longprompt: 128)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=32, help="new tokens per completion at most (longprompt: 128)"
+    )
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient")
     parser.add_argument("--epsilon", type=float, default=0.2, help="clip range")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--decode", default="dynamic", choices=("dynamic", "static", "compiled"),
-                        help="the engine's sampler (run-spec key decode; 'compiled': CUDA graphs on a GPU)")
-    parser.add_argument("--min-ratio", type=float, help="PASS when engine / TRL completions/s is at least this, on every "
-                                                        f"configuration (default: per configuration, {TARGETS})")
-    parser.add_argument("--max-overhead", type=float, default=5.0, help="PASS when recording adds at most this, in percent")
-    parser.add_argument("--overhead-repeats", type=int, default=4,
-                        help="pairs of runs of bench/recording_overhead.py for the recording check (builtin)")
+    parser.add_argument(
+        "--decode",
+        default="dynamic",
+        choices=("dynamic", "static", "compiled"),
+        help="the engine's sampler (run-spec key decode; 'compiled': CUDA graphs on a GPU)",
+    )
+    parser.add_argument(
+        "--min-ratio",
+        type=float,
+        help="PASS when engine / TRL completions/s is at least this, on every "
+        f"configuration (default: per configuration, {TARGETS})",
+    )
+    parser.add_argument(
+        "--max-overhead", type=float, default=5.0, help="PASS when recording adds at most this, in percent"
+    )
+    parser.add_argument(
+        "--overhead-repeats",
+        type=int,
+        default=4,
+        help="pairs of runs of bench/recording_overhead.py for the recording check (builtin)",
+    )
     args = parser.parse_args()
     configs = [c for c in args.configs.split(",") if c]
     if args.gpu and GPU_CONFIG not in configs:
@@ -336,10 +423,20 @@ def config_steps(config: str, args) -> int:
 
 def shared_settings(args, cache_dir: Path) -> dict:
     """The trial settings every configuration starts from: the flags'."""
-    return dict(batch_size=args.batch_size, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
-                beta=args.beta, epsilon=args.epsilon, temperature=args.temperature, top_p=args.top_p,
-                learning_rate=args.learning_rate, seed=args.seed, chat=False, decode=args.decode,
-                cache_dir=str(cache_dir))
+    return dict(
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens,
+        beta=args.beta,
+        epsilon=args.epsilon,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        chat=False,
+        decode=args.decode,
+        cache_dir=str(cache_dir),
+    )
 
 
 def trial_settings(config: str, args, shared: dict) -> dict:
@@ -357,15 +454,24 @@ def run_rounds(settings: dict[str, dict], models: dict[str, tuple[str, int]], ar
         for config, s in settings.items():
             k = round_ % len(variants[config])
             for variant in variants[config][k:] + variants[config][:k]:
-                trial = {**s, "config": config, "variant": variant, "model_dir": models[config][0],
-                         "record": variant == "engine on", "device": "cuda" if config == GPU_CONFIG else "cpu"}
+                trial = {
+                    **s,
+                    "config": config,
+                    "variant": variant,
+                    "model_dir": models[config][0],
+                    "record": variant == "engine on",
+                    "device": "cuda" if config == GPU_CONFIG else "cpu",
+                }
                 t0 = time.perf_counter()
                 r = run_child(trial)
                 results[config][variant].append(r)
                 p = Pooled([r], args.warmup, s["batch_size"] * s["group_size"])
-                print(f"round {round_ + 1} {config:<10} {variant:<10}: {p.completions_per_s():7.1f} completions/s, "
-                      f"{p.tokens_per_s():8.1f} tokens/s, {p.mean('step_seconds'):.3f} s/step "
-                      f"({time.perf_counter() - t0:.0f}s with set-up)", flush=True)
+                print(
+                    f"round {round_ + 1} {config:<10} {variant:<10}: {p.completions_per_s():7.1f} completions/s, "
+                    f"{p.tokens_per_s():8.1f} tokens/s, {p.mean('step_seconds'):.3f} s/step "
+                    f"({time.perf_counter() - t0:.0f}s with set-up)",
+                    flush=True,
+                )
     return results
 
 
@@ -377,8 +483,10 @@ def main() -> int:
     args.word_problems = str(write_word_problems(work_dir / "word_problems.jsonl"))  # smollm2's, real_model.py's
     shared = shared_settings(args, cache_dir)
     settings = {c: trial_settings(c, args, shared) for c in args.configs}
-    print(f"settings: {json.dumps({k: v for k, v in shared.items() if k != 'cache_dir'})}, mu 1, the first "
-          f"{args.warmup} steps of each trial left out, repeats {args.repeats}; model cache {cache_dir}")
+    print(
+        f"settings: {json.dumps({k: v for k, v in shared.items() if k != 'cache_dir'})}, mu 1, the first "
+        f"{args.warmup} steps of each trial left out, repeats {args.repeats}; model cache {cache_dir}"
+    )
     for config, s in settings.items():  # what each configuration has of its own
         print(f"  {config}: {json.dumps({k: v for k, v in s.items() if shared.get(k) != v})}", flush=True)
     try:
@@ -386,8 +494,11 @@ def main() -> int:
         for config in args.configs:
             t0 = time.perf_counter()
             models[config] = prepare_model(config, cache_dir, work_dir, args.seed)
-            print(f"{config}: {models[config][1]:,} parameters at {models[config][0]} "
-                  f"(ready in {time.perf_counter() - t0:.1f}s)", flush=True)
+            print(
+                f"{config}: {models[config][1]:,} parameters at {models[config][0]} "
+                f"(ready in {time.perf_counter() - t0:.1f}s)",
+                flush=True,
+            )
             if "eos_lift" in MODELS.get(config, {}):  # its prompts' length and what the lift makes of its outputs
                 show_prompt_and_lengths(models[config][0], settings[config])
         results = run_rounds(settings, models, args)

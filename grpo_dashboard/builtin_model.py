@@ -1,5 +1,6 @@
 """``grpo-dashboard builtin-model DIR``: write the built-in tiny model as a Hugging Face model directory
 (config, weights, tokenizer), so other tools can load it. The engine is imported only when this runs."""
+
 from __future__ import annotations
 
 import argparse

@@ -12,6 +12,7 @@ Settings come from the environment (app/settings.py); ``--data-dir`` sets GRPO_D
 are read, so the embedded worker inherits it. Nothing here or in those modules imports torch at import
 time: the commands that need the engine import it when they run. URLs are printed with their passwords masked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,9 @@ WITHOUT_DATA_DIR = {"hash-password"}  # reads a password and prints its hash: no
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grpo-dashboard", description="Launch, watch and look inside GRPO runs.")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", help="where the embedded store, broker, caches and logs live (sets GRPO_DATA_DIR)")
+    common.add_argument(
+        "--data-dir", help="where the embedded store, broker, caches and logs live (sets GRPO_DATA_DIR)"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMANDS.items():
         command = commands.add_parser(name, parents=[] if name in WITHOUT_DATA_DIR else [common], help=module.HELP)

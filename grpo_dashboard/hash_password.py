@@ -1,13 +1,15 @@
 """``grpo-dashboard hash-password [USER]``: read a password and print its hash (``USER:hash`` with a
 user name), ready for GRPO_AUTH_USERS or GRPO_AUTH_FILE. Touches no store and no data directory."""
+
 from __future__ import annotations
 
 import argparse
 import getpass
 import sys
 
-HELP = ("read a password (twice; one line from stdin when piped) and print its hash, "
-        "for GRPO_AUTH_USERS or GRPO_AUTH_FILE")
+HELP = (
+    "read a password (twice; one line from stdin when piped) and print its hash, for GRPO_AUTH_USERS or GRPO_AUTH_FILE"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ with the latest metrics and the run's phase, the engine's log lines, and Ctrl-C 
 Imported only when ``train`` runs: it brings in the store's recorder and tqdm, which the other
 commands (and ``--help``) do not need.
 """
+
 from __future__ import annotations
 
 import signal

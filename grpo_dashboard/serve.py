@@ -3,6 +3,7 @@ worker as a child process, and stops it on the way out (Ctrl-C or SIGTERM).
 
 The web process never imports torch: the worker is a separate process (grpo_dashboard/worker.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,10 @@ def _start_worker(log_path: Path) -> subprocess.Popen:
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "grpo_dashboard.cli", "worker", "--embedded"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")},
         )
 
@@ -76,8 +80,11 @@ def run(args: argparse.Namespace) -> int:
             worker = _start_worker(log_path)
             print(f"grpo-dashboard: embedded worker (pid {worker.pid}) logs to {log_path}", flush=True)
         else:
-            print(f"grpo-dashboard: no embedded worker; runs go to queue {settings.queue!r} "
-                  f"on {mask_url(settings.broker_url)} (start workers with `grpo-dashboard worker`)", flush=True)
+            print(
+                f"grpo-dashboard: no embedded worker; runs go to queue {settings.queue!r} "
+                f"on {mask_url(settings.broker_url)} (start workers with `grpo-dashboard worker`)",
+                flush=True,
+            )
         print(f"grpo-dashboard: data in {settings.data_dir}, store {mask_url(settings.database_url)}", flush=True)
         print(f"grpo-dashboard: open http://{args.host}:{args.port}", flush=True)
         if worker is not None:  # the worker (started above, at normal priority) trains first when they compete

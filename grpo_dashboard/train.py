@@ -6,6 +6,7 @@ it at its next step, a second Ctrl-C stops at once. Exit status: 0 when the run 
 did not, 2 for a spec file that cannot be read or is not a valid spec (nothing is created then).
 The engine and torch are imported only when this command runs.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -5,6 +5,7 @@ Besides Celery's loop it reports itself (queues, GPUs) to the store and requeues
 died, on a thread of its own; on shutdown the running job pauses at its next step. torch is imported
 only when this command runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,11 +23,17 @@ HELP = "a Celery worker that runs training jobs, one at a time"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--queue", help="comma-separated queues to consume (default: GRPO_QUEUE (else 'grpo') and "
-                                        "GRPO_QUEUE.gpu on a machine with a CUDA GPU, GRPO_QUEUE.cpu on one without)")
+    parser.add_argument(
+        "--queue",
+        help="comma-separated queues to consume (default: GRPO_QUEUE (else 'grpo') and "
+        "GRPO_QUEUE.gpu on a machine with a CUDA GPU, GRPO_QUEUE.cpu on one without)",
+    )
     parser.add_argument("--loglevel", default="INFO", help="Celery log level (default INFO)")
-    parser.add_argument("--embedded", action="store_true",
-                        help="started by `serve`: exit with the parent process, stop a running job on shutdown")
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="started by `serve`: exit with the parent process, stop a running job on shutdown",
+    )
 
 
 def _exit_with_parent() -> None:
@@ -100,29 +107,39 @@ def run(args: argparse.Namespace) -> int:
         from workers.errors import limit_memory
 
         limit_memory(settings.worker_memory_gb)
-        print(f"grpo-dashboard worker: memory capped at {settings.worker_memory_gb:g} GB (GRPO_WORKER_MEMORY_GB)",
-              flush=True)
+        print(
+            f"grpo-dashboard worker: memory capped at {settings.worker_memory_gb:g} GB (GRPO_WORKER_MEMORY_GB)",
+            flush=True,
+        )
     db.upgrade_database()
     if args.queue:
         queues = args.queue
     else:  # its device class's queue and the one any worker takes; the embedded worker, the only one, takes all
         queues = ",".join(worker_queues(settings.queue, None if args.embedded else _device_class()))
-    print(f"grpo-dashboard worker: queues {queues}; store {mask_url(settings.database_url)}; "
-          f"broker {mask_url(settings.broker_url)}; checkpoints in {settings.checkpoint_dir}", flush=True)
+    print(
+        f"grpo-dashboard worker: queues {queues}; store {mask_url(settings.database_url)}; "
+        f"broker {mask_url(settings.broker_url)}; checkpoints in {settings.checkpoint_dir}",
+        flush=True,
+    )
     declare_queues(queues.split(","))
     if args.embedded:
         _requeue_orphaned_runs()
         threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
     worker_shutting_down.connect(_interrupt_running_job, weak=False)
-    threading.Thread(target=_watch_leases, args=(settings.lease_seconds / 4, queues.split(",")), name="lease-watch",
-                     daemon=True).start()
-    celery_app.worker_main([
-        "worker",
-        "--pool=solo",  # the job runs in the worker's main process: one training job at a time, no fork of torch
-        "--concurrency=1",
-        "-Q", queues,
-        f"--loglevel={args.loglevel}",
-        f"--hostname=grpo-{os.getpid()}@%h",  # unique per process, so several workers on one machine coexist
-        "--without-gossip", "--without-mingle",  # workers do not talk to each other
-    ])
+    threading.Thread(
+        target=_watch_leases, args=(settings.lease_seconds / 4, queues.split(",")), name="lease-watch", daemon=True
+    ).start()
+    celery_app.worker_main(
+        [
+            "worker",
+            "--pool=solo",  # the job runs in the worker's main process: one training job at a time, no fork of torch
+            "--concurrency=1",
+            "-Q",
+            queues,
+            f"--loglevel={args.loglevel}",
+            f"--hostname=grpo-{os.getpid()}@%h",  # unique per process, so several workers on one machine coexist
+            "--without-gossip",
+            "--without-mingle",  # workers do not talk to each other
+        ]
+    )
     return 0

@@ -7,6 +7,7 @@ precedence decides the answer (``2+3*4`` is 14, not 20). An example is ``{"quest
 ``#### <answer>``, GSM8K style. The step checker plays the process reward model's part (paper 4.1.3) on
 this task. Pure Python: no torch.
 """
+
 from __future__ import annotations
 
 import random
@@ -90,12 +91,14 @@ def builtin_examples() -> tuple[list[dict], list[dict]]:
     examples = []
     for a, op1, b, op2, c in _builtin_questions():
         steps, answer = solve(a, op1, b, op2, c)
-        examples.append({
-            "question": f"{a}{op1}{b}{op2}{c}",
-            "answer": str(answer),
-            "solution": format_solution(steps, answer),
-            "steps": steps,
-        })
+        examples.append(
+            {
+                "question": f"{a}{op1}{b}{op2}{c}",
+                "answer": str(answer),
+                "solution": format_solution(steps, answer),
+                "steps": steps,
+            }
+        )
     uses = Counter(step for ex in examples for step in ex["steps"])
     train, heldout = [], []
     for ex in examples:  # already in a fixed shuffled order

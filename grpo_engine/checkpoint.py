@@ -19,6 +19,7 @@ temporary directory and renamed into place, so a worker killed while saving leav
 checkpoint behind; the newest ``keep`` are kept. ``final/`` (``save_final``) holds the policy at
 the end of the run as a Hugging Face model directory.
 """
+
 from __future__ import annotations
 
 import json
@@ -102,9 +103,22 @@ def process_random_state() -> dict[str, torch.Tensor]:
     return state
 
 
-def save(run_dir: Path, *, step: int, iteration: int, policy, optimizer, reference, lora: bool,
-         rng, rm=None, rm_rng=None, rm_history=None, keep: int = 2,
-         process_states: list[dict[str, torch.Tensor]] | None = None) -> Path:
+def save(
+    run_dir: Path,
+    *,
+    step: int,
+    iteration: int,
+    policy,
+    optimizer,
+    reference,
+    lora: bool,
+    rng,
+    rm=None,
+    rm_rng=None,
+    rm_history=None,
+    keep: int = 2,
+    process_states: list[dict[str, torch.Tensor]] | None = None,
+) -> Path:
     """Write the checkpoint after ``step`` and keep only the newest ``keep``. Returns its directory.
 
     ``policy`` and ``reference`` are unwrapped modules (``reference`` None: LoRA, or still the starting
@@ -142,8 +156,12 @@ def save(run_dir: Path, *, step: int, iteration: int, policy, optimizer, referen
 
     # 3. state.json last: its presence marks the checkpoint complete
     state = {
-        "format": FORMAT, "step": step, "iteration": iteration, "adapter_only": adapter_only,
-        "has_reference": reference is not None, "optimizer": opt_meta,
+        "format": FORMAT,
+        "step": step,
+        "iteration": iteration,
+        "adapter_only": adapter_only,
+        "has_reference": reference is not None,
+        "optimizer": opt_meta,
         "rng": _random_state_to_json(rng.getstate()),
         "rm_rng": _random_state_to_json(rm_rng.getstate()) if rm_rng is not None else None,
         "rm_history": [asdict(e) for e in rm_history] if rm_history is not None else None,
@@ -164,15 +182,17 @@ def read_state(checkpoint: Path) -> dict[str, Any]:
     return state
 
 
-def load(checkpoint: Path, state: dict[str, Any], *, policy, optimizer, reference, rng, rm=None, rm_rng=None,
-         rank: int = 0) -> None:
+def load(
+    checkpoint: Path, state: dict[str, Any], *, policy, optimizer, reference, rng, rm=None, rm_rng=None, rank: int = 0
+) -> None:
     """Restore a checkpoint into the freshly built ``policy`` / ``optimizer`` / ``reference`` / ``rm``
     (the same shapes as when it was saved) and the random states (``rank``: this process's in a
     data-parallel run)."""
     device = next(policy.parameters()).device
     if state["adapter_only"]:
-        missing, unexpected = policy.load_state_dict(load_file(checkpoint / "policy.safetensors", device=str(device)),
-                                                     strict=False)
+        missing, unexpected = policy.load_state_dict(
+            load_file(checkpoint / "policy.safetensors", device=str(device)), strict=False
+        )
         if unexpected:
             raise ValueError(f"checkpoint {checkpoint}: unexpected adapter weights {unexpected[:3]}")
     else:

@@ -10,6 +10,7 @@ web process also calls at launch and on upload, so a bad file is refused with th
 named before any worker sees it. Its JSONL reader, :func:`iter_jsonl`, also reads the PRM's
 Math-Shepherd files, with the same messages. The built-in task's examples come from builtin_task.
 """
+
 from __future__ import annotations
 
 import csv
@@ -81,7 +82,7 @@ def iter_jsonl(source: bytes | str | Path, name: str) -> Iterator[tuple[int, obj
     >>> list(iter_jsonl(b'{"a": 1}\\n\\n[2]\\n', "f.jsonl"))
     [(1, {'a': 1}), (3, [2])]
     """
-    with (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")) as stream:
+    with io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") as stream:
         for lineno, line in _text_lines(stream, name):
             if not line.strip():
                 continue
@@ -106,8 +107,10 @@ def _jsonl_rows(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) ->
 def _missing_columns(columns: list[str], name: str, fields: tuple[str, str, str] = FIELDS) -> None:
     missing = [k for k in fields[:2] if k not in columns]
     if missing:
-        raise ValueError(f"{name}: needs the columns '{fields[0]}' and '{fields[1]}'; missing {', '.join(map(repr, missing))} "
-                         f"(found: {', '.join(map(repr, columns)) or 'none'})")
+        raise ValueError(
+            f"{name}: needs the columns '{fields[0]}' and '{fields[1]}'; missing {', '.join(map(repr, missing))} "
+            f"(found: {', '.join(map(repr, columns)) or 'none'})"
+        )
 
 
 def _csv_rows(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> Iterator[dict]:
@@ -122,8 +125,10 @@ def _csv_rows(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> I
             for row in reader:
                 n_fields = len(columns) + len(row.get(None) or []) - sum(v is None for v in row.values())
                 if n_fields != len(columns):
-                    raise ValueError(f"{name}: line {reader.reader.line_num} has {n_fields} "
-                                     f"field{'s' if n_fields != 1 else ''}, the header has {len(columns)}")
+                    raise ValueError(
+                        f"{name}: line {reader.reader.line_num} has {n_fields} "
+                        f"field{'s' if n_fields != 1 else ''}, the header has {len(columns)}"
+                    )
                 if not any(row.values()):  # a line of empty fields (",,")
                     continue
                 yield _example(row, f"line {reader.reader.line_num}", name, fields)
@@ -154,7 +159,9 @@ def _parquet_rows(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) 
 READERS = {".jsonl": _jsonl_rows, ".csv": _csv_rows, ".parquet": _parquet_rows}
 
 
-def iter_dataset_file(path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS) -> Iterator[dict]:
+def iter_dataset_file(
+    path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS
+) -> Iterator[dict]:
     """The rows ``{"question", "answer", "solution"}`` of a .jsonl, .csv or .parquet file, read as a stream (bounded
     memory whatever the file's size) from its columns ``fields`` (the question's, the answer's and the optional
     solution's; by default so named).
@@ -168,8 +175,10 @@ def iter_dataset_file(path: str | Path, name: str | None = None, fields: tuple[s
     name = name or str(path)
     reader = READERS.get(path.suffix.lower())
     if reader is None:
-        raise ValueError(f"{name}: unsupported file type {path.suffix or '(no extension)'!r}; "
-                         f"a dataset file is {', '.join(DATASET_SUFFIXES)}")
+        raise ValueError(
+            f"{name}: unsupported file type {path.suffix or '(no extension)'!r}; "
+            f"a dataset file is {', '.join(DATASET_SUFFIXES)}"
+        )
     try:
         with open(path, "rb") as stream:
             blank = not any(chunk.strip() for chunk in iter(lambda: stream.read(1 << 16), b""))
@@ -190,8 +199,9 @@ def read_dataset_file(path: str | Path, name: str | None = None, fields: tuple[s
     return rows
 
 
-def check_dataset_file(path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS,
-                       keep: int = 5) -> tuple[int, list[dict]]:
+def check_dataset_file(
+    path: str | Path, name: str | None = None, fields: tuple[str, str, str] = FIELDS, keep: int = 5
+) -> tuple[int, list[dict]]:
     """Check a whole dataset file as a stream, keeping only its first ``keep`` rows: (row count, first rows).
     The same refusals as :func:`read_dataset_file`, in memory bounded by a line (a Parquet batch) whatever the
     file's size."""
@@ -221,8 +231,9 @@ def load_hub_split(name: str, config: str, split: str, what: str = "dataset"):
         return datasets.load_dataset(name, config or None, split=split)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ValueError(f"{what} {name!r} (config {config or 'default'!r}, split {split!r}) could not be loaded: "
-                         f"{first[:300]}") from None
+        raise ValueError(
+            f"{what} {name!r} (config {config or 'default'!r}, split {split!r}) could not be loaded: {first[:300]}"
+        ) from None
 
 
 def _hub_rows(name: str, config: str, split: str, fields: tuple[str, str, str]) -> list[dict]:
@@ -230,13 +241,16 @@ def _hub_rows(name: str, config: str, split: str, fields: tuple[str, str, str]) 
     table = load_hub_split(name, config, split)
     missing = [k for k in fields[:2] if k not in table.column_names]
     if missing:
-        raise ValueError(f"dataset {name!r}: no column {', '.join(map(repr, missing))} (its columns: "
-                         f"{', '.join(map(repr, table.column_names))}); set question_field / answer_field")
+        raise ValueError(
+            f"dataset {name!r}: no column {', '.join(map(repr, missing))} (its columns: "
+            f"{', '.join(map(repr, table.column_names))}); set question_field / answer_field"
+        )
     return [_example(row, f"row {i + 1} of split {split!r}", name, fields) for i, row in enumerate(table)]
 
 
-def load_dataset(name: str, *, config: str = "", split: str = "train", eval_split: str = "",
-                 fields: tuple[str, str, str] = FIELDS) -> tuple[list[dict], list[dict]]:
+def load_dataset(
+    name: str, *, config: str = "", split: str = "train", eval_split: str = "", fields: tuple[str, str, str] = FIELDS
+) -> tuple[list[dict], list[dict]]:
     """Load ``name`` as (train, heldout) example lists ``{"question", "answer", "solution"}``.
 
     - ``builtin-arith``: the built-in task (its own fixed held-out split).

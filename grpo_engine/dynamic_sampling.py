@@ -22,6 +22,7 @@ the std of that draw's rewards, its dropped groups' included.
 :func:`fill_informative` is that loop over plain data; :func:`informative_batch` runs it on sampled and scored
 draws (step.Sampled, step.Scored) and joins the kept groups into one batch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -37,8 +38,13 @@ LEFT_PADDED = ("prompt_ids", "prompt_attn")  # prompts are left-padded; every ot
 PAD_TOKEN = ("prompt_ids", "completions")  # padded with the pad token; masks and advantages with 0
 
 
-def fill_informative(draw: Callable[[int], list[T]], need: int, max_resample: int, informative: Callable[[T], bool],
-                     agree: Callable[[int], int] = lambda missing: missing) -> tuple[list[T], int, int]:
+def fill_informative(
+    draw: Callable[[int], list[T]],
+    need: int,
+    max_resample: int,
+    informative: Callable[[T], bool],
+    agree: Callable[[int], int] = lambda missing: missing,
+) -> tuple[list[T], int, int]:
     """Draw groups until ``need`` informative ones are kept or ``max_resample`` extra draws were made.
 
     draw(m): m fresh groups (the first call asks for ``need``); informative(g): whether g's rewards differ;
@@ -108,8 +114,7 @@ def cat_padded(tensors: list[torch.Tensor], left: bool, value: float) -> torch.T
     ``left``). Example: [[1, 2]] and [[3]] right-padded with 0 -> [[1, 2], [3, 0]]."""
     if tensors[0].dim() == 2:
         width = max(t.shape[1] for t in tensors)
-        tensors = [F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]), value=value)
-                   for t in tensors]
+        tensors = [F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]), value=value) for t in tensors]
     return torch.cat(tensors)
 
 
@@ -125,8 +130,9 @@ class Filled:
     sampling: float  # seconds every draw spent sampling
 
 
-def informative_batch(first: tuple, draw_scored: Callable[[int], tuple], need: int, max_resample: int, G: int,
-                      procs, pad_id: int) -> Filled:
+def informative_batch(
+    first: tuple, draw_scored: Callable[[int], tuple], need: int, max_resample: int, G: int, procs, pad_id: int
+) -> Filled:
     """Dynamic sampling on this process. ``first``: (Sampled, Scored, seconds spent sampling) of the step's own
     questions; draw_scored(m): the same for m fresh questions; ``need``: this process's share of B; ``procs``:
     parallel.Processes (agreeing on every draw's size, summing the counts). A group is informative when the
@@ -142,8 +148,9 @@ def informative_batch(first: tuple, draw_scored: Callable[[int], tuple], need: i
         part, b = group
         return len(set(parts[part][1].group_rewards[b])) > 1
 
-    kept, drawn, dropped = fill_informative(draw, need, max_resample, informative,
-                                            lambda missing: max(procs.gather([missing])))
+    kept, drawn, dropped = fill_informative(
+        draw, need, max_resample, informative, lambda missing: max(procs.gather([missing]))
+    )
     totals = procs.sum([float(drawn), float(dropped), float(len(kept))])
     if not kept:  # none here: the step's own groups, whose advantages are all 0
         kept = [(0, b) for b in range(len(first[0].batch))]

@@ -22,6 +22,7 @@ prompt runs once in each micro-batch it lands in), whichever processes fewer tok
 Shapes: N sequences of the step, n of a micro-batch, U its distinct prompts, P prompt tokens, T completion
 tokens, V the vocabulary.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -79,13 +80,15 @@ def plan_micro_batches(mask: torch.Tensor, prompt_attn: torch.Tensor, group_size
     orders = [torch.arange(n)]
     if size < n:
         orders.append(torch.sort(lengths, descending=True, stable=True).indices)
-    plans = [[micro_batch(order[i:i + size], lengths, cpu_attn, group_size) for i in range(0, n, size)]
-             for order in orders]
+    plans = [
+        [micro_batch(order[i : i + size], lengths, cpu_attn, group_size) for i in range(0, n, size)] for order in orders
+    ]
     return min(plans, key=lambda plan: sum(mb.tokens(prompt_attn.shape[1]) for mb in plan))
 
 
-def shared_prompt_logprobs(model, prompt_ids, prompt_attn, prompt_of, completions, mask, temperature: float = 1.0,
-                           entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def shared_prompt_logprobs(
+    model, prompt_ids, prompt_attn, prompt_of, completions, mask, temperature: float = 1.0, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) and the entropy of each completion token, each prompt run once: ``prompt_ids``,
     ``prompt_attn`` (U, P) the distinct prompts, left-padded; ``prompt_of`` (n,) the prompt each of the n
     ``completions`` (n, T) continues; ``mask`` (n, T) their real tokens. Returns (n, T), (n, T) (None without
@@ -98,38 +101,65 @@ def shared_prompt_logprobs(model, prompt_ids, prompt_attn, prompt_of, completion
     """
     T = completions.shape[1]
     if T == 1:  # one padding column, so that the completion pass runs (see below) and is dropped after
-        logp, ent = shared_prompt_logprobs(model, prompt_ids, prompt_attn, prompt_of, F.pad(completions, (0, 1)),
-                                           F.pad(mask, (0, 1)), temperature, entropy)
+        logp, ent = shared_prompt_logprobs(
+            model,
+            prompt_ids,
+            prompt_attn,
+            prompt_of,
+            F.pad(completions, (0, 1)),
+            F.pad(mask, (0, 1)),
+            temperature,
+            entropy,
+        )
         return logp[:, :1], None if ent is None else ent[:, :1]
     positions = (prompt_attn.cumsum(dim=1) - 1).clamp(min=0)  # (U, P)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_attn, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids, attention_mask=prompt_attn, position_ids=positions, use_cache=True, logits_to_keep=1
+    )
     cache = getattr(out, CACHE)
     cache.batch_select_indices(prompt_of)  # (U, ...) -> (n, ...); the gradient sums back over the group
     attn = torch.cat([prompt_attn[prompt_of], mask[:, :-1].long()], dim=1)  # (n, P + T - 1)
-    steps = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, prompt_ids.shape[1]:]  # (n, T - 1)
-    rest = model(input_ids=completions[:, :-1], attention_mask=attn, position_ids=steps, use_cache=True,
-                 **{CACHE: cache}).logits  # (n, T - 1, V): predict o_1 .. o_{T-1}
+    steps = (attn.cumsum(dim=1) - 1).clamp(min=0)[:, prompt_ids.shape[1] :]  # (n, T - 1)
+    rest = model(
+        input_ids=completions[:, :-1], attention_mask=attn, position_ids=steps, use_cache=True, **{CACHE: cache}
+    ).logits  # (n, T - 1, V): predict o_1 .. o_{T-1}
     first = logits_to_logprobs(out.logits[:, -1:][prompt_of], completions[:, :1], temperature, entropy)  # o_0
     later = logits_to_logprobs(rest, completions[:, 1:], temperature, entropy)  # o_1 .. o_{T-1}
-    return (torch.cat([first[0], later[0]], dim=1),
-            None if first[1] is None else torch.cat([first[1], later[1]], dim=1))
+    return (
+        torch.cat([first[0], later[0]], dim=1),
+        None if first[1] is None else torch.cat([first[1], later[1]], dim=1),
+    )
 
 
-def micro_batch_logprobs(model, mb: MicroBatch, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0,
-                         entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def micro_batch_logprobs(
+    model, mb: MicroBatch, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`shared_prompt_logprobs` of one micro-batch of the step's tensors (``prompt_ids``, ``prompt_attn``
     (N, P), ``completions``, ``mask`` (N, T)), its padding cut; returns (n, T) padded back with zeros (the
     columns past its longest completion are padding in every row: the loss mask leaves them out)."""
     rows, cols, start = mb.rows.to(completions.device), slice(0, mb.length), mb.prompt_start
     if model.training and recomputes_activations(model):  # it keeps no KV cache while training: run it flat
-        logp, ent = token_logprobs(model, prompt_ids[rows, start:], prompt_attn[rows, start:],
-                                   completions[rows, cols], mask[rows, cols], temperature, entropy)
+        logp, ent = token_logprobs(
+            model,
+            prompt_ids[rows, start:],
+            prompt_attn[rows, start:],
+            completions[rows, cols],
+            mask[rows, cols],
+            temperature,
+            entropy,
+        )
     else:
         prompts = mb.prompt_rows.to(prompt_ids.device)
-        logp, ent = shared_prompt_logprobs(model, prompt_ids[prompts, start:], prompt_attn[prompts, start:],
-                                           mb.prompt_of.to(rows.device), completions[rows, cols], mask[rows, cols],
-                                           temperature, entropy)
+        logp, ent = shared_prompt_logprobs(
+            model,
+            prompt_ids[prompts, start:],
+            prompt_attn[prompts, start:],
+            mb.prompt_of.to(rows.device),
+            completions[rows, cols],
+            mask[rows, cols],
+            temperature,
+            entropy,
+        )
     pad = (0, completions.shape[1] - mb.length)
     return F.pad(logp, pad), None if ent is None else F.pad(ent, pad)
 

@@ -8,6 +8,7 @@ vocabulary among them) and then each tensor's name, dims, type and offset, all l
 values are skipped, not decoded: the gguf package's reader decodes them all in Python (about 4 s for a
 49k-token vocabulary on 2 CPU cores), this reads the same file's shapes in tens of milliseconds.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,7 +50,7 @@ class _Header:
 
     def string(self) -> str:
         n = self.u64()
-        return bytes(self.data[self.take(n): self.pos]).decode("utf-8", errors="replace")
+        return bytes(self.data[self.take(n) : self.pos]).decode("utf-8", errors="replace")
 
     def skip_value(self, kind: int) -> None:
         if kind in SCALAR_SIZES:
@@ -103,6 +104,9 @@ def gguf_parameter_counts(path: str | Path) -> tuple[int, list[tuple[int, int]]]
     (``output``, absent where the head is tied to the embedding, which then counts once)."""
     shapes = gguf_tensor_shapes(path)
     total = sum(math.prod(shape) for shape in shapes.values())
-    linear = [(s[0], s[1]) for name, s in shapes.items()
-              if len(s) == 2 and name.startswith("blk.") and name.endswith(".weight")]
+    linear = [
+        (s[0], s[1])
+        for name, s in shapes.items()
+        if len(s) == 2 and name.startswith("blk.") and name.endswith(".weight")
+    ]
     return total, linear

@@ -13,6 +13,7 @@ policy, the reward model, a label completer, checkpoints, the exported policy) r
 
 The conversion holds the weights twice in fp32 while it copies them (about 1.1 GB for 135M parameters).
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,8 +53,11 @@ def gguf_model_dir(path: str | Path, cache_dir: Path, log=print) -> Path:
     """
     source = Path(path).expanduser().resolve()
     if not source.is_file():
-        raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist" if not source.exists()
-                                else f"{str(path)!r} is not a GGUF file but a directory")
+        raise FileNotFoundError(
+            f"GGUF file {str(path)!r} does not exist"
+            if not source.exists()
+            else f"{str(path)!r} is not a GGUF file but a directory"
+        )
     target = Path(cache_dir) / GGUF_CACHE / gguf_key(source)
     start = time.monotonic()
 
@@ -61,8 +65,12 @@ def gguf_model_dir(path: str | Path, cache_dir: Path, log=print) -> Path:
         log(f"converting {source.name} into a model directory (first use of this file only)")
         convert_gguf(source, tmp)
 
-    if build_once(target, target.with_name(f".{target.name}.lock"), build,
-                  missing=f"the conversion of {source.name} wrote no weights"):
+    if build_once(
+        target,
+        target.with_name(f".{target.name}.lock"),
+        build,
+        missing=f"the conversion of {source.name} wrote no weights",
+    ):
         log(f"converted {source.name} in {time.monotonic() - start:.0f}s into {target}")
     return target
 

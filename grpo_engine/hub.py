@@ -12,6 +12,7 @@ checks at launch and the worker again before loading (each on its own machine), 
 
 Pure: huggingface_hub only (no torch), so the web process can use it.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,11 +20,18 @@ from pathlib import Path
 
 from .config import BUILTIN_DATASET, BUILTIN_MODEL, SpecError, is_local_path
 
-HUB_KEYS = (("model", "model"), ("reward_model", "model"), ("label_completer", "model"), ("dataset", "dataset"),
-            ("rm_data", "dataset"))
-WITHOUT_THE_HUB = ("give a local directory instead, upload the dataset in the Launch tab, or download it on the "
-                   "workers first (`hf download <id>`, add `--repo-type dataset` for a dataset) and set "
-                   "HF_HUB_OFFLINE=1 there")
+HUB_KEYS = (
+    ("model", "model"),
+    ("reward_model", "model"),
+    ("label_completer", "model"),
+    ("dataset", "dataset"),
+    ("rm_data", "dataset"),
+)
+WITHOUT_THE_HUB = (
+    "give a local directory instead, upload the dataset in the Launch tab, or download it on the "
+    "workers first (`hf download <id>`, add `--repo-type dataset` for a dataset) and set "
+    "HF_HUB_OFFLINE=1 there"
+)
 
 
 def hub_ids(config: dict) -> list[tuple[str, str, str]]:
@@ -62,8 +70,11 @@ def check_hub_ids(config: dict, timeout: float) -> None:
         if in_cache(repo_id, kind):
             continue
         if _offline():
-            raise SpecError(key, f"{repo_id!r} is not in this machine's Hugging Face cache and HF_HUB_OFFLINE is "
-                                 f"set, so nothing can download it; {WITHOUT_THE_HUB}")
+            raise SpecError(
+                key,
+                f"{repo_id!r} is not in this machine's Hugging Face cache and HF_HUB_OFFLINE is "
+                f"set, so nothing can download it; {WITHOUT_THE_HUB}",
+            )
         _ask_the_hub(key, repo_id, kind, timeout)
 
 
@@ -75,14 +86,21 @@ def _ask_the_hub(key: str, repo_id: str, kind: str, timeout: float) -> None:
     try:
         HfApi().repo_info(repo_id, repo_type=kind, timeout=timeout)
     except GatedRepoError:
-        raise SpecError(key, f"{repo_id!r} is gated on the Hugging Face Hub: accept its terms on its page and "
-                             "set HF_TOKEN on the workers") from None
+        raise SpecError(
+            key,
+            f"{repo_id!r} is gated on the Hugging Face Hub: accept its terms on its page and "
+            "set HF_TOKEN on the workers",
+        ) from None
     except RepositoryNotFoundError:
-        raise SpecError(key, f"no {kind} {repo_id!r} on the Hugging Face Hub: is it spelled right? (a private one "
-                             "needs HF_TOKEN)") from None
+        raise SpecError(
+            key, f"no {kind} {repo_id!r} on the Hugging Face Hub: is it spelled right? (a private one needs HF_TOKEN)"
+        ) from None
     except HfHubHTTPError as e:
         status = e.response.status_code if e.response is not None else "error"
         raise SpecError(key, f"the Hugging Face Hub refused {repo_id!r} ({status}); {WITHOUT_THE_HUB}") from None
     except Exception as e:  # no network, DNS, a timeout: the client's errors differ between versions
-        raise SpecError(key, f"could not reach the Hugging Face Hub within {timeout:g} s to find {repo_id!r} "
-                             f"({type(e).__name__}); {WITHOUT_THE_HUB}") from None
+        raise SpecError(
+            key,
+            f"could not reach the Hugging Face Hub within {timeout:g} s to find {repo_id!r} "
+            f"({type(e).__name__}); {WITHOUT_THE_HUB}",
+        ) from None

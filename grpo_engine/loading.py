@@ -5,6 +5,7 @@ policy (fp32, dropout off, LoRA when asked), the dataset, the frozen reference (
 optimizer, logs the memory estimate (and refuses a run too big for its GPU), and loads the learned reward model
 (``reward: model``, with its Math-Shepherd data when ``rm_data`` is given). ``new_iteration`` is Algorithm 1's reference reset.
 """
+
 from __future__ import annotations
 
 import copy
@@ -102,8 +103,9 @@ def make_accelerator(device: str | None, precision: str):
     if not (PartialState._shared_state and PartialState().use_distributed):
         AcceleratorState._reset_state(reset_partial_state=True)
         GradientState._reset_state()
-    plan = resolve_precision(precision, "cpu" if cpu else "cuda",
-                             cpu_bf16_is_fast() if cpu else torch.cuda.is_bf16_supported())
+    plan = resolve_precision(
+        precision, "cpu" if cpu else "cuda", cpu_bf16_is_fast() if cpu else torch.cuda.is_bf16_supported()
+    )
     return Accelerator(cpu=cpu, mixed_precision=plan.accelerate), plan
 
 
@@ -123,8 +125,9 @@ def wrap_lora(policy, rank: int):
     """The policy with a LoRA adapter of ``rank`` on every linear layer (alpha = 2 x rank, no dropout)."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear",
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
     return get_peft_model(policy, config)
 
 
@@ -138,17 +141,26 @@ def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_p
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     if rm_params is None:
         rm_params = params - trainable * (spec.lora_rank > 0) if spec.reward == "model" and not spec.reward_model else 0
-    estimate = estimate_memory(params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params,
-                               reference=spec.kl_coef > 0)
+    estimate = estimate_memory(
+        params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params, reference=spec.kl_coef > 0
+    )
     log(f"memory estimate (activations not included): {estimate.describe()}")
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         if estimate.total > props.total_memory:
-            raise ValueError(too_big_message(estimate, props.total_memory, f"this worker's GPU ({props.name})",
-                                             lora=spec.lora_rank > 0, bf16=bf16))
+            raise ValueError(
+                too_big_message(
+                    estimate,
+                    props.total_memory,
+                    f"this worker's GPU ({props.name})",
+                    lora=spec.lora_rank > 0,
+                    bf16=bf16,
+                )
+            )
     elif (limit := memory_limit()) is not None and estimate.total > limit:
-        raise ValueError(too_big_message(estimate, limit, "this worker's memory limit", lora=spec.lora_rank > 0,
-                                         bf16=bf16))
+        raise ValueError(
+            too_big_message(estimate, limit, "this worker's memory limit", lora=spec.lora_rank > 0, bf16=bf16)
+        )
 
 
 def loading_check(recorder: Recorder, procs: Processes) -> Callable[[], None]:
@@ -161,9 +173,11 @@ def loading_check(recorder: Recorder, procs: Processes) -> Callable[[], None]:
 def building_progress(recorder: Recorder, check: Callable[[], None] = no_check):
     """A ``progress(done, total)`` for the built-in model's warm start that reports it as the run's phase and
     calls ``check`` (loading_check) at each of its steps."""
+
     def progress(done: int, total: int) -> None:
         recorder.phase("building built-in model", done, total)
         check()
+
     return progress
 
 
@@ -179,14 +193,19 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
         raise ValueError(f"devices: the run asks for {spec.devices} processes but was started in {procs.n}")
     torch.manual_seed(spec.seed)
     bf16 = precision.scoring_bf16  # scoring and the update in bf16 autocast; the frozen copies kept in bf16
-    recorder.log(f"loading model {spec.model!r} on {dev} ({precision.describe()})"
-                 + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else ""))
+    recorder.log(
+        f"loading model {spec.model!r} on {dev} ({precision.describe()})"
+        + (f", {procs.n} data-parallel processes ({accelerator.distributed_type.value})" if procs.n > 1 else "")
+    )
     check = loading_check(recorder, procs)
     building = building_progress(recorder, check)
     if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
         if procs.main:
-            for name in {spec.model, *([spec.reward_model or spec.model] if spec.reward == "model" else []),
-                         *([spec.label_completer] if spec.label_completer else [])}:
+            for name in {
+                spec.model,
+                *([spec.reward_model or spec.model] if spec.reward == "model" else []),
+                *([spec.label_completer] if spec.label_completer else []),
+            }:
                 resolve_model_path(name, cache_dir, log=recorder.log, progress=building)
         procs.barrier()
     policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log, progress=building)
@@ -196,9 +215,13 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     recorder.phase("loading dataset")
     recorder.log(f"loading dataset {spec.dataset!r}")
-    train_set, heldout = load_dataset(spec.dataset, config=spec.dataset_config, split=spec.dataset_split,
-                                      eval_split=spec.eval_split,
-                                      fields=(spec.question_field, spec.answer_field, spec.solution_field))
+    train_set, heldout = load_dataset(
+        spec.dataset,
+        config=spec.dataset_config,
+        split=spec.dataset_split,
+        eval_split=spec.eval_split,
+        fields=(spec.question_field, spec.answer_field, spec.solution_field),
+    )
     if spec.batch_size > len(train_set):
         raise ValueError(f"batch_size {spec.batch_size} is larger than the dataset's {len(train_set)} training rows")
     check()
@@ -213,9 +236,20 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
-    learner = Learner(spec, accelerator, bf16, procs, policy, optimizer, params, reference, tokenizer,
-                      run_prompt(tokenizer, spec), end_token_ids(policy, tokenizer),
-                      decode_delimiter(spec.step_delimiter))
+    learner = Learner(
+        spec,
+        accelerator,
+        bf16,
+        procs,
+        policy,
+        optimizer,
+        params,
+        reference,
+        tokenizer,
+        run_prompt(tokenizer, spec),
+        end_token_ids(policy, tokenizer),
+        decode_delimiter(spec.step_delimiter),
+    )
     if spec.label_completer:  # validate_spec allows it only with rollout step labels
         learner.completer = load_completer(spec, recorder, cache_dir, dev, precision.accelerate == "bf16", check)
     check()
@@ -223,8 +257,14 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     return learner, train_set, heldout, rm_state
 
 
-def load_completer(spec: RunSpec, recorder: Recorder, cache_dir: Path, dev: torch.device, bf16: bool,
-                   check: Callable[[], None] = no_check) -> Completer:
+def load_completer(
+    spec: RunSpec,
+    recorder: Recorder,
+    cache_dir: Path,
+    dev: torch.device,
+    bf16: bool,
+    check: Callable[[], None] = no_check,
+) -> Completer:
     """The model that continues outputs for rollout step labels (``label_completer``): frozen, dropout off, in
     bf16 when the run samples in bf16 (``bf16``), reading questions (worded by the run's prompt keys) through its
     own chat template when it has one."""
@@ -236,26 +276,41 @@ def load_completer(spec: RunSpec, recorder: Recorder, cache_dir: Path, dev: torc
     return Completer(model, tokenizer, run_prompt(tokenizer, spec, "auto"), end_token_ids(model, tokenizer))
 
 
-def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool,
-                            check: Callable[[], None] = no_check) -> RewardModelState:
+def load_reward_model_state(
+    learner: Learner, recorder: Recorder, cache_dir: Path, bf16: bool, check: Callable[[], None] = no_check
+) -> RewardModelState:
     """A learned ORM (outcome) or PRM (process), its backbone started from a causal LM, set on ``learner.rm``;
     with ``rm_data``, its Math-Shepherd-labelled solutions (a tenth, at most rm_samples / 4, held out)."""
     spec, dev = learner.spec, learner.dev
     kind = "orm" if spec.supervision == "outcome" else "prm"
-    state = RewardModelState(f"{kind.upper()} from {(spec.reward_model or spec.model)!r}",
-                             rng=random.Random(spec.seed + 1))
+    state = RewardModelState(
+        f"{kind.upper()} from {(spec.reward_model or spec.model)!r}", rng=random.Random(spec.seed + 1)
+    )
     recorder.log(f"loading the reward model: {state.name}")
     recorder.phase("loading model")
     # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
-    rm = load_reward_model(resolve_model_path(spec.reward_model or spec.model, cache_dir, log=recorder.log,
-                                              progress=building_progress(recorder, check)),
-                           kind, dev, prompt_template="auto" if spec.reward_model else spec.prompt_template,
-                           system_prompt=spec.system_prompt, question_template=spec.question_template,
-                           prior_dtype=torch.bfloat16 if bf16 else torch.float32, delimiter=learner.delimiter,
-                           autocast=learner.autocast)
+    rm = load_reward_model(
+        resolve_model_path(
+            spec.reward_model or spec.model, cache_dir, log=recorder.log, progress=building_progress(recorder, check)
+        ),
+        kind,
+        dev,
+        prompt_template="auto" if spec.reward_model else spec.prompt_template,
+        system_prompt=spec.system_prompt,
+        question_template=spec.question_template,
+        prior_dtype=torch.bfloat16 if bf16 else torch.float32,
+        delimiter=learner.delimiter,
+        autocast=learner.autocast,
+    )
     if spec.reward_model:  # the estimate again, with this reward model's size
-        check_memory(learner.unwrapped(), spec, bf16, dev, recorder.log,
-                     rm_params=sum(p.numel() for p in rm.backbone.parameters()))
+        check_memory(
+            learner.unwrapped(),
+            spec,
+            bf16,
+            dev,
+            recorder.log,
+            rm_params=sum(p.numel() for p in rm.backbone.parameters()),
+        )
     learner.rm = rm
     if spec.rm_data:  # Math-Shepherd-labelled solutions instead of the step checker's labels
         recorder.phase("loading dataset")
@@ -264,8 +319,10 @@ def load_reward_model_state(learner: Learner, recorder: Recorder, cache_dir: Pat
         random.Random(spec.seed + 2).shuffle(labelled)
         n_held = max(1, min(len(labelled) // 10, spec.rm_samples // 4))
         state.data = (labelled[:-n_held], labelled[-n_held:])
-        recorder.log(f"rm_data {spec.rm_data!r}: {len(labelled)} step-labelled solutions ({skipped} rows skipped), "
-                     f"{n_held} held out to measure the PRM")
+        recorder.log(
+            f"rm_data {spec.rm_data!r}: {len(labelled)} step-labelled solutions ({skipped} rows skipped), "
+            f"{n_held} held out to measure the PRM"
+        )
     return state
 
 

@@ -4,6 +4,7 @@ A row holds ``input`` (the question, then a solution whose every step ends with 
 ``label`` (the same text with each tag replaced by ``+`` or ``-``). :func:`parse_math_shepherd` reads one
 row, :func:`load_math_shepherd` a whole file or Hugging Face dataset. Pure Python.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,27 +43,32 @@ def parse_math_shepherd(
         raise ValueError(f"text after the last step tag {tag!r}: {parts[-1].strip()[:40]!r}")
     labels, pos = [], 0
     for j, part in enumerate(parts):
-        got = label_text[pos:pos + len(part)]
+        got = label_text[pos : pos + len(part)]
         if got != part:
             k = next((i for i, (x, y) in enumerate(zip(got, part)) if x != y), min(len(got), len(part)))
-            raise ValueError(f"the label text differs from the input at character {pos + k} (step {j + 1}): "
-                             f"{label_text[pos + k:pos + k + 20]!r} where the input has {part[k:k + 20]!r}")
+            raise ValueError(
+                f"the label text differs from the input at character {pos + k} (step {j + 1}): "
+                f"{label_text[pos + k : pos + k + 20]!r} where the input has {part[k : k + 20]!r}"
+            )
         pos += len(part)
         if j == len(parts) - 1:
             break
-        mark = label_text[pos:pos + 1]
+        mark = label_text[pos : pos + 1]
         if mark not in ("+", "-"):
-            raise ValueError(f"the label of step {j + 1} is {mark!r}, not '+' or '-'" if mark else
-                             f"the label text ends before the label of step {j + 1}")
+            raise ValueError(
+                f"the label of step {j + 1} is {mark!r}, not '+' or '-'"
+                if mark
+                else f"the label text ends before the label of step {j + 1}"
+            )
         labels.append(1.0 if mark == "+" else 0.0)
         pos += 1
     if pos != len(label_text):
-        raise ValueError(f"the label text goes on after the last step: {label_text[pos:pos + 20]!r}")
+        raise ValueError(f"the label text goes on after the last step: {label_text[pos : pos + 20]!r}")
 
     head = parts[0]
     first = _FIRST_STEP_RE.search(head)
     if first is not None:
-        question, first_step = head[:first.start()], head[first.start():]
+        question, first_step = head[: first.start()], head[first.start() :]
     elif any(_FIRST_STEP_RE.search(p) for p in parts[1:]):
         raise ValueError(f"a step tag {tag!r} comes before 'Step 1:' (a tag inside the question?)")
     elif "?" in head:
@@ -106,6 +112,8 @@ def load_math_shepherd(name: str, tag: str = "ки") -> tuple[list[tuple[str, li
         except ValueError:
             skipped += 1
     if len(examples) < max(2, skipped):
-        raise ValueError(f"rm_data {name!r}: only {len(examples)} of {len(raw)} rows are Math-Shepherd rows "
-                         f"(question, steps each ending in {tag!r}, and the same text with each tag replaced by + or -)")
+        raise ValueError(
+            f"rm_data {name!r}: only {len(examples)} of {len(raw)} rows are Math-Shepherd rows "
+            f"(question, steps each ending in {tag!r}, and the same text with each tag replaced by + or -)"
+        )
     return examples, skipped

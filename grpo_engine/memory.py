@@ -19,6 +19,7 @@ so the web process can use it at launch) or, in the worker, from the loaded mode
 Worked example (Qwen2.5-0.5B, 494,032,768 parameters, full fine-tune in bf16):
 policy 1.98 GB, gradients 1.98 GB, optimizer state 3.95 GB, reference 0.99 GB, total 8.89 GB.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,9 @@ def gigabytes(n: int, scale: int | None = None) -> str:
     return f"{n / 1e9:.2f} GB" if (n if scale is None else scale) >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
-def estimate_memory(params: int, trainable: int, *, lora: bool, bf16: bool, rm_params: int = 0,
-                    reference: bool = True) -> MemoryEstimate:
+def estimate_memory(
+    params: int, trainable: int, *, lora: bool, bf16: bool, rm_params: int = 0, reference: bool = True
+) -> MemoryEstimate:
     """The memory of a run's weights, gradients, optimizer state, reference and reward model.
 
     params: the policy's parameters (LoRA: base + adapter); trainable: those the optimizer updates (all of
@@ -92,8 +94,9 @@ def estimate_memory(params: int, trainable: int, *, lora: bool, bf16: bool, rm_p
     )
 
 
-def too_big_message(estimate: MemoryEstimate, available: int, where: str, *, lora: bool = False,
-                    bf16: bool = False) -> str:
+def too_big_message(
+    estimate: MemoryEstimate, available: int, where: str, *, lora: bool = False, bf16: bool = False
+) -> str:
     """Why a run does not fit in ``available`` bytes at ``where`` (e.g. 'the largest live GPU (NVIDIA A10G)'),
     naming the run-spec keys that make it smaller: lora_rank (unless the run already trains an adapter),
     precision (unless it is already bf16; only the frozen copies shrink), model, and reward_model when
@@ -114,8 +117,10 @@ def too_big_message(estimate: MemoryEstimate, available: int, where: str, *, lor
     if estimate.reward_model:
         changes.append("reward_model (a smaller reward model)")
     keys = f"{', '.join(changes[:-1])} or {changes[-1]}" if len(changes) > 1 else changes[0]
-    return (f"the run needs about {gigabytes(estimate.total)} for its {', '.join(held[:-1])} and {held[-1]} "
-            f"({estimate.describe()}) but {where} has {gigabytes(available)}; change {keys}")
+    return (
+        f"the run needs about {gigabytes(estimate.total)} for its {', '.join(held[:-1])} and {held[-1]} "
+        f"({estimate.describe()}) but {where} has {gigabytes(available)}; change {keys}"
+    )
 
 
 def lora_trainable_params(linear_shapes: list[tuple[int, int]], rank: int) -> int:

@@ -7,6 +7,7 @@ deliberately imperfect mix of solutions (many ignore operator precedence), so it
 held-out accuracy and GRPO has something to fix. It is cached on disk as a standard Hugging Face
 model directory (config.json, model.safetensors, tokenizer.json) that any transformers tool loads.
 """
+
 from __future__ import annotations
 
 import random
@@ -32,8 +33,14 @@ PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 # on 2 CPU cores and leaves a model that gets ~35% of the held-out questions right (greedy), mostly by
 # ignoring precedence, while its one-step arithmetic is nearly always right: GRPO then takes it past 0.95.
 # The warm start is long enough that GRPO is not held back by arithmetic slips (half of it caps GRPO near 0.88).
-BUILTIN_ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=4, max_position_embeddings=64)
+BUILTIN_ARCH = dict(
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    max_position_embeddings=64,
+)
 WARMUP = dict(examples=8000, wrong_share=0.75, steps=900, batch_size=64, lr=3e-3, seed=0)
 
 
@@ -48,8 +55,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern=Regex(r"\d{1,3}|\D"), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK,
-                                   padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
+    )
 
 
 def _sft_batch(tokenizer, examples: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -76,12 +84,33 @@ def create_builtin_model(out_dir: Path, log=print, progress=no_progress) -> None
     """Warm-start the built-in policy from scratch and save it to ``out_dir``. ``progress(done, total)`` is
     called with the warm-up steps done, before the first and after each one."""
     examples = warmup_examples(WARMUP["examples"], WARMUP["wrong_share"], WARMUP["seed"])
-    train_from_scratch(out_dir, examples, BUILTIN_ARCH, steps=WARMUP["steps"], batch_size=WARMUP["batch_size"],
-                       lr=WARMUP["lr"], seed=WARMUP["seed"], log=log, progress=progress, name="built-in model")
+    train_from_scratch(
+        out_dir,
+        examples,
+        BUILTIN_ARCH,
+        steps=WARMUP["steps"],
+        batch_size=WARMUP["batch_size"],
+        lr=WARMUP["lr"],
+        seed=WARMUP["seed"],
+        log=log,
+        progress=progress,
+        name="built-in model",
+    )
 
 
-def train_from_scratch(out_dir: Path, examples: list[dict], arch: dict, *, steps: int, batch_size: int, lr: float,
-                       seed: int, log=print, progress=no_progress, name: str = "model") -> None:
+def train_from_scratch(
+    out_dir: Path,
+    examples: list[dict],
+    arch: dict,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    log=print,
+    progress=no_progress,
+    name: str = "model",
+) -> None:
     """A Llama of ``arch`` with the built-in tokenizer, trained from random weights on ``examples`` (``{question,
     solution}``: the loss on the solution only) for ``steps`` batches of ``batch_size`` with AdamW under a one-cycle
     schedule peaking at ``lr``, then saved to ``out_dir`` with its tokenizer. ``progress(done, total)`` follows the
@@ -89,8 +118,14 @@ def train_from_scratch(out_dir: Path, examples: list[dict], arch: dict, *, steps
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tokenizer = build_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=True, **arch)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        **arch,
+    )
     model = LlamaForCausalLM(config)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
@@ -125,8 +160,12 @@ def builtin_model_dir(cache_dir: Path, log=print, progress=no_progress) -> Path:
         log("creating the built-in model (first use only)")
         create_builtin_model(tmp, log=log, progress=progress)
 
-    build_once(target, Path(cache_dir) / f".{BUILTIN_MODEL}.lock", build,
-               missing="the built-in model was not written; create it from the main process only")
+    build_once(
+        target,
+        Path(cache_dir) / f".{BUILTIN_MODEL}.lock",
+        build,
+        missing="the built-in model was not written; create it from the main process only",
+    )
     return target
 
 

@@ -6,6 +6,7 @@ the first one's build instead of building it again, and a build that was interru
 looks complete. Also ``DTYPE_KEYWORD``, ``from_pretrained``'s dtype keyword in the installed transformers, which
 both the builds and every load use to get fp32 weights.
 """
+
 from __future__ import annotations
 
 import fcntl

@@ -9,6 +9,7 @@ functions, each its own small equation: how advantages are scaled (``advantage_d
 ratio is formed (``sequence_ratio``: ratio_level, GSPO), where it is clipped (``clipped_surrogate``: clip_eps_high,
 DAPO) and how the per-token terms are summed and divided (``aggregate`` and ``loss_denominator``: loss_type).
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +38,9 @@ def advantage_divisor(scale: str, group_std: torch.Tensor, batch_std: float | No
     return group_std + eps
 
 
-def outcome_advantages(rewards: torch.Tensor, eps: float = ADV_EPS, scale: str = "group",
-                       batch_std: float | None = None) -> torch.Tensor:
+def outcome_advantages(
+    rewards: torch.Tensor, eps: float = ADV_EPS, scale: str = "group", batch_std: float | None = None
+) -> torch.Tensor:
     """Outcome supervision (section 4.1.2): A_hat[i,t] = (r_i - mean(r)) / (std(r) + eps').
 
     rewards: (B, G) one reward per output. Returns (B, G): the advantage of every token of o_i.
@@ -59,8 +61,12 @@ def outcome_advantages(rewards: torch.Tensor, eps: float = ADV_EPS, scale: str =
 
 
 def process_advantages(
-    step_rewards: list[list[float]], step_ends: list[list[int]], length: int, eps: float = ADV_EPS,
-    scale: str = "group", batch_std: float | None = None,
+    step_rewards: list[list[float]],
+    step_ends: list[list[int]],
+    length: int,
+    eps: float = ADV_EPS,
+    scale: str = "group",
+    batch_std: float | None = None,
 ) -> torch.Tensor:
     """Process supervision (section 4.1.3) for ONE group of G outputs.
 
@@ -123,8 +129,13 @@ def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tenso
 
 
 def clipped_surrogate(
-    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
-    clip_eps_high: float | None = None, mask: torch.Tensor | None = None, level: str = "token",
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_eps: float,
+    clip_eps_high: float | None = None,
+    mask: torch.Tensor | None = None,
+    level: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """min(rho * A, clip(rho, 1-eps, 1+eps_high) * A) per token.
 
@@ -167,8 +178,9 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, loss_type: str, denomina
     return (values * mask).sum() / denominator
 
 
-def loss_denominator(loss_type: str, outputs: int, tokens: float, all_tokens: float, processes: int,
-                     max_new_tokens: int) -> float:
+def loss_denominator(
+    loss_type: str, outputs: int, tokens: float, all_tokens: float, processes: int, max_new_tokens: int
+) -> float:
     """What one process divides its sum by (:func:`aggregate`), so that the average over the ``processes`` (the
     data-parallel gradient average) is the loss_type's J over the whole batch of this update.
 
@@ -216,8 +228,9 @@ def grpo_loss(
     a sequence's tokens are clipped together), and per token (N, T), detached: token_ratio (rho), token_kl,
     token_clipped (1.0 where the clip was active).
     """
-    surrogate, clip_active = clipped_surrogate(logp, old_logp, advantages, clip_eps, clip_eps_high, mask,
-                                               ratio_level)  # (N, T)
+    surrogate, clip_active = clipped_surrogate(
+        logp, old_logp, advantages, clip_eps, clip_eps_high, mask, ratio_level
+    )  # (N, T)
     kl = kl_k3(logp, ref_logp)  # (N, T)
     if denominator is None:
         tokens = mask.sum().item()
@@ -229,6 +242,8 @@ def grpo_loss(
     stats = {
         "kl": ((kl * mask).sum() / n_tokens).detach(),
         "clip_frac": ((clip_active * mask).sum() / n_tokens).detach(),
-        "token_ratio": ratio, "token_kl": kl.detach(), "token_clipped": clip_active,
+        "token_ratio": ratio,
+        "token_kl": kl.detach(),
+        "token_clipped": clip_active,
     }
     return loss, stats

@@ -4,6 +4,7 @@ checker), with the reward model's view of judged outputs.
 
 Shapes: N sequences, P prompt tokens, T completion tokens, V the vocabulary.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,8 +28,9 @@ def encode_prompts(tokenizer, questions: list[str], device, prompt=format_prompt
     return {k: v.to(device) for k, v in enc.items()}
 
 
-def token_logprobs(model, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0,
-                   entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) of each completion token under the distribution it was sampled from, and the
     per-token entropy of that distribution (None without ``entropy``). Both (N, T). Each sequence runs whole;
     the training forwards run each prompt once per group instead (forwards.shared_prompt_logprobs).
@@ -42,13 +44,15 @@ def token_logprobs(model, prompt_ids, prompt_attn, completions, mask, temperatur
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # left padding: positions start at each prompt
     T = completions.shape[1]
     # only the T + 1 last positions go through the output layer (those before the prompt's last predict nothing)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
-                   logits_to_keep=T + 1).logits  # (N, T+1, V)
+    logits = model(
+        input_ids=ids, attention_mask=attn, position_ids=position_ids, use_cache=False, logits_to_keep=T + 1
+    ).logits  # (N, T+1, V)
     return logits_to_logprobs(logits[:, :-1], completions, temperature, entropy)  # [:, :-1]: those predicting o_t
 
 
-def logits_to_logprobs(logits: torch.Tensor, completions: torch.Tensor, temperature: float = 1.0,
-                       entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def logits_to_logprobs(
+    logits: torch.Tensor, completions: torch.Tensor, temperature: float = 1.0, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log_softmax(logits / temperature) at each completion token, and the entropy of each position's
     distribution (reported, not trained on: no grad; None without ``entropy``). (N, T, V) -> (N, T), (N, T).
 
@@ -125,9 +129,18 @@ class Judged:
     verdicts: list[list[float]] = field(default_factory=list)  # process: the step checker's, 1.0 / 0.0 per step
 
 
-def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bool,
-          format_weight: float = 0.0, delimiter: str = STEP_DELIMITER, checker: str = "builtin",
-          match: str = "strict") -> Judged:
+def judge(
+    tokenizer,
+    completions,
+    mask,
+    ended,
+    examples: list[dict],
+    process: bool,
+    format_weight: float = 0.0,
+    delimiter: str = STEP_DELIMITER,
+    checker: str = "builtin",
+    match: str = "strict",
+) -> Judged:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question. The
     verifier reads final answers as ``match`` says (RunSpec.answer_match: rewards.final_answer). With ``process``,
     each output is also cut into steps (the end token is no step) and each step checked by ``checker``
@@ -146,8 +159,12 @@ def judge(tokenizer, completions, mask, ended, examples: list[dict], process: bo
             steps, ends = step_boundaries(pieces[i], delimiter)
             out.steps.append(steps)
             out.step_ends.append(ends)
-            out.verdicts.append([] if checker == "rollouts" else  # sampled afterwards: label_by_rollouts
-                                step_verdicts(steps, ex["question"], out.outcome[-1][1]["correct"] > 0, checker))
+            out.verdicts.append(
+                []
+                if checker == "rollouts"
+                # sampled afterwards: label_by_rollouts
+                else step_verdicts(steps, ex["question"], out.outcome[-1][1]["correct"] > 0, checker)
+            )
     return out
 
 
@@ -173,7 +190,11 @@ def rm_examples(judged: Judged, examples: list[dict], kind: str, labelled: bool 
     """The reward model's view of judged outputs: ORM the whole output labelled by the verifier,
     PRM its steps labelled by the step checker (``labelled=False``: no labels, for scoring only)."""
     if kind == "orm":
-        return [RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
-                for ex, text, (_, comps) in zip(examples, judged.texts, judged.outcome)]
-    return [RMExample(ex["question"], steps, verdicts if labelled else [])
-            for ex, steps, verdicts in zip(examples, judged.steps, judged.verdicts)]
+        return [
+            RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
+            for ex, text, (_, comps) in zip(examples, judged.texts, judged.outcome)
+        ]
+    return [
+        RMExample(ex["question"], steps, verdicts if labelled else [])
+        for ex, steps, verdicts in zip(examples, judged.steps, judged.verdicts)
+    ]

@@ -11,6 +11,7 @@ sound: noise in the reward. DAPO offers two remedies, run-spec keys here:
 
 Pure functions; torch only for the mask.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,8 +48,14 @@ def overlong_penalty(length: int, max_new_tokens: int, buffer: int, penalty: flo
     return (start - length) / buffer * penalty
 
 
-def add_overlong_penalty(rewards: list, lengths: list[int], components: list[dict[str, float]],
-                         max_new_tokens: int, buffer: int, penalty: float) -> list:
+def add_overlong_penalty(
+    rewards: list,
+    lengths: list[int],
+    components: list[dict[str, float]],
+    max_new_tokens: int,
+    buffer: int,
+    penalty: float,
+) -> list:
     """Each output's reward with its :func:`overlong_penalty` added, and the penalty recorded in its
     ``components`` as "overlong"; ``rewards`` unchanged (and nothing recorded) when ``penalty`` is 0.
 
@@ -75,5 +82,11 @@ def penalise_overlong(spec, rewards: list, mask: torch.Tensor, components: list[
     overlong_penalty) on outputs whose real tokens are ``mask`` (N, T); ``rewards`` unchanged when it is off."""
     if not spec.overlong_penalty:
         return rewards
-    return add_overlong_penalty(rewards, mask.sum(dim=1).long().tolist(), components, spec.max_new_tokens,
-                                spec.overlong_buffer, spec.overlong_penalty)
+    return add_overlong_penalty(
+        rewards,
+        mask.sum(dim=1).long().tolist(),
+        components,
+        spec.max_new_tokens,
+        spec.overlong_buffer,
+        spec.overlong_penalty,
+    )

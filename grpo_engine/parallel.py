@@ -14,6 +14,7 @@ processes. What else the loop shares goes through :class:`Processes`:
 
 With one process every method returns its input: no collective is ever called.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,7 +33,7 @@ class Processes:
     def share(self, items: list) -> list:
         """This process's contiguous share of ``items`` (their number is a multiple of n)."""
         k = len(items) // self.n
-        return items[self.rank * k:(self.rank + 1) * k]
+        return items[self.rank * k : (self.rank + 1) * k]
 
     def from_main(self, value: Any) -> Any:
         """The main process's ``value`` (any picklable object), on every process."""

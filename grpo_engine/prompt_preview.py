@@ -7,6 +7,7 @@ stdout: the prompt text exactly as training encodes it (tokenization.run_prompt,
 special tokens, as outputs.encode_prompts does), its length in tokens and the special tokens it holds, or
 ``{error}`` when the model's tokenizer cannot be loaded or the template refused.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,11 @@ def preview(request: dict) -> dict:
     from .tokenization import run_prompt
 
     tokenizer = load_tokenizer(request["model"], request["cache_dir"])
-    spec = SimpleNamespace(prompt_template=request.get("prompt_template") or "auto",
-                           system_prompt=request.get("system_prompt") or "",
-                           question_template=request.get("question_template") or "")
+    spec = SimpleNamespace(
+        prompt_template=request.get("prompt_template") or "auto",
+        system_prompt=request.get("system_prompt") or "",
+        question_template=request.get("question_template") or "",
+    )
     text = run_prompt(tokenizer, spec)(request["question"])
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     special = set(tokenizer.all_special_ids)

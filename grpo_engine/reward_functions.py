@@ -14,6 +14,7 @@ point group ``grpo_dashboard.rewards``, or ``/path/to/file.py:function`` (inside
 app.paths). Custom rewards run user code, so they are off unless the operator sets GRPO_ALLOW_CUSTOM_REWARDS=1.
 Pure Python: no torch.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -40,6 +41,7 @@ REPETITION_MAX_PENALTY = 1.0  # repetition: the reward of an output that only re
 
 
 # ---- the built-ins ----------------------------------------------------------------------------------
+
 
 def _correct(completion: str, reference: str, row: dict) -> float:
     """The verifier's verdict: ``row["correct"]`` when the engine passes it (judged under the run's answer_match),
@@ -112,10 +114,15 @@ def repetition_reward(question: str, completion: str, reference: str, **row: Any
 
 
 BUILTINS: dict[str, Callable[..., float]] = {
-    "accuracy": accuracy_reward, "format": format_reward, "length": length_reward, "repetition": repetition_reward}
+    "accuracy": accuracy_reward,
+    "format": format_reward,
+    "length": length_reward,
+    "repetition": repetition_reward,
+}
 
 
 # ---- the rewards key --------------------------------------------------------------------------------
+
 
 def file_reference(name: str) -> tuple[str, str] | None:
     """A reward in a file, ``/path/to/file.py:function``, as (path, function); None for any other name.
@@ -148,16 +155,20 @@ def check_reward_list(items: list | tuple) -> list[dict]:
     out, seen = [], set()
     for k, item in enumerate(items):
         if not isinstance(item, dict) or not set(item) <= {"name", "weight"}:
-            raise ValueError(f"item {k} must be an object {{\"name\": ..., \"weight\": ...}}, got {str(item)[:60]}")
+            raise ValueError(f'item {k} must be an object {{"name": ..., "weight": ...}}, got {str(item)[:60]}')
         name, weight = item.get("name"), item.get("weight", 1.0)
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME or "\x00" in name:
-            raise ValueError(f"item {k}: name must be a reward's name (one of {_builtin_list()}, or a custom "
-                             f"'module:function' or '/path/file.py:function'), got {str(name)[:60]!r}")
+            raise ValueError(
+                f"item {k}: name must be a reward's name (one of {_builtin_list()}, or a custom "
+                f"'module:function' or '/path/file.py:function'), got {str(name)[:60]!r}"
+            )
         name = name.strip()
         if name not in BUILTINS and ":" not in name and name not in declared():
-            raise ValueError(f"unknown reward {name!r}: the built-ins are {_builtin_list()}; a custom reward is "
-                             f"'module:function' (declared in the entry point group {ENTRY_POINT_GROUP}) or "
-                             "'/path/file.py:function'")
+            raise ValueError(
+                f"unknown reward {name!r}: the built-ins are {_builtin_list()}; a custom reward is "
+                f"'module:function' (declared in the entry point group {ENTRY_POINT_GROUP}) or "
+                "'/path/file.py:function'"
+            )
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
             raise ValueError(f"{name!r}: weight must be a finite number, got {str(weight)[:60]!r}")
         if name in seen:
@@ -173,15 +184,21 @@ def check_rewards_apply(rewards: list[dict], supervision: str, reward: str, form
     if not rewards:
         return
     if format_reward > 0:
-        raise ValueError(f'replaces format_reward: set format_reward to 0 and add {{"name": "format", "weight": '
-                         f'{format_reward:g}}} to rewards')
+        raise ValueError(
+            f'replaces format_reward: set format_reward to 0 and add {{"name": "format", "weight": '
+            f"{format_reward:g}}} to rewards"
+        )
     if reward == "model":
-        raise ValueError("are the rule's rewards; with reward 'model' a learned reward model scores the outputs: "
-                         "leave rewards empty or use reward 'rule'")
+        raise ValueError(
+            "are the rule's rewards; with reward 'model' a learned reward model scores the outputs: "
+            "leave rewards empty or use reward 'rule'"
+        )
     builtin = [r["name"] for r in rewards if r["name"] in BUILTINS]
     if supervision == "process" and builtin:
-        raise ValueError(f"{builtin[0]!r} is an outcome reward (one number per output); with supervision 'process' "
-                         "rewards may only hold custom functions that return one number per step")
+        raise ValueError(
+            f"{builtin[0]!r} is an outcome reward (one number per output); with supervision 'process' "
+            "rewards may only hold custom functions that return one number per step"
+        )
 
 
 def check_custom_allowed(rewards: list[dict], allowed: bool) -> None:
@@ -192,13 +209,17 @@ def check_custom_allowed(rewards: list[dict], allowed: bool) -> None:
         if name in BUILTINS:
             continue
         if not allowed:
-            raise ValueError(f"{name!r} is a custom reward function, which runs user code on the workers: custom "
-                             f"rewards are off. The operator turns them on with {SWITCH}=1 on the dashboard and the "
-                             "workers")
+            raise ValueError(
+                f"{name!r} is a custom reward function, which runs user code on the workers: custom "
+                f"rewards are off. The operator turns them on with {SWITCH}=1 on the dashboard and the "
+                "workers"
+            )
         packages = declared()
         if file_reference(name) is None and name not in packages and name not in packages.values():
-            raise ValueError(f"{name!r} is not declared by any installed package (entry point group "
-                             f"{ENTRY_POINT_GROUP}); or give a file: '/path/file.py:function'")
+            raise ValueError(
+                f"{name!r} is not declared by any installed package (entry point group "
+                f"{ENTRY_POINT_GROUP}); or give a file: '/path/file.py:function'"
+            )
 
 
 _FILE_CACHE: dict[tuple[str, int], Any] = {}  # (path, modification time) -> the loaded module
@@ -239,6 +260,7 @@ def load_reward(name: str) -> Callable:
 
 # ---- scoring outputs --------------------------------------------------------------------------------
 
+
 class RewardFunctionError(RuntimeError):
     """A reward function failed on an output; the message (one line) names the function and quotes the output."""
 
@@ -253,8 +275,9 @@ def _finite(value: Any) -> bool:
     return isinstance(value, numbers.Real) and math.isfinite(value)
 
 
-def call_reward(name: str, fn: Callable, question: str, completion: str, reference: str, row: dict,
-                steps: int | None = None) -> float | list[float]:
+def call_reward(
+    name: str, fn: Callable, question: str, completion: str, reference: str, row: dict, steps: int | None = None
+) -> float | list[float]:
     """``fn(question, completion, reference, **row)`` checked: a finite number, or with ``steps`` (process
     supervision) a list of that many finite numbers. Anything else, or an exception, raises RewardFunctionError
     naming ``name`` and quoting the question and the completion."""
@@ -262,24 +285,29 @@ def call_reward(name: str, fn: Callable, question: str, completion: str, referen
     try:
         value = fn(question, completion, reference, **row)
     except Exception as e:  # noqa: BLE001 (user code may raise anything)
-        raise RewardFunctionError(f"reward {name!r} raised {type(e).__name__}: {' '.join(str(e).split())[:SHOWN_CHARS]}"
-                                  f" {where}") from e
+        raise RewardFunctionError(
+            f"reward {name!r} raised {type(e).__name__}: {' '.join(str(e).split())[:SHOWN_CHARS]} {where}"
+        ) from e
     if steps is None:
         if not _finite(value):
-            raise RewardFunctionError(f"reward {name!r} returned {_quote(value)} ({type(value).__name__}), not a "
-                                      f"finite number, {where}")
+            raise RewardFunctionError(
+                f"reward {name!r} returned {_quote(value)} ({type(value).__name__}), not a finite number, {where}"
+            )
         return float(value)
     if not isinstance(value, (list, tuple)) or not all(_finite(v) for v in value):
-        raise RewardFunctionError(f"reward {name!r} returned {_quote(value)}, not a list of finite numbers (one per "
-                                  f"step), {where}")
+        raise RewardFunctionError(
+            f"reward {name!r} returned {_quote(value)}, not a list of finite numbers (one per step), {where}"
+        )
     if len(value) != steps:
-        raise RewardFunctionError(f"reward {name!r} returned {len(value)} step rewards for an output of {steps} "
-                                  f"steps, {where}")
+        raise RewardFunctionError(
+            f"reward {name!r} returned {len(value)} step rewards for an output of {steps} steps, {where}"
+        )
     return [float(v) for v in value]
 
 
-def score_outputs(rewards: list[dict], outputs: list[dict],
-                  process: bool = False) -> list[tuple[float | list[float], dict[str, float]]]:
+def score_outputs(
+    rewards: list[dict], outputs: list[dict], process: bool = False
+) -> list[tuple[float | list[float], dict[str, float]]]:
     """Each output's weighted reward and its components (each reward's own value, by name). ``outputs``: dicts
     ``{question, completion, reference, row}``, ``row`` the keyword arguments (with ``process``: ``steps``).
 
@@ -319,15 +347,21 @@ def named_rewards(spec: Any, judged: Any, rows: list[dict], lengths: list[int]) 
     outputs = []
     for i, row in enumerate(rows):
         extra = {k: v for k, v in row.items() if k not in ("question", "answer")}
-        extra.update(correct=judged.outcome[i][1]["correct"], answer_match=spec.answer_match,
-                     completion_tokens=lengths[i], max_new_tokens=spec.max_new_tokens)
+        extra.update(
+            correct=judged.outcome[i][1]["correct"],
+            answer_match=spec.answer_match,
+            completion_tokens=lengths[i],
+            max_new_tokens=spec.max_new_tokens,
+        )
         if process:
             extra["steps"] = judged.steps[i]
-        outputs.append({"question": row["question"], "completion": judged.texts[i], "reference": row["answer"],
-                        "row": extra})
+        outputs.append(
+            {"question": row["question"], "completion": judged.texts[i], "reference": row["answer"], "row": extra}
+        )
     scored = score_outputs(spec.rewards, outputs, process)
-    outcome = [(r if process else total, {**comps, **named})
-               for (r, comps), (total, named) in zip(judged.outcome, scored)]
+    outcome = [
+        (r if process else total, {**comps, **named}) for (r, comps), (total, named) in zip(judged.outcome, scored)
+    ]
     return outcome, [total for total, _ in scored] if process else judged.verdicts
 
 

@@ -19,6 +19,7 @@ output (ORM), the step checker labels each step (PRM). Both train with binary cr
 positions they read. The model holds two copies of its starting weights: the trained backbone and
 the frozen LM. Shapes: N examples, L tokens (right-padded), H hidden size.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,17 @@ class RewardModel(torch.nn.Module):
     context its forward passes run in (the trainer gives Accelerate's, for mixed precision).
     """
 
-    def __init__(self, lm, tokenizer, kind: str, prompt_template: str = "plain", delimiter: str = STEP_DELIMITER,
-                 autocast=contextlib.nullcontext, system_prompt: str = "", question_template: str = ""):
+    def __init__(
+        self,
+        lm,
+        tokenizer,
+        kind: str,
+        prompt_template: str = "plain",
+        delimiter: str = STEP_DELIMITER,
+        autocast=contextlib.nullcontext,
+        system_prompt: str = "",
+        question_template: str = "",
+    ):
         super().__init__()
         if kind not in ("orm", "prm"):
             raise ValueError(f"kind must be 'orm' or 'prm', got {kind!r}")
@@ -71,7 +81,7 @@ class RewardModel(torch.nn.Module):
         self.backbone = copy.deepcopy(lm.base_model)  # the transformer without its LM head, trained
         self.prior = lm.eval().requires_grad_(False)  # the starting LM, frozen
         self.head = torch.nn.Linear(lm.config.hidden_size, 1)
-        torch.nn.init.normal_(self.head.weight, std=lm.config.hidden_size ** -0.5)
+        torch.nn.init.normal_(self.head.weight, std=lm.config.hidden_size**-0.5)
         torch.nn.init.zeros_(self.head.bias)
         self.prior_weight = torch.nn.Parameter(torch.ones(()))
 
@@ -124,8 +134,11 @@ class RewardModel(torch.nn.Module):
             token_logp = F.pad(token_logp, (1, 0))  # (N, L): log p(token t | tokens < t); 0 at t = 0
         out = []
         for n, (_, reads, starts) in enumerate(encoded):
-            lowest = torch.stack([token_logp[n, s : r + 1].min() for s, r in zip(starts, reads)]) if reads else \
-                token_logp.new_zeros(0)  # (K_n,)
+            lowest = (
+                torch.stack([token_logp[n, s : r + 1].min() for s, r in zip(starts, reads)])
+                if reads
+                else token_logp.new_zeros(0)
+            )  # (K_n,)
             out.append(per_position[n, reads] + self.prior_weight * lowest)
         return out
 
@@ -141,8 +154,14 @@ class RewardModel(torch.nn.Module):
         return out
 
 
-def load_reward_model(path: str, kind: str, device: torch.device, prompt_template: str = "plain",
-                      prior_dtype: torch.dtype = torch.float32, **options) -> RewardModel:
+def load_reward_model(
+    path: str,
+    kind: str,
+    device: torch.device,
+    prompt_template: str = "plain",
+    prior_dtype: torch.dtype = torch.float32,
+    **options,
+) -> RewardModel:
     """A reward model that starts from the causal LM at ``path`` (a local directory or a Hugging Face id;
     safetensors only): its backbone and frozen prior are that LM's weights, its head is fresh. The frozen
     prior is kept in ``prior_dtype`` (bf16 under bf16 autocast: it only runs forward passes). ``options``:
@@ -153,8 +172,15 @@ def load_reward_model(path: str, kind: str, device: torch.device, prompt_templat
     return rm
 
 
-def fit(rm: RewardModel, examples: list[RMExample], lr: float, rng: random.Random,
-        epochs: int = FIT_EPOCHS, batch_size: int = FIT_BATCH, check: Callable[[], None] = no_check) -> float:
+def fit(
+    rm: RewardModel,
+    examples: list[RMExample],
+    lr: float,
+    rng: random.Random,
+    epochs: int = FIT_EPOCHS,
+    batch_size: int = FIT_BATCH,
+    check: Callable[[], None] = no_check,
+) -> float:
     """Train on ``examples`` with binary cross-entropy (AdamW at ``lr``, decaying linearly to 0 over the
     updates); returns the last epoch's mean loss. ``check`` is called before every batch (it raises to stop)."""
     params = [p for p in rm.parameters() if p.requires_grad]
@@ -196,8 +222,9 @@ def accuracy(rm: RewardModel, examples: list[RMExample]) -> float:
     return hits / count if count else 0.0
 
 
-def replay_mix(fresh: list[RMExample], history: list[RMExample], ratio: float,
-               rng: random.Random) -> tuple[list[RMExample], int]:
+def replay_mix(
+    fresh: list[RMExample], history: list[RMExample], ratio: float, rng: random.Random
+) -> tuple[list[RMExample], int]:
     """``fresh`` plus round(ratio * len(fresh)) examples drawn at random from ``history`` (at most all of it).
 
     Returns (the mixed training set, the number replayed).

@@ -7,6 +7,7 @@ when it has none) is scored as the completion. It writes ``{rows: [{row, questio
 step_rewards}]}`` on stdout, or ``{error}`` when a reward cannot be loaded or fails. Whatever the reward functions
 print goes to stderr. No torch.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,20 +33,32 @@ def preview(request: dict) -> dict:
     outputs = []
     for row in request["rows"]:
         completion = row.get("solution") or row["answer"]
-        extra = {"solution": row.get("solution", ""), "max_new_tokens": request.get("max_new_tokens"),
-                 "answer_match": match, "correct": accuracy_reward(row["question"], completion, row["answer"],
-                                                                   answer_match=match)}
+        extra = {
+            "solution": row.get("solution", ""),
+            "max_new_tokens": request.get("max_new_tokens"),
+            "answer_match": match,
+            "correct": accuracy_reward(row["question"], completion, row["answer"], answer_match=match),
+        }
         if process:
             extra["steps"] = [step for step in completion.split(delimiter) if step.strip()]
-        outputs.append({"question": row["question"], "completion": completion, "reference": row["answer"],
-                        "row": extra})
+        outputs.append(
+            {"question": row["question"], "completion": completion, "reference": row["answer"], "row": extra}
+        )
     scored = score_outputs(tuple(request["rewards"]), outputs, process)
     rows = []
     for k, (out, (total, components)) in enumerate(zip(outputs, scored)):
         step_rewards = total if process else None
         reward = (sum(total) / len(total) if total else 0.0) if process else total
-        rows.append({"row": k + 1, "question": out["question"], "completion": out["completion"],
-                     "components": components, "reward": reward, "step_rewards": step_rewards})
+        rows.append(
+            {
+                "row": k + 1,
+                "question": out["question"],
+                "completion": out["completion"],
+                "components": components,
+                "reward": reward,
+                "step_rewards": step_rewards,
+            }
+        )
     return {"rows": rows}
 
 

@@ -12,6 +12,7 @@ not as strings (:func:`answers_match`): plain numbers in pure Python, anything e
 Hugging Face's math-verify (imported only when needed, so the web process stays light).
 Pure Python: no torch.
 """
+
 from __future__ import annotations
 
 import re
@@ -92,7 +93,7 @@ def extract_final_answer(completion: str) -> tuple[str | None, str]:
     """
     last = _last_line(completion)
     if last.startswith(ANSWER_PREFIX.strip()):
-        answer = last[len(ANSWER_PREFIX.strip()):].strip()
+        answer = last[len(ANSWER_PREFIX.strip()) :].strip()
         if _is_expression(answer):
             return answer, "gsm8k"
     boxed = _last_boxed(completion)
@@ -105,8 +106,8 @@ def _reference_final_answer(reference: str) -> str:
     """The answer in a reference: the ``####`` line's text or the last box when it is a whole
     solution (GSM8K, MATH), else the reference itself. References are trusted: no prose test."""
     last = _last_line(reference)
-    if last.startswith(ANSWER_PREFIX.strip()) and last[len(ANSWER_PREFIX.strip()):].strip():
-        return last[len(ANSWER_PREFIX.strip()):].strip()
+    if last.startswith(ANSWER_PREFIX.strip()) and last[len(ANSWER_PREFIX.strip()) :].strip():
+        return last[len(ANSWER_PREFIX.strip()) :].strip()
     boxed = _last_boxed(reference)
     return boxed if boxed is not None else reference.strip()
 

@@ -1,6 +1,7 @@
 """The learned reward model's training inside a run: its state (examples so far, random stream, rm_data),
 fresh policy samples labelled without humans, and the (re)training with a replay of older data (Algorithm 1's
 refresh)."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,15 @@ import torch
 from .config import RunSpec
 from .spec_values import decode_delimiter
 from .model import no_progress
-from .reward_model import (FIT_BATCH, FIT_EPOCHS, RewardModel, RMExample, accuracy as rm_accuracy, fit as rm_fit,
-                           replay_mix)
+from .reward_model import (
+    FIT_BATCH,
+    FIT_EPOCHS,
+    RewardModel,
+    RMExample,
+    accuracy as rm_accuracy,
+    fit as rm_fit,
+    replay_mix,
+)
 from .recorder import no_check
 from .rollout_labels import Completer, rollout_verdicts
 from .sampling import generate
@@ -34,8 +42,17 @@ class RewardModelState:
 
 
 @torch.no_grad()
-def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunSpec, kind: str,
-                    device, check: Callable[[], None] = no_check, completer: Completer | None = None) -> list[RMExample]:
+def sample_labelled(
+    policy,
+    tokenizer,
+    prompt,
+    questions: list[dict],
+    spec: RunSpec,
+    kind: str,
+    device,
+    check: Callable[[], None] = no_check,
+    completer: Completer | None = None,
+) -> list[RMExample]:
     """One output per question from the current policy (sampled as in training), labelled without humans:
     by the verifier under the run's answer_match (ORM) or the run's step labels (PRM: RunSpec.step_checker;
     'rollouts' continues each step with the same policy, or with ``completer``). Generates B x G outputs at a
@@ -46,20 +63,50 @@ def sample_labelled(policy, tokenizer, prompt, questions: list[dict], spec: RunS
         check()
         chunk = questions[i : i + spec.batch_size * spec.group_size]
         prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
-        completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=spec.max_new_tokens,
-                               temperature=spec.temperature, top_p=spec.top_p)
+        completions = generate(
+            policy,
+            tokenizer,
+            prompts,
+            repeat=1,
+            greedy=False,
+            max_new_tokens=spec.max_new_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+        )
         end_ids = end_token_ids(policy, tokenizer)
         mask, ended = completion_mask(completions, end_ids)
-        judged = judge(tokenizer, completions, mask, ended, chunk, kind == "prm",
-                       delimiter=decode_delimiter(spec.step_delimiter), checker=spec.step_checker,
-                       match=spec.answer_match)
+        judged = judge(
+            tokenizer,
+            completions,
+            mask,
+            ended,
+            chunk,
+            kind == "prm",
+            delimiter=decode_delimiter(spec.step_delimiter),
+            checker=spec.step_checker,
+            match=spec.answer_match,
+        )
         if kind == "prm" and spec.step_checker == "rollouts":
             judged.verdicts = rollout_verdicts(
-                policy, tokenizer, prompts["input_ids"], prompts["attention_mask"], completions, judged.step_ends,
-                judged.texts, [e["answer"] for e in chunk], n=spec.label_rollouts, estimate=spec.label_estimate,
-                max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p, end_ids=end_ids,
-                completer=completer, questions=[e["question"] for e in chunk], tokens=judged.tokens,
-                match=spec.answer_match)
+                policy,
+                tokenizer,
+                prompts["input_ids"],
+                prompts["attention_mask"],
+                completions,
+                judged.step_ends,
+                judged.texts,
+                [e["answer"] for e in chunk],
+                n=spec.label_rollouts,
+                estimate=spec.label_estimate,
+                max_new_tokens=spec.max_new_tokens,
+                temperature=spec.temperature,
+                top_p=spec.top_p,
+                end_ids=end_ids,
+                completer=completer,
+                questions=[e["question"] for e in chunk],
+                tokens=judged.tokens,
+                match=spec.answer_match,
+            )
         out += rm_examples(judged, chunk, kind)
     return out
 
@@ -94,12 +141,22 @@ def fit_batches(n_examples: int) -> int:
     return FIT_EPOCHS * math.ceil(n_examples / FIT_BATCH)
 
 
-def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokenizer, prompt, train_set: list[dict],
-                       heldout: list[dict], spec: RunSpec, rng: random.Random, device,
-                       data: tuple[list[RMExample], list[RMExample]] | None = None,
-                       check: Callable[[], None] = no_check,
-                       progress: Callable[[int, int], None] = no_progress,
-                       completer: Completer | None = None) -> dict[str, float]:
+def train_reward_model(
+    rm: RewardModel,
+    history: list[RMExample],
+    policy,
+    tokenizer,
+    prompt,
+    train_set: list[dict],
+    heldout: list[dict],
+    spec: RunSpec,
+    rng: random.Random,
+    device,
+    data: tuple[list[RMExample], list[RMExample]] | None = None,
+    check: Callable[[], None] = no_check,
+    progress: Callable[[int, int], None] = no_progress,
+    completer: Completer | None = None,
+) -> dict[str, float]:
     """Train the RM on fresh labelled samples of the current policy mixed with a replay of ``history``.
 
     The first call (empty history) is the RM's initial training on the initial policy's outputs; later
@@ -126,10 +183,20 @@ def train_reward_model(rm: RewardModel, history: list[RMExample], policy, tokeni
         pool, held = data
         fresh = pool[: spec.rm_samples]
     else:
-        held = sample_labelled(policy, tokenizer, prompt, rng.choices(heldout, k=n_held), spec, rm.kind, device,
-                               counter, completer)
-        fresh = sample_labelled(policy, tokenizer, prompt, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind,
-                                device, counter, completer)
+        held = sample_labelled(
+            policy, tokenizer, prompt, rng.choices(heldout, k=n_held), spec, rm.kind, device, counter, completer
+        )
+        fresh = sample_labelled(
+            policy,
+            tokenizer,
+            prompt,
+            rng.choices(train_set, k=spec.rm_samples),
+            spec,
+            rm.kind,
+            device,
+            counter,
+            completer,
+        )
     metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}  # before this (re)training
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
     counter.total = counter.done + fit_batches(len(mixed))  # the exact count, from the set replay_mix built

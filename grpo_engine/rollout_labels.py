@@ -18,6 +18,7 @@ its own prompt template and the output's text up to the end of step k through it
 ``labels_from_rollouts`` is the estimate on plain booleans, ``labels_from_shares`` on the shares that reached the
 answer; ``rollout_shares`` samples and judges, ``rollout_verdicts`` does both.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -76,8 +77,9 @@ def _prefixes(prompt_ids, prompt_attn, completions, step_ends: list[list[int]]):
     return out
 
 
-def _completer_prefixes(completer: Completer, questions: list[str], tokens: list[list[str]],
-                        step_ends: list[list[int]]):
+def _completer_prefixes(
+    completer: Completer, questions: list[str], tokens: list[list[str]], step_ends: list[list[int]]
+):
     """``_prefixes`` in the completer's tokens: its prompt for output i's question, and the output's text up to
     and including the end of each step (``tokens[i]``: output i's token texts, which spell it) encoded by its
     tokenizer."""
@@ -99,41 +101,79 @@ def _left_padded(rows: list[list[int]], pad: int, device) -> dict[str, torch.Ten
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     attn = torch.zeros((len(rows), width), dtype=torch.long)
     for b, row in enumerate(rows):
-        ids[b, width - len(row):] = torch.tensor(row)
-        attn[b, width - len(row):] = 1
+        ids[b, width - len(row) :] = torch.tensor(row)
+        attn[b, width - len(row) :] = 1
     return {"input_ids": ids.to(device), "attention_mask": attn.to(device)}
 
 
 @torch.no_grad()
-def _continued_right(model, tokenizer, prefixes, answers: list[str], *, n: int, max_new_tokens: int,
-                     temperature: float, top_p: float, end_ids: list[int], batch: int, device,
-                     match: str) -> list[list[bool]]:
+def _continued_right(
+    model,
+    tokenizer,
+    prefixes,
+    answers: list[str],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    end_ids: list[int],
+    batch: int,
+    device,
+    match: str,
+) -> list[list[bool]]:
     """For each prefix (output index, prompt ids, output ids so far): whether each of ``n`` continuations reaches
     the output's reference answer. ``batch`` prefixes are continued at once; each continued output is judged by the
     verifier (final answers read as ``match`` says) on its own text (the output so far, then the continuation up to
     its end token), never the prompt's."""
     right: list[list[bool]] = []
     for start in range(0, len(prefixes), batch):
-        chunk = prefixes[start:start + batch]
+        chunk = prefixes[start : start + batch]
         prompts = _left_padded([p + o for _, p, o in chunk], tokenizer.pad_token_id, device)
-        sampled = generate(model, tokenizer, prompts, repeat=n, max_new_tokens=max_new_tokens, greedy=False,
-                           temperature=temperature, top_p=top_p, end_ids=end_ids)  # (len(chunk) * n, T')
+        sampled = generate(
+            model,
+            tokenizer,
+            prompts,
+            repeat=n,
+            max_new_tokens=max_new_tokens,
+            greedy=False,
+            temperature=temperature,
+            top_p=top_p,
+            end_ids=end_ids,
+        )  # (len(chunk) * n, T')
         mask, ended = completion_mask(sampled, end_ids)
         content = (mask.sum(dim=1).long() - ended.long()).tolist()  # tokens before each end token
         rows = [chunk[k // n][2] + sampled[k, : content[k]].tolist() for k in range(len(content))]
         outputs = tokenizer.batch_decode(rows, skip_special_tokens=True)
         for j, (i, _, _) in enumerate(chunk):
-            right.append([outcome_reward(outputs[j * n + r], answers[i], match=match)[1]["correct"] > 0
-                          for r in range(n)])
+            right.append(
+                [outcome_reward(outputs[j * n + r], answers[i], match=match)[1]["correct"] > 0 for r in range(n)]
+            )
     return right
 
 
 @torch.no_grad()
-def rollout_shares(model, tokenizer, prompt_ids, prompt_attn, completions, step_ends: list[list[int]],
-                   texts: list[str], answers: list[str], *, n: int, max_new_tokens: int, temperature: float,
-                   top_p: float, end_ids: list[int], batch: int = 64, completer: Completer | None = None,
-                   questions: list[str] | None = None, tokens: list[list[str]] | None = None,
-                   match: str = "strict") -> list[list[float]]:
+def rollout_shares(
+    model,
+    tokenizer,
+    prompt_ids,
+    prompt_attn,
+    completions,
+    step_ends: list[list[int]],
+    texts: list[str],
+    answers: list[str],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    end_ids: list[int],
+    batch: int = 64,
+    completer: Completer | None = None,
+    questions: list[str] | None = None,
+    tokens: list[list[str]] | None = None,
+    match: str = "strict",
+) -> list[list[float]]:
     """For each step of N sampled outputs, the share of its ``n`` continuations that reach the reference answer;
     the last step's is the output's own verdict (1.0 or 0.0).
 
@@ -147,13 +187,26 @@ def rollout_shares(model, tokenizer, prompt_ids, prompt_attn, completions, step_
     else:
         model, tokenizer, end_ids = completer.model, completer.tokenizer, completer.end_ids
         prefixes = _completer_prefixes(completer, questions, tokens, step_ends)
-    right = _continued_right(model, tokenizer, prefixes, answers, n=n, max_new_tokens=max_new_tokens,
-                             temperature=temperature, top_p=top_p, end_ids=end_ids, batch=batch,
-                             device=completions.device, match=match)
+    right = _continued_right(
+        model,
+        tokenizer,
+        prefixes,
+        answers,
+        n=n,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        end_ids=end_ids,
+        batch=batch,
+        device=completions.device,
+        match=match,
+    )
     shares = iter([sum(r) / len(r) for r in right])
-    return [[next(shares) for _ in ends[:-1]]
-            + ([float(outcome_reward(texts[i], answers[i], match=match)[1]["correct"] > 0)] if ends else [])
-            for i, ends in enumerate(step_ends)]
+    return [
+        [next(shares) for _ in ends[:-1]]
+        + ([float(outcome_reward(texts[i], answers[i], match=match)[1]["correct"] > 0)] if ends else [])
+        for i, ends in enumerate(step_ends)
+    ]
 
 
 def rollout_verdicts(*args, estimate: str, **kwargs) -> list[list[float]]:

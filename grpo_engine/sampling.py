@@ -20,6 +20,7 @@ plain sampling (temperature, nucleus top-p) and greedy decoding, without its per
 
 Shapes: B prompts, N = B * repeat sequences, P prompt tokens, T generated tokens (T <= max_new_tokens).
 """
+
 from __future__ import annotations
 
 import torch
@@ -65,8 +66,8 @@ class BlockLayer(DynamicLayer):
         s = key_states.shape[-2]
         if self.length + s > self._keys.shape[-2]:
             self._keys, self._values = self._room(self.keys, s), self._room(self.values, s)
-        self._keys[:, :, self.length: self.length + s] = key_states
-        self._values[:, :, self.length: self.length + s] = value_states
+        self._keys[:, :, self.length : self.length + s] = key_states
+        self._values[:, :, self.length : self.length + s] = value_states
         self.length += s
         self._view()
         return self.keys, self.values
@@ -118,9 +119,19 @@ def next_tokens(logits: torch.Tensor, greedy: bool, temperature: float, top_p: f
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=cdf.shape[1] - 1)
 
 
-def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int, max_new_tokens: int,
-             greedy: bool, temperature: float = 1.0, top_p: float = 1.0,
-             end_ids: list[int] | None = None, decode: str = "dynamic") -> torch.Tensor:
+def generate(
+    model,
+    tokenizer,
+    prompts: dict[str, torch.Tensor],
+    *,
+    repeat: int,
+    max_new_tokens: int,
+    greedy: bool,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    end_ids: list[int] | None = None,
+    decode: str = "dynamic",
+) -> torch.Tensor:
     """Sample ``repeat`` completions per prompt; the prompts are encoded once. Returns (B*repeat, T).
 
     ``model``: a causal LM (or a LoRA-wrapped one), not a distributed wrapper. ``prompts``: left-padded
@@ -134,8 +145,18 @@ def generate(model, tokenizer, prompts: dict[str, torch.Tensor], *, repeat: int,
         if decode == "dynamic":
             out = _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids)
         else:
-            out = _decode_static(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p,
-                                 end_ids, compiled=decode == "compiled")
+            out = _decode_static(
+                model,
+                tokenizer,
+                prompts,
+                repeat,
+                max_new_tokens,
+                greedy,
+                temperature,
+                top_p,
+                end_ids,
+                compiled=decode == "compiled",
+            )
     return out.clone()
 
 
@@ -145,8 +166,9 @@ def _prefill(model, tokenizer, prompts, repeat: int, end_ids):
     attn = prompts["attention_mask"]
     ends = torch.tensor(end_token_ids(model, tokenizer) if end_ids is None else end_ids, device=attn.device)
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
-    out = model(input_ids=prompts["input_ids"], attention_mask=attn, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
+    out = model(
+        input_ids=prompts["input_ids"], attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1
+    )
     return ends, positions, getattr(out, CACHE), out.logits[:, -1].repeat_interleave(repeat, dim=0)
 
 
@@ -178,8 +200,13 @@ def _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperatu
             cache.batch_select_indices(keep)
             rows, token, attn, next_pos, ended = rows[keep], token[keep], attn[keep], next_pos[keep], ended[keep]
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        out = model(input_ids=token.unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
-                    use_cache=True, **{CACHE: cache})
+        out = model(
+            input_ids=token.unsqueeze(1),
+            attention_mask=attn,
+            position_ids=next_pos.unsqueeze(1),
+            use_cache=True,
+            **{CACHE: cache},
+        )
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
     return result[:, :length]
@@ -191,16 +218,19 @@ def _static_cache(model, prefill, repeat: int, max_len: int):
     from transformers import StaticCache
 
     if not hasattr(prefill, "layers"):
-        raise ValueError("decode: 'static' and 'compiled' need transformers' layered caches (transformers >= 4.56); "
-                         "use decode 'dynamic'")
+        raise ValueError(
+            "decode: 'static' and 'compiled' need transformers' layered caches (transformers >= 4.56); "
+            "use decode 'dynamic'"
+        )
     cache = StaticCache(config=model.config, max_cache_len=max_len)
     for layer, filled in zip(cache.layers, prefill.layers):
         layer.update(filled.keys.repeat_interleave(repeat, dim=0), filled.values.repeat_interleave(repeat, dim=0))
     return cache
 
 
-def _decode_static(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids,
-                   compiled: bool) -> torch.Tensor:
+def _decode_static(
+    model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids, compiled: bool
+) -> torch.Tensor:
     """generate's loop with the same shapes at every step, so that one decode step can be captured once and
     replayed: a StaticCache of N rows and P + max_new_tokens positions, an attention mask of that full width
     (a column switched on per step), every row decoded to the end (none dropped). ``compiled``: the step
@@ -227,7 +257,8 @@ def _decode_static(model, tokenizer, prompts, repeat, max_new_tokens, greedy, te
         if length == max_new_tokens or bool(ended.all()):
             break
         mask[:, P + t] = 1  # the token fed now sits at cache position P + t
-        logits = step(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos, use_cache=True,
-                      **{CACHE: cache}).logits[:, -1]
+        logits = step(
+            input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos, use_cache=True, **{CACHE: cache}
+        ).logits[:, -1]
         next_pos = next_pos + 1
     return result[:, :length]

@@ -3,6 +3,7 @@
 Derived from the step number alone, so a resumed run and LoRA's new optimizer at each iteration get it without
 anything saved: ``trainer.TrainingRun.next_step`` sets it on the optimizer before every step's update.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """Run-spec checks that need nothing of RunSpec: report_to's tracker names, the prompt keys (question_template's
 slot, a .gguf model's reader), and when steps are labelled by rollouts (the rule the Launch form's fields follow
 too). config.validate_spec calls them; pure Python, no torch."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,11 +34,14 @@ def check_report_to(value: Any) -> list[str]:
         try:
             value = json.loads(text) if text.startswith("[") else [n.strip() for n in text.split(",") if n.strip()]
         except json.JSONDecodeError as e:
-            raise SpecError("report_to", f"must be a list of tracker names or names separated by commas, got text "
-                                         f"that is not JSON ({e})") from None
+            raise SpecError(
+                "report_to",
+                f"must be a list of tracker names or names separated by commas, got text that is not JSON ({e})",
+            ) from None
     if not isinstance(value, (list, tuple)):
-        raise SpecError("report_to", f"must be a list of tracker names ({allowed}), got {type(value).__name__} "
-                                     f"{shown(value)}")
+        raise SpecError(
+            "report_to", f"must be a list of tracker names ({allowed}), got {type(value).__name__} {shown(value)}"
+        )
     names: list[str] = []
     for name in value:
         if not isinstance(name, str) or name.strip().lower() not in TRACKERS:
@@ -46,8 +50,11 @@ def check_report_to(value: Any) -> list[str]:
         if name in names:
             raise SpecError("report_to", f"names {name!r} twice")
         if importlib.util.find_spec(name) is None:
-            raise SpecError("report_to", f"{name!r} is not installed on this machine: pip install {TRACKERS[name]} "
-                                         "(or all three: pip install 'grpo-dashboard[trackers]')")
+            raise SpecError(
+                "report_to",
+                f"{name!r} is not installed on this machine: pip install {TRACKERS[name]} "
+                "(or all three: pip install 'grpo-dashboard[trackers]')",
+            )
         names.append(name)
     return names
 
@@ -65,11 +72,15 @@ def check_prompt_keys(values: dict[str, Any]) -> None:
     """
     template = values["question_template"]
     if template and template.count(QUESTION_SLOT) != 1:
-        raise SpecError("question_template", f"must hold {QUESTION_SLOT} once, where the question goes; got "
-                                             f"{shown(template)}")
+        raise SpecError(
+            "question_template", f"must hold {QUESTION_SLOT} once, where the question goes; got {shown(template)}"
+        )
     if is_gguf(values["model"]) and importlib.util.find_spec("gguf") is None:
-        raise SpecError("model", f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
-                                 "pip install 'grpo-dashboard[gguf]'")
+        raise SpecError(
+            "model",
+            f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
+            "pip install 'grpo-dashboard[gguf]'",
+        )
 
 
 def is_gguf(model: str) -> bool:

@@ -3,6 +3,7 @@ value to its type and the check of its range, each refusal a :class:`SpecError` 
 
 Pure Python (no torch): config.validate_spec applies these to every key of a spec.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,6 @@ class Field:
     choices: tuple | None = None
     min_exclusive: bool = False  # if True, the value must be > min
     max_length: int = MAX_TEXT  # text: the longest value
-
 
 
 class SpecError(ValueError):

@@ -13,6 +13,7 @@ refreshes the reward model, records and checkpoints.
 Shapes: B questions (in one process: its B / devices), G outputs each, N = B*G sequences, P prompt tokens,
 T completion tokens.
 """
+
 from __future__ import annotations
 
 import math
@@ -113,7 +114,9 @@ class Scored:
     step_ends: list[list[int] | None]  # process supervision: the token where each step ends
     labelling: float = 0.0  # seconds spent labelling steps by rollouts (step_labels 'rollouts')
     step_labels: list[list[float] | None] = field(default_factory=list)  # process: the rules' label of each step
-    step_shares: list[list[float] | None] = field(default_factory=list)  # rollouts: each step's share reaching the answer
+    step_shares: list[list[float] | None] = field(
+        default_factory=list
+    )  # rollouts: each step's share reaching the answer
 
 
 @dataclass
@@ -124,8 +127,9 @@ class StepResult:
     groups: list[GroupRecord]
 
 
-def grpo_step(learner: Learner, batch: list[dict], record: bool,
-              more: Callable[[int], list[dict]] | None = None) -> StepResult:
+def grpo_step(
+    learner: Learner, batch: list[dict], record: bool, more: Callable[[int], list[dict]] | None = None
+) -> StepResult:
     """Steps 1-5 on this process's ``batch`` of questions. Every process calls it at every step (it gathers).
     With skip_zero_spread, groups whose rewards are all equal give way to groups for fresh questions, ``more(m)``
     giving m of them (dynamic_sampling.informative_batch); when no process has a group left, no update is made.
@@ -135,27 +139,45 @@ def grpo_step(learner: Learner, batch: list[dict], record: bool,
     sampled, scored, sampling = sample_scored(learner, batch)
     filled = Filled(sampled, scored, float(spec.batch_size), 0.0, True, sampling)
     if spec.skip_zero_spread:
-        filled = informative_batch((sampled, scored, sampling), lambda m: sample_scored(learner, more(m)), len(batch),
-                                   spec.max_resample, spec.group_size, learner.procs, learner.tokenizer.pad_token_id)
+        filled = informative_batch(
+            (sampled, scored, sampling),
+            lambda m: sample_scored(learner, more(m)),
+            len(batch),
+            spec.max_resample,
+            spec.group_size,
+            learner.procs,
+            learner.tokenizer.pad_token_id,
+        )
     sampled, scored = filled.sampled, filled.scored
     steps = filled.trains and carries_signal(learner, scored.advantages)  # whether the optimizer steps
     chunks = plan_micro_batches(sampled.mask, sampled.prompt_attn, spec.group_size, spec.micro_batch_size)
     ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks) if filled.trains else (None, None)
     t2 = time.time()
-    sums = (update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks, detail=record, steps=steps)
-            if filled.trains else no_update(spec.policy_updates_per_batch))
+    sums = (
+        update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks, detail=record, steps=steps)
+        if filled.trains
+        else no_update(spec.policy_updates_per_batch)
+    )
     t3 = time.time()
     metrics = step_metrics(learner, sampled, scored, sums)
     if not filled.trains:  # no update: none of its metrics
         metrics = {k: v for k, v in metrics.items() if k not in UPDATE_METRICS}
-    metrics.update({"time/sampling": filled.sampling, "time/scoring": t2 - t0 - filled.sampling - scored.labelling,
-                    "time/labelling": scored.labelling, "time/update": t3 - t2,
-                    "sampling/drawn": filled.drawn, "sampling/dropped": filled.dropped,
-                    "update/skipped": float(not steps)})
+    metrics.update(
+        {
+            "time/sampling": filled.sampling,
+            "time/scoring": t2 - t0 - filled.sampling - scored.labelling,
+            "time/labelling": scored.labelling,
+            "time/update": t3 - t2,
+            "sampling/drawn": filled.drawn,
+            "sampling/dropped": filled.dropped,
+            "update/skipped": float(not steps),
+        }
+    )
     if learner.spec.rewards:  # reward/<name>: each named reward's mean over the whole batch
         metrics.update(reward_means(learner.procs.gather(scored.components), learner.spec.rewards))
-    groups = (group_records(sampled, scored, learner.spec.group_size, learner.prompt, sums.get("detail"))
-              if record else [])
+    groups = (
+        group_records(sampled, scored, learner.spec.group_size, learner.prompt, sums.get("detail")) if record else []
+    )
     return StepResult(metrics, groups)
 
 
@@ -180,12 +202,27 @@ def sample(learner: Learner, batch: list[dict]) -> Sampled:
     spec, G = learner.spec, learner.spec.group_size
     prompts = encode_prompts(learner.tokenizer, [e["question"] for e in batch], learner.dev, learner.prompt)
     learner.policy.eval()
-    completions = generate(learner.unwrapped(), learner.tokenizer, prompts, repeat=G, greedy=False,
-                           max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
-                           end_ids=learner.end_ids, decode=spec.decode)  # (N, T)
+    completions = generate(
+        learner.unwrapped(),
+        learner.tokenizer,
+        prompts,
+        repeat=G,
+        greedy=False,
+        max_new_tokens=spec.max_new_tokens,
+        temperature=spec.temperature,
+        top_p=spec.top_p,
+        end_ids=learner.end_ids,
+        decode=spec.decode,
+    )  # (N, T)
     mask, ended = completion_mask(completions, learner.end_ids)  # (N, T), (N,)
-    return Sampled(batch, prompts["input_ids"].repeat_interleave(G, dim=0),
-                   prompts["attention_mask"].repeat_interleave(G, dim=0), completions, mask, ended)
+    return Sampled(
+        batch,
+        prompts["input_ids"].repeat_interleave(G, dim=0),
+        prompts["attention_mask"].repeat_interleave(G, dim=0),
+        completions,
+        mask,
+        ended,
+    )
 
 
 def score(learner: Learner, sampled: Sampled) -> Scored:
@@ -194,9 +231,18 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     N, T = sampled.completions.shape
     B = N // G
     rows = [sampled.batch[i // G] for i in range(N)]
-    judged = judge(learner.tokenizer, sampled.completions, sampled.mask, sampled.ended, rows,
-                   spec.supervision == "process", spec.format_reward, learner.delimiter, spec.step_checker,
-                   spec.answer_match)
+    judged = judge(
+        learner.tokenizer,
+        sampled.completions,
+        sampled.mask,
+        sampled.ended,
+        rows,
+        spec.supervision == "process",
+        spec.format_reward,
+        learner.delimiter,
+        spec.step_checker,
+        spec.answer_match,
+    )
     labelling = time.time()
     shares: list[list[float] | None] = [None] * N
     if spec.supervision == "process" and rm is None and spec.step_checker == "rollouts" and not spec.rewards:
@@ -204,8 +250,7 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         judged.verdicts = [labels_from_shares(s, spec.label_estimate) for s in shares]
     labelling = time.time() - labelling
     # the rules' labels, shown beside the rewards; rollouts label the steps only when their labels are the rewards
-    labelled = spec.supervision == "process" and (
-        spec.step_checker != "rollouts" or (rm is None and not spec.rewards))
+    labelled = spec.supervision == "process" and (spec.step_checker != "rollouts" or (rm is None and not spec.rewards))
     labels: list[list[float] | None] = list(judged.verdicts) if labelled else [None] * N
     if spec.rewards:  # the run's named rewards (reward_functions) replace the rule's: outcome rewards or step rewards
         judged.outcome, judged.verdicts = named_rewards(spec, judged, rows, sampled.mask.sum(dim=1).long().tolist())
@@ -220,14 +265,22 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         adv = outcome_advantages(rewards, scale=spec.scale_rewards, batch_std=batch_std(learner, flat))  # (B, G)
         advantages = adv.view(-1, 1) * sampled.mask  # every token of o_i gets A_i
         rewards = rewards.view(-1)
-        group_rewards = [rewards[b * G:(b + 1) * G].tolist() for b in range(B)]
+        group_rewards = [rewards[b * G : (b + 1) * G].tolist() for b in range(B)]
     else:
         step_rewards = scores if scores is not None else judged.verdicts
         step_rewards = penalise_overlong(spec, step_rewards, sampled.mask, components)  # on each last step
         step_ends = judged.step_ends
         std = batch_std(learner, [r for rs in step_rewards for r in rs])
-        adv_rows = [process_advantages(step_rewards[b * G:(b + 1) * G], step_ends[b * G:(b + 1) * G], T,
-                                       scale=spec.scale_rewards, batch_std=std) for b in range(B)]  # each (G, T)
+        adv_rows = [
+            process_advantages(
+                step_rewards[b * G : (b + 1) * G],
+                step_ends[b * G : (b + 1) * G],
+                T,
+                scale=spec.scale_rewards,
+                batch_std=std,
+            )
+            for b in range(B)
+        ]  # each (G, T)
         advantages = torch.cat(adv_rows).to(learner.dev) * sampled.mask
         rewards = torch.tensor([sum(r) / len(r) if r else 0.0 for r in step_rewards])
         # process advantages normalise over all step rewards of the group
@@ -235,8 +288,19 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
     if scores is not None:  # the RM's own score (before any overlong penalty): ORM its score, PRM its steps' mean
         for c, s in zip(components, scores):
             c["rm_score"] = sum(s) / len(s) if s else 0.0
-    return Scored(judged.texts, judged.tokens, components, rewards, group_rewards, advantages.to(learner.dev),
-                  step_rewards, step_ends, labelling, labels, shares)
+    return Scored(
+        judged.texts,
+        judged.tokens,
+        components,
+        rewards,
+        group_rewards,
+        advantages.to(learner.dev),
+        step_rewards,
+        step_ends,
+        labelling,
+        labels,
+        shares,
+    )
 
 
 def batch_std(learner: Learner, values: list[float]) -> float | None:
@@ -253,11 +317,25 @@ def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: 
     label_rollouts continuations, by the policy or the run's label_completer)."""
     spec = learner.spec
     learner.policy.eval()
-    return rollout_shares(learner.unwrapped(), learner.tokenizer, sampled.prompt_ids, sampled.prompt_attn,
-                          sampled.completions, judged.step_ends, judged.texts, [r["answer"] for r in rows],
-                          n=spec.label_rollouts, max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
-                          top_p=spec.top_p, end_ids=learner.end_ids, completer=learner.completer,
-                          questions=[r["question"] for r in rows], tokens=judged.tokens, match=spec.answer_match)
+    return rollout_shares(
+        learner.unwrapped(),
+        learner.tokenizer,
+        sampled.prompt_ids,
+        sampled.prompt_attn,
+        sampled.completions,
+        judged.step_ends,
+        judged.texts,
+        [r["answer"] for r in rows],
+        n=spec.label_rollouts,
+        max_new_tokens=spec.max_new_tokens,
+        temperature=spec.temperature,
+        top_p=spec.top_p,
+        end_ids=learner.end_ids,
+        completer=learner.completer,
+        questions=[r["question"] for r in rows],
+        tokens=judged.tokens,
+        match=spec.answer_match,
+    )
 
 
 def logprobs(model, mb: MicroBatch, s: Sampled, temperature: float, entropy: bool = True):
@@ -278,13 +356,22 @@ def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[MicroB
         if spec.policy_updates_per_batch > 1:
             model = learner.unwrapped()
             with learner.autocast():  # as the update's passes, so that the first update's ratio is exactly 1
-                old_logp = in_step_order([logprobs(model, c, s, spec.temperature, entropy=False)[0]
-                                          for c in chunks], chunks)
+                old_logp = in_step_order(
+                    [logprobs(model, c, s, spec.temperature, entropy=False)[0] for c in chunks], chunks
+                )
     return (None if ref_logp is None else ref_logp.clone()), (None if old_logp is None else old_logp.clone())
 
 
-def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks: list[MicroBatch],
-           detail: bool = False, steps: bool = True) -> dict:
+def update(
+    learner: Learner,
+    s: Sampled,
+    advantages,
+    ref_logp,
+    old_logp,
+    chunks: list[MicroBatch],
+    detail: bool = False,
+    steps: bool = True,
+) -> dict:
     """4. mu policy updates maximising J_GRPO; the gradient of each is accumulated over the micro-batches: a
     micro-batch's loss is its part of J's sum divided by the whole batch's denominator (objective.aggregate), so
     they add up to the whole batch's loss. ``steps`` False (every advantage 0: carries_signal) measures the
@@ -314,8 +401,19 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
                     logp, ent = logprobs(policy, mb, s, spec.temperature)
                 old = old_logp[c] if old_logp is not None else logp.detach()
                 ref = ref_logp[c] if ref_logp is not None else logp.detach()
-                loss, stats = grpo_loss(logp, old, ref, advantages[c], mask[c], spec.clip_eps, spec.kl_coef,
-                                        spec.clip_eps_upper, spec.ratio_level, spec.loss_type, denominator)
+                loss, stats = grpo_loss(
+                    logp,
+                    old,
+                    ref,
+                    advantages[c],
+                    mask[c],
+                    spec.clip_eps,
+                    spec.kl_coef,
+                    spec.clip_eps_upper,
+                    spec.ratio_level,
+                    spec.loss_type,
+                    denominator,
+                )
                 learner.accelerator.backward(loss)
             if detail and u == spec.policy_updates_per_batch - 1:
                 views.append(token_view(old, ref_logp[c] if ref_logp is not None else None, stats))
@@ -330,19 +428,26 @@ def update(learner: Learner, s: Sampled, advantages, ref_logp, old_logp, chunks:
         per_update += [loss_sum, kl_sum, clip_sum]
     sums = {"per_update": per_update, "entropy": entropy_sum, "grad_norm": grad_norm, "tokens": tokens}
     if views:
-        sums["detail"] = {k: in_step_order([v[k] for v in views], chunks) if views[0][k] is not None else None
-                          for k in views[0]}
+        sums["detail"] = {
+            k: in_step_order([v[k] for v in views], chunks) if views[0][k] is not None else None for k in views[0]
+        }
     return sums
 
 
 def token_view(old_logp, ref_logp, stats: dict) -> dict[str, torch.Tensor | None]:
     """One micro-batch's per-token view of the update, on the CPU (recorded with the groups): log pi_old (the
     policy at sampling), log pi_ref (None without a reference), the ratio, the k3 KL and whether the clip bound."""
+
     def cpu(t):
         return None if t is None else t.detach().float().cpu()
-    return {"logprobs": cpu(old_logp), "ref_logprobs": cpu(ref_logp), "ratios": cpu(stats["token_ratio"]),
-            "kls": cpu(stats["token_kl"]) if ref_logp is not None else None,
-            "clipped": cpu(stats["token_clipped"])}
+
+    return {
+        "logprobs": cpu(old_logp),
+        "ref_logprobs": cpu(ref_logp),
+        "ratios": cpu(stats["token_ratio"]),
+        "kls": cpu(stats["token_kl"]) if ref_logp is not None else None,
+        "clipped": cpu(stats["token_clipped"]),
+    }
 
 
 def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> dict[str, float]:
@@ -374,8 +479,8 @@ def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> di
         "learning_rate": learner.optimizer.param_groups[0]["lr"],
         "grad_norm": grad_norm if math.isfinite(grad_norm) else -1.0,
         "repetition": sum(procs.gather([repetition_share(t) for t in scored.texts])) / len(outputs),
-        "answer_stated_frac": sum(procs.gather([float(extract_final_answer(t)[0] is not None)
-                                                for t in scored.texts])) / len(outputs),
+        "answer_stated_frac": sum(procs.gather([float(extract_final_answer(t)[0] is not None) for t in scored.texts]))
+        / len(outputs),
         **gradient_sources(procs, s, scored, learner.spec.group_size),
     }
 
@@ -395,24 +500,29 @@ def gradient_sources(procs: Processes, s: Sampled, scored: Scored, G: int) -> di
     and how many had rewards all equal (zero spread: advantages 0); the shares of real tokens whose advantage was
     positive, negative or zero. Over every process's groups and tokens."""
     correct = [c["correct"] > 0 for c in scored.components]
-    kinds = [sum(correct[b * G:(b + 1) * G]) for b in range(len(correct) // G)]  # right answers per group
+    kinds = [sum(correct[b * G : (b + 1) * G]) for b in range(len(correct) // G)]  # right answers per group
     spreads = [len(set(g)) > 1 for g in scored.group_rewards]
     groups = procs.gather([(k, spread) for k, spread in zip(kinds, spreads)])
     mask = s.mask > 0
     adv = scored.advantages
-    positive, negative, tokens = procs.sum([float(((adv > 0) & mask).sum()), float(((adv < 0) & mask).sum()),
-                                            float(mask.sum())])
+    positive, negative, tokens = procs.sum(
+        [float(((adv > 0) & mask).sum()), float(((adv < 0) & mask).sum()), float(mask.sum())]
+    )
     tokens = max(tokens, 1.0)
-    return {"groups/all_right": float(sum(k == G for k, _ in groups)),
-            "groups/all_wrong": float(sum(k == 0 for k, _ in groups)),
-            "groups/mixed": float(sum(0 < k < G for k, _ in groups)),
-            "groups/zero_spread": float(sum(not spread for _, spread in groups)),
-            "tokens/adv_pos": positive / tokens, "tokens/adv_neg": negative / tokens,
-            "tokens/adv_zero": (tokens - positive - negative) / tokens}
+    return {
+        "groups/all_right": float(sum(k == G for k, _ in groups)),
+        "groups/all_wrong": float(sum(k == 0 for k, _ in groups)),
+        "groups/mixed": float(sum(0 < k < G for k, _ in groups)),
+        "groups/zero_spread": float(sum(not spread for _, spread in groups)),
+        "tokens/adv_pos": positive / tokens,
+        "tokens/adv_neg": negative / tokens,
+        "tokens/adv_zero": (tokens - positive - negative) / tokens,
+    }
 
 
-def group_records(s: Sampled, scored: Scored, G: int, prompt: Callable[[str], str],
-                  detail: dict | None = None) -> list[GroupRecord]:
+def group_records(
+    s: Sampled, scored: Scored, G: int, prompt: Callable[[str], str], detail: dict | None = None
+) -> list[GroupRecord]:
     """This process's groups as the store keeps them: the question and the prompt text the model saw (``prompt``:
     the run's template), each output's text, tokens, reward and advantages, whether it was cut, and the update's
     per-token view (``detail``: update's token_view over the batch; None when no update was made)."""
@@ -427,15 +537,32 @@ def group_records(s: Sampled, scored: Scored, G: int, prompt: Callable[[str], st
 
     groups = []
     for b, question in enumerate(s.batch):
-        samples = [SampleRecord(completion=scored.texts[i], tokens=scored.tokens[i], reward=rewards[i],
-                                advantages=adv[i][: lengths[i]],
-                                step_rewards=scored.step_rewards[i], step_end_indices=scored.step_ends[i],
-                                reward_components=scored.components[i], step_labels=scored.step_labels[i],
-                                step_shares=scored.step_shares[i], truncated=not ended[i],
-                                logprobs=per_token("logprobs", i), ref_logprobs=per_token("ref_logprobs", i),
-                                ratios=per_token("ratios", i), kls=per_token("kls", i),
-                                clipped=per_token("clipped", i))
-                   for i in range(b * G, (b + 1) * G)]
-        groups.append(GroupRecord(prompt=question["question"], reference=question["answer"], samples=samples,
-                                  model_prompt=prompt(question["question"])))
+        samples = [
+            SampleRecord(
+                completion=scored.texts[i],
+                tokens=scored.tokens[i],
+                reward=rewards[i],
+                advantages=adv[i][: lengths[i]],
+                step_rewards=scored.step_rewards[i],
+                step_end_indices=scored.step_ends[i],
+                reward_components=scored.components[i],
+                step_labels=scored.step_labels[i],
+                step_shares=scored.step_shares[i],
+                truncated=not ended[i],
+                logprobs=per_token("logprobs", i),
+                ref_logprobs=per_token("ref_logprobs", i),
+                ratios=per_token("ratios", i),
+                kls=per_token("kls", i),
+                clipped=per_token("clipped", i),
+            )
+            for i in range(b * G, (b + 1) * G)
+        ]
+        groups.append(
+            GroupRecord(
+                prompt=question["question"],
+                reference=question["answer"],
+                samples=samples,
+                model_prompt=prompt(question["question"]),
+            )
+        )
     return groups

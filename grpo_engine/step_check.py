@@ -41,6 +41,7 @@ False
 >>> step_equations_hold("Let x be the apples, so 2x + 1 = 7 and 25% of 80 = 20.")
 True
 """
+
 from __future__ import annotations
 
 import re
@@ -56,18 +57,63 @@ MAX_POWER_BITS = 4096
 MAX_FRACS = 64
 
 _ANNOTATION_RE = re.compile(r"<<([^<>]*)>>")
-_UNICODE = str.maketrans({"×": "*", "·": "*", "⋅": "*", "∗": "*", "÷": "/", "−": "-", "–": "-", "²": "^2",
-                          "³": "^3", "≃": "≈", "≅": "≈", "∼": "≈", "\u2009": " ", "\u202f": " ", "\xa0": " "})
-_COMMANDS = {"times": "*", "cdot": "*", "ast": "*", "div": "/", "approx": "≈", "sim": "≈", "simeq": "≈",
-             "neq": "≠", "ne": "≠", "leq": "≤", "le": "≤", "geq": "≥", "ge": "≥", "lt": "<", "gt": ">",
-             "quad": " ", "qquad": " ", "boxed": "", "left": "", "right": "", "displaystyle": "",
-             "big": "", "Big": "", "bigl": "", "bigr": "", "Bigl": "", "Bigr": "", "bigg": "", "Bigg": ""}
+_UNICODE = str.maketrans(
+    {
+        "×": "*",
+        "·": "*",
+        "⋅": "*",
+        "∗": "*",
+        "÷": "/",
+        "−": "-",
+        "–": "-",
+        "²": "^2",
+        "³": "^3",
+        "≃": "≈",
+        "≅": "≈",
+        "∼": "≈",
+        "\u2009": " ",
+        "\u202f": " ",
+        "\xa0": " ",
+    }
+)
+_COMMANDS = {
+    "times": "*",
+    "cdot": "*",
+    "ast": "*",
+    "div": "/",
+    "approx": "≈",
+    "sim": "≈",
+    "simeq": "≈",
+    "neq": "≠",
+    "ne": "≠",
+    "leq": "≤",
+    "le": "≤",
+    "geq": "≥",
+    "ge": "≥",
+    "lt": "<",
+    "gt": ">",
+    "quad": " ",
+    "qquad": " ",
+    "boxed": "",
+    "left": "",
+    "right": "",
+    "displaystyle": "",
+    "big": "",
+    "Big": "",
+    "bigl": "",
+    "bigr": "",
+    "Bigl": "",
+    "Bigr": "",
+    "bigg": "",
+    "Bigg": "",
+}
 _COMMAND_RE = re.compile(r"\\([A-Za-z]+)")
 _FRAC_RE = re.compile(r"([0-9]+ ?)?\\[dtc]?frac(?![A-Za-z])")
 _BRACE_RE = re.compile(r"[{}]")
 _TEXT_RE = re.compile(r"\\(?:text[a-z]*|math(?:rm|bf|it)|mbox|operatorname)\s*\{([^{}]*)\}")
 _POWER_STARS_RE = re.compile(r"(?<=[0-9)\]])\s*\*\*\s*(?=[0-9(\[.-])")
-_TOKEN_RE = re.compile(r"""
+_TOKEN_RE = re.compile(
+    r"""
     (?P<NUM>(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+)
   | (?P<REL>!=|<=|>=|=>|=<|:=|<>|[<>≈≠≤≥~])
   | (?P<EQ>==?)
@@ -77,16 +123,22 @@ _TOKEN_RE = re.compile(r"""
   | (?P<CMD>\\[A-Za-z]+)
   | (?P<WORD>[^\W\d_]+)
   | (?P<PUNCT>\S)
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 
 # Words that carry arithmetic to the number after them (left of a side) or before them (right of a side):
 # a side next to one is only part of the real expression, so the link is skipped. Neither kind is a unit.
-_LEFT_BLOCK = frozenset("""of times plus minus over by than from and with into twice thrice half double triple
+_LEFT_BLOCK = frozenset(
+    """of times plus minus over by than from and with into twice thrice half double triple
     square cube sqrt root log ln exp sin cos tan mod modulo add subtract multiply divide negative per choose
-    divided multiplied""".split())
-_RIGHT_BLOCK = frozenset("""of times plus minus over divided multiplied by squared cubed percent percentage per
+    divided multiplied""".split()
+)
+_RIGHT_BLOCK = frozenset(
+    """of times plus minus over divided multiplied by squared cubed percent percentage per
     more less fewer than hundred hundreds thousand thousands million millions billion billions trillion dozen
-    dozens half halves third thirds quarter quarters fourths fifths tenths mod modulo factorial choose to""".split())
+    dozens half halves third thirds quarter quarters fourths fifths tenths mod modulo factorial choose to""".split()
+)
 _WEAK_LEFT = frozenset("and with from into".split())  # these carry arithmetic only after a number: "3 and 4"
 _NOT_UNIT = _LEFT_BLOCK | _RIGHT_BLOCK
 _SHORT_UNITS = frozenset("cm mm km kg mg ml ft yd mi lb oz hr pm am st nd rd th".split())
@@ -150,7 +202,7 @@ def _replace_fracs(text: str) -> str:
         den = _latex_argument(text, num[1]) if num else None
         if den:
             whole = f"{match.group(1)}+" if match.group(1) else ""  # a mixed number: 2\frac{1}{2} is 2 + 1/2
-            text = f"{text[:match.start()]}({whole}({num[0]})/({den[0]})){text[den[1]:]}"
+            text = f"{text[: match.start()]}({whole}({num[0]})/({den[0]})){text[den[1] :]}"
     return text
 
 
@@ -165,7 +217,7 @@ def _latex_argument(text: str, i: int) -> tuple[str, int] | None:
     for brace in _BRACE_RE.finditer(text, i):
         depth += 1 if brace.group() == "{" else -1
         if depth == 0:
-            return text[i + 1:brace.start()], brace.end()
+            return text[i + 1 : brace.start()], brace.end()
     return None
 
 
@@ -174,8 +226,13 @@ def _tokenise(text: str) -> list[_Tok]:
     toks = [_Tok(m.lastgroup, m.group(), m.start(), m.end()) for m in _TOKEN_RE.finditer(text)]
     for i in range(1, len(toks) - 1):
         before, tok, after = toks[i - 1], toks[i], toks[i + 1]
-        if (tok.text in ("x", "X") and before.kind in ("NUM", "RP") and after.kind in ("NUM", "LP")
-                and before.end < tok.start and tok.end < after.start):
+        if (
+            tok.text in ("x", "X")
+            and before.kind in ("NUM", "RP")
+            and after.kind in ("NUM", "LP")
+            and before.end < tok.start
+            and tok.end < after.start
+        ):
             toks[i] = tok._replace(kind="OP", text="*")
     return toks
 
@@ -224,8 +281,8 @@ def _side(toks: list[_Tok], eq: int, step: int) -> list[_Tok] | None:
         return None
     if step < 0:  # a lone number after a word labels rather than computes: "Day 2 = 10 pages"
         label = j == eq - 2 and j >= 0 and toks[j].kind == "WORD"
-        return toks[j + 1:eq] if _left_edge_ok(toks, j, j + 1) and not label else None
-    return toks[eq + 1:j] if _right_edge_ok(toks, j, j - 1) else None
+        return toks[j + 1 : eq] if _left_edge_ok(toks, j, j + 1) and not label else None
+    return toks[eq + 1 : j] if _right_edge_ok(toks, j, j - 1) else None
 
 
 def _left_edge_ok(toks: list[_Tok], j: int, s: int) -> bool:
@@ -235,8 +292,9 @@ def _left_edge_ok(toks: list[_Tok], j: int, s: int) -> bool:
     tok, first = (toks[j] if j >= 0 else None), toks[s]
     if tok is not None and tok.kind in ("EQ", "REL"):
         return True
-    if first.kind == "OP" and not (first.text in "+-" and _attached(first, toks[s + 1])
-                                   and (tok is None or not _attached(tok, first))):
+    if first.kind == "OP" and not (
+        first.text in "+-" and _attached(first, toks[s + 1]) and (tok is None or not _attached(tok, first))
+    ):
         return False  # "+"/"-" is a sign only when written against its number ("is -3"), not a bullet "- 3"
     if tok is None:
         return True
@@ -285,8 +343,9 @@ def _right_edge_ok(toks: list[_Tok], j: int, last: int) -> bool:
         after = toks[j + 1] if j + 1 < len(toks) else None
         if tok.text == "|" or (tok.text == "!" and _attached(end, tok)):
             return False
-        return not (_attached(end, tok) and after is not None and _attached(tok, after)
-                    and after.kind in ("NUM", "LP", "WORD"))
+        return not (
+            _attached(end, tok) and after is not None and _attached(tok, after) and after.kind in ("NUM", "LP", "WORD")
+        )
     return False
 
 
@@ -305,8 +364,10 @@ def _link_holds(left: list[_Tok], right: list[_Tok]) -> bool:
 def _values_agree(a: Fraction, b: Fraction, a_places: int, b_places: int) -> bool:
     """Equal, or one side is a lone decimal with d places and the other rounds to it:
     |other - decimal| <= 1/2 * 10**-d, so 10/3 = 3.33 holds and 10/3 = 3.4 does not."""
-    return a == b or any(places and abs(other - decimal) * 2 * 10 ** places <= 1
-                         for decimal, other, places in ((a, b, a_places), (b, a, b_places)))
+    return a == b or any(
+        places and abs(other - decimal) * 2 * 10**places <= 1
+        for decimal, other, places in ((a, b, a_places), (b, a, b_places))
+    )
 
 
 def _side_values(side: list[_Tok]) -> tuple[list[Fraction], int]:

@@ -8,6 +8,7 @@
 
 Shapes: N completions, T sampled tokens each (padded).
 """
+
 from __future__ import annotations
 
 import torch
@@ -42,8 +43,9 @@ def prompt_formatter(tokenizer, template: str, system_prompt: str = "", question
 
     if template == "chat" or (template == "auto" and has_chat):
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return lambda q: tokenizer.apply_chat_template(system + [{"role": "user", "content": worded(q)}],
-                                                       tokenize=False, add_generation_prompt=True)
+        return lambda q: tokenizer.apply_chat_template(
+            system + [{"role": "user", "content": worded(q)}], tokenize=False, add_generation_prompt=True
+        )
     head = (tokenizer.bos_token or "") + (format_prompt(system_prompt) if system_prompt else "")
     return lambda q: head + format_prompt(worded(q))
 
@@ -91,7 +93,7 @@ def token_pieces(tokenizer, rows: list[list[int]]) -> list[list[str]]:
     """
     windows = [(row, max(0, k - PIECE_CONTEXT), k) for row in rows for k in range(len(row))]
     before = _decode_batch(tokenizer, [row[s:k] for row, s, k in windows])
-    upto = _decode_batch(tokenizer, [row[s:k + 1] for row, s, k in windows])
+    upto = _decode_batch(tokenizer, [row[s : k + 1] for row, s, k in windows])
     out, w = [], 0
     for row in rows:
         pieces, pending = [], None  # pending: the first token of a character not yet complete
@@ -105,9 +107,9 @@ def token_pieces(tokenizer, rows: list[list[int]]) -> list[list[str]]:
             if pending is not None or not full.startswith(head):  # read from before the unfinished character
                 first = pending if pending is not None else k
                 s = max(0, first - PIECE_CONTEXT)
-                head, full = _decode_batch(tokenizer, [row[s:first], row[s:k + 1]])
+                head, full = _decode_batch(tokenizer, [row[s:first], row[s : k + 1]])
                 pending = None
-            pieces.append(full[len(head):])
+            pieces.append(full[len(head) :])
         out.append(pieces)
     return out
 

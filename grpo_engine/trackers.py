@@ -18,6 +18,7 @@ Where each tracker writes (``data_dir``: the dashboard's data directory):
 An attempt of a run that resumes from a checkpoint opens a new MLflow and W&B run; TensorBoard purges the steps after
 the checkpoint and records them again.
 """
+
 from __future__ import annotations
 
 import logging
@@ -78,14 +79,24 @@ def group_rows(step: int, groups: list[GroupRecord]) -> list[list]:
     for g, group in enumerate(groups):
         for i, sample in enumerate(group.samples):
             verdict = sample.reward_components.get("correct")
-            rows.append([step, g, i, group.prompt, sample.completion, float(sample.reward),
-                         None if verdict is None else verdict > 0])
+            rows.append(
+                [
+                    step,
+                    g,
+                    i,
+                    group.prompt,
+                    sample.completion,
+                    float(sample.reward),
+                    None if verdict is None else verdict > 0,
+                ]
+            )
     return rows
 
 
 def markdown_table(rows: list[list]) -> str:
     """The rows of the first TEXT_GROUPS groups as a markdown table (TensorBoard's text tab), each completion cut to
     TEXT_CHARS characters, '|' escaped and line breaks as <br>."""
+
     def cell(value: Any) -> str:
         text = str(value)
         text = text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + "…"
@@ -182,7 +193,8 @@ class MLflowTracker(Tracker):
         local = not os.environ.get("MLFLOW_TRACKING_URI")
         try:
             return self.client.create_experiment(
-                name, artifact_location=(data_dir / "mlflow-artifacts").as_uri() if local else None)
+                name, artifact_location=(data_dir / "mlflow-artifacts").as_uri() if local else None
+            )
         except MlflowException:  # another worker created it meanwhile
             return self.client.get_experiment_by_name(name).experiment_id
 
@@ -221,8 +233,14 @@ class WandbTracker(Tracker):
         directory.mkdir(parents=True, exist_ok=True)
         project = os.environ.get("WANDB_PROJECT") or PROJECT
         self.wandb = wandb
-        self.run = wandb.init(project=project, dir=str(directory), name=run_name, config=config,
-                              reinit="create_new", settings=wandb.Settings(console="off"))
+        self.run = wandb.init(
+            project=project,
+            dir=str(directory),
+            name=run_name,
+            config=config,
+            reinit="create_new",
+            settings=wandb.Settings(console="off"),
+        )
         self.where = f"{project} ({'offline' if self.run.offline else self.run.url or 'online'})"
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
@@ -235,8 +253,14 @@ class WandbTracker(Tracker):
         self.run.finish(exit_code=1 if outcome == "failed" else 0)
 
 
-def open_trackers(names: Iterable[str], data_dir: Path, run_id: int, run_name: str, config: dict[str, Any],
-                  warn: Callable[[str], None]) -> list[Tracker]:
+def open_trackers(
+    names: Iterable[str],
+    data_dir: Path,
+    run_id: int,
+    run_name: str,
+    config: dict[str, Any],
+    warn: Callable[[str], None],
+) -> list[Tracker]:
     """Open the trackers ``names`` for one run. One that cannot open (its library fails, W&B without a login, a
     server that does not answer) is left out, and ``warn`` gets one line saying why."""
     openers: dict[str, Callable[[], Tracker]] = {
@@ -263,8 +287,9 @@ class TrackerRecorder(Recorder):
         self.stopped: bool | str = False  # what should_stop last returned, once truthy
 
     @classmethod
-    def open(cls, inner: Recorder, names: Iterable[str], data_dir: Path, run_id: int, run_name: str,
-             config: dict[str, Any]) -> "TrackerRecorder":
+    def open(
+        cls, inner: Recorder, names: Iterable[str], data_dir: Path, run_id: int, run_name: str, config: dict[str, Any]
+    ) -> "TrackerRecorder":
         """Open the trackers ``names`` for a run (see :func:`open_trackers`) around ``inner``, and say in the run's
         log where each one writes."""
         mirrored = cls(inner, [])

@@ -20,6 +20,7 @@ metrics and groups gathered, and only the main process records and checkpoints.
 Shapes: B questions (in one process: its B / devices), G outputs each, N = B*G sequences, P prompt
 tokens, T completion tokens.
 """
+
 from __future__ import annotations
 
 import gc
@@ -46,8 +47,9 @@ from .tokenization import completion_mask, end_token_ids
 EVAL_BATCH = 256
 
 
-def train(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None = None,
-          checkpoint_dir: Path | None = None) -> dict:
+def train(
+    spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None = None, checkpoint_dir: Path | None = None
+) -> dict:
     """Run GRPO as ``spec`` says, reporting to ``recorder``. Returns {status, step, metrics}.
 
     status is "completed"; "cancelled" when ``recorder.should_stop()`` said so at a step boundary; or
@@ -93,8 +95,10 @@ def stopped_while_loading(recorder: Recorder, reason: bool | str) -> dict:
 def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -> dict:
     """train's loop, from resuming a checkpoint to the run's result."""
     start_iteration = run.resume()
-    recorder.log(f"ready in {time.time() - t_load:.1f}s: {sum(p.numel() for p in run.learner.params):,} trainable "
-                 f"parameters, {len(run.train_set)} training / {len(run.heldout)} held-out questions")
+    recorder.log(
+        f"ready in {time.time() - t_load:.1f}s: {sum(p.numel() for p in run.learner.params):,} trainable "
+        f"parameters, {len(run.train_set)} training / {len(run.heldout)} held-out questions"
+    )
     recorder.resume(run.step)
     recorder.start(spec.total_steps)
     try:
@@ -102,7 +106,9 @@ def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -
             run.before_training()
         run.training_phase()
         for iteration in range(start_iteration, spec.iterations + 1):
-            if iteration > 1 and run.step == (iteration - 1) * spec.steps_per_iteration:  # (not when resumed mid-iteration)
+            if (
+                iteration > 1 and run.step == (iteration - 1) * spec.steps_per_iteration
+            ):  # (not when resumed mid-iteration)
                 gc.unfreeze()  # what the reset lets go of (LoRA's adapter and optimizer) can be collected
                 new_iteration(run.learner)
                 gc.freeze()
@@ -120,8 +126,16 @@ class TrainingRun:
     """One run in progress: its learner and data, the step reached, and what is done around a GRPO step
     (evaluation, the reward model's training, recording, checkpoints). ``train`` drives it."""
 
-    def __init__(self, spec: RunSpec, recorder: Recorder, checkpoint_dir: Path | None, learner: Learner,
-                 train_set: list[dict], heldout: list[dict], rm_state: RewardModelState | None):
+    def __init__(
+        self,
+        spec: RunSpec,
+        recorder: Recorder,
+        checkpoint_dir: Path | None,
+        learner: Learner,
+        train_set: list[dict],
+        heldout: list[dict],
+        rm_state: RewardModelState | None,
+    ):
         self.spec, self.recorder, self.checkpoint_dir = spec, recorder, checkpoint_dir
         self.learner, self.train_set, self.heldout, self.rm_state = learner, train_set, heldout, rm_state
         self.procs, self.rm = learner.procs, learner.rm
@@ -141,9 +155,17 @@ class TrainingRun:
         state = checkpoint.read_state(found[1])
         # (LoRA after iteration 1: the saved policy is the base with the earlier adapters folded in plus the
         # current adapter, under the same parameter names as this freshly wrapped model)
-        checkpoint.load(found[1], state, policy=self.learner.unwrapped(), optimizer=self.learner.optimizer,
-                        reference=self.learner.reference, rng=self.rng, rm=self.rm,
-                        rm_rng=self.rm_state and self.rm_state.rng, rank=self.procs.rank)
+        checkpoint.load(
+            found[1],
+            state,
+            policy=self.learner.unwrapped(),
+            optimizer=self.learner.optimizer,
+            reference=self.learner.reference,
+            rng=self.rng,
+            rm=self.rm,
+            rm_rng=self.rm_state and self.rm_state.rng,
+            rank=self.procs.rank,
+        )
         if self.rm is not None:
             self.rm_state.history = [RMExample(**e) for e in state["rm_history"] or []]
         self.step = self.saved_step = state["step"]
@@ -155,10 +177,15 @@ class TrainingRun:
         metrics = {}
         if self.rm is not None:
             metrics = self.train_reward_model()
-            source = (f"solutions of {self.spec.rm_data!r}" if self.rm_state.data
-                      else f"outputs of the initial policy labelled by {self.label_source()}")
-            self.recorder.log(f"{self.rm_state.name} trained on {len(self.rm_state.history)} {source}: "
-                              f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_after']:.3f}")
+            source = (
+                f"solutions of {self.spec.rm_data!r}"
+                if self.rm_state.data
+                else f"outputs of the initial policy labelled by {self.label_source()}"
+            )
+            self.recorder.log(
+                f"{self.rm_state.name} trained on {len(self.rm_state.history)} {source}: "
+                f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_after']:.3f}"
+            )
         if self.spec.eval_every:
             self.recorder.phase("evaluating")
             metrics.update(self.eval_metrics())
@@ -174,8 +201,10 @@ class TrainingRun:
         t0 = time.time()
         record = bool(spec.record_every) and (step % spec.record_every == 0 or step == spec.total_steps)
         # this step's scheduled learning rate, from its number alone (a resumed run, LoRA's new optimizer)
-        set_learning_rate(self.learner.optimizer, learning_rate_at(step - 1, spec.total_steps, spec.learning_rate,
-                                                                   spec.lr_warmup_steps, spec.lr_schedule))
+        set_learning_rate(
+            self.learner.optimizer,
+            learning_rate_at(step - 1, spec.total_steps, spec.learning_rate, spec.lr_warmup_steps, spec.lr_schedule),
+        )
         # B questions, the same on every process, each of which keeps its share (whole groups)
         result = grpo_step(self.learner, self.questions(spec.batch_size // self.procs.n), record, self.questions)
         metrics = self.metrics = result.metrics
@@ -195,13 +224,16 @@ class TrainingRun:
                 f"iteration {iteration}: {self.rm_state.name} refreshed on {metrics['rm/train_examples']:.0f} examples "
                 f"(the policy's samples labelled by {self.label_source()}, {metrics['rm/replayed']:.0f} replayed) "
                 f"in {time.time() - t_refresh:.1f}s: loss {metrics['rm/loss']:.3f}, "
-                f"held-out accuracy {metrics['rm/accuracy_before']:.3f} -> {metrics['rm/accuracy_after']:.3f}")
+                f"held-out accuracy {metrics['rm/accuracy_before']:.3f} -> {metrics['rm/accuracy_after']:.3f}"
+            )
         self.recorder.step(step, iteration, metrics)
         self.training_phase()
         if "eval/accuracy" in metrics:
             kl = f"kl {metrics['kl']:.4f}" if "kl" in metrics else "no update"  # (every advantage 0)
-            self.recorder.log(f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, {kl}, "
-                              f"{eval_summary(metrics)}")
+            self.recorder.log(
+                f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, {kl}, "
+                f"{eval_summary(metrics)}"
+            )
         if self.checkpointing and step % spec.checkpoint_every == 0 and step < spec.total_steps:
             self.save_checkpoint(iteration)
             self.training_phase()
@@ -234,8 +266,10 @@ class TrainingRun:
         """End the run in the middle of the reward model's sampling or training: no checkpoint is saved (the
         work is half done), so a paused run resumes from its last checkpoint and does that work again."""
         status = stop_status(stop)
-        self.recorder.log(f"{status} during the reward model's work at step {self.step}"
-                          + (f"; it resumes after step {self.saved_step}" if status == "paused" else ""))
+        self.recorder.log(
+            f"{status} during the reward model's work at step {self.step}"
+            + (f"; it resumes after step {self.saved_step}" if status == "paused" else "")
+        )
         return {"status": status, "step": self.saved_step if status == "paused" else self.step, "metrics": {}}
 
     def finish(self) -> dict:
@@ -244,8 +278,12 @@ class TrainingRun:
         if self.checkpoint_dir is not None and self.procs.main:
             t = time.time()
             self.recorder.phase("saving")
-            checkpoint.save_final(self.checkpoint_dir / "final", self.learner.unwrapped(), self.learner.tokenizer,
-                                  lora=self.spec.lora_rank > 0)
+            checkpoint.save_final(
+                self.checkpoint_dir / "final",
+                self.learner.unwrapped(),
+                self.learner.tokenizer,
+                lora=self.spec.lora_rank > 0,
+            )
             for _, old in checkpoint.step_dirs(self.checkpoint_dir):
                 shutil.rmtree(old, ignore_errors=True)
             self.recorder.log(f"final policy saved in {time.time() - t:.1f}s")
@@ -262,11 +300,20 @@ class TrainingRun:
             self.recorder.phase("saving")
             self.recorder.flush()  # what was reported up to this step is recorded before the checkpoint exists
             path = checkpoint.save(
-                self.checkpoint_dir, step=self.step, iteration=iteration, policy=self.learner.unwrapped(),
-                optimizer=self.learner.optimizer, reference=self.learner.reference if iteration > 1 else None,
-                lora=self.spec.lora_rank > 0, rng=self.rng, rm=rm, rm_rng=rm_state and rm_state.rng,
-                rm_history=rm_state.history if rm is not None else None, keep=self.spec.checkpoint_keep,
-                process_states=states)
+                self.checkpoint_dir,
+                step=self.step,
+                iteration=iteration,
+                policy=self.learner.unwrapped(),
+                optimizer=self.learner.optimizer,
+                reference=self.learner.reference if iteration > 1 else None,
+                lora=self.spec.lora_rank > 0,
+                rng=self.rng,
+                rm=rm,
+                rm_rng=rm_state and rm_state.rng,
+                rm_history=rm_state.history if rm is not None else None,
+                keep=self.spec.checkpoint_keep,
+                process_states=states,
+            )
             self.recorder.checkpoint(self.step, str(path))
             self.recorder.log(f"checkpoint after step {self.step} saved in {time.time() - t:.1f}s")
         procs.barrier()  # no process runs ahead of a checkpoint that is still being written
@@ -275,9 +322,16 @@ class TrainingRun:
         """The held-out evaluation's EVAL_METRICS; each process evaluates every n-th question, and the shares are
         of all the held-out questions (each process's counts summed)."""
         learner, procs = self.learner, self.procs
-        mine = self.heldout[procs.rank::procs.n]
-        shares = evaluate(learner.unwrapped(), learner.tokenizer, learner.prompt, mine, self.spec.max_new_tokens,
-                          learner.dev, self.spec.answer_match)
+        mine = self.heldout[procs.rank :: procs.n]
+        shares = evaluate(
+            learner.unwrapped(),
+            learner.tokenizer,
+            learner.prompt,
+            mine,
+            self.spec.max_new_tokens,
+            learner.dev,
+            self.spec.answer_match,
+        )
         counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
         return {k: c / max(1, len(self.heldout)) for k, c in zip(EVAL_METRICS, counts)}
 
@@ -288,10 +342,22 @@ class TrainingRun:
         # one here, so they all stop together at the next step boundary instead
         check = stop_check(self.recorder.should_stop) if self.procs.n == 1 else no_check
         if self.procs.main:
-            metrics = train_reward_model(self.rm, self.rm_state.history, learner.unwrapped(), learner.tokenizer,
-                                         learner.prompt, self.train_set, self.heldout, self.spec, self.rm_state.rng,
-                                         learner.dev, self.rm_state.data, check, self.reward_model_progress,
-                                         learner.completer)
+            metrics = train_reward_model(
+                self.rm,
+                self.rm_state.history,
+                learner.unwrapped(),
+                learner.tokenizer,
+                learner.prompt,
+                self.train_set,
+                self.heldout,
+                self.spec,
+                self.rm_state.rng,
+                learner.dev,
+                self.rm_state.data,
+                check,
+                self.reward_model_progress,
+                learner.completer,
+            )
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)
 
@@ -302,8 +368,11 @@ class TrainingRun:
             return "the verifier"
         if spec.step_checker != "rollouts":
             return f"the {spec.step_checker} step checker"
-        return (f"{spec.label_rollouts} rollouts a step by {spec.label_completer!r}" if spec.label_completer
-                else f"{spec.label_rollouts} rollouts a step by the policy") + f", {spec.label_estimate} estimate"
+        return (
+            f"{spec.label_rollouts} rollouts a step by {spec.label_completer!r}"
+            if spec.label_completer
+            else f"{spec.label_rollouts} rollouts a step by the policy"
+        ) + f", {spec.label_estimate} estimate"
 
     def reward_model_progress(self, done: int, total: int) -> None:
         """Report the "training reward model" phase: batches of its sampling and training done of their total."""
@@ -311,8 +380,9 @@ class TrainingRun:
 
 
 @torch.no_grad()
-def evaluate(policy, tokenizer, prompt, examples: list[dict], max_new_tokens: int, device,
-             match: str = "strict") -> dict[str, float]:
+def evaluate(
+    policy, tokenizer, prompt, examples: list[dict], max_new_tokens: int, device, match: str = "strict"
+) -> dict[str, float]:
     """The held-out greedy evaluation of ``examples``: EVAL_METRICS as shares of them (eval_scores), the run's
     accuracy under ``match`` (RunSpec.answer_match)."""
     policy.eval()
@@ -344,8 +414,12 @@ def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> 
             verdict = outcome_reward(text, answer, match="flexible")[1]
         right["flexible"] += verdict["correct"]
     n = max(1, len(texts))
-    return {"eval/accuracy": right[match] / n, "eval/accuracy_strict": right["strict"] / n,
-            "eval/accuracy_flexible": right["flexible"] / n, "eval/format": formatted / n}
+    return {
+        "eval/accuracy": right[match] / n,
+        "eval/accuracy_strict": right["strict"] / n,
+        "eval/accuracy_flexible": right["flexible"] / n,
+        "eval/format": formatted / n,
+    }
 
 
 def eval_summary(metrics: dict[str, float]) -> str:
@@ -355,5 +429,7 @@ def eval_summary(metrics: dict[str, float]) -> str:
     ...               "eval/format": 0.5})
     'eval/accuracy 0.500 (strict 0.250, flexible 0.500, format 0.500)'
     """
-    return (f"eval/accuracy {metrics['eval/accuracy']:.3f} (strict {metrics['eval/accuracy_strict']:.3f}, "
-            f"flexible {metrics['eval/accuracy_flexible']:.3f}, format {metrics['eval/format']:.3f})")
+    return (
+        f"eval/accuracy {metrics['eval/accuracy']:.3f} (strict {metrics['eval/accuracy_strict']:.3f}, "
+        f"flexible {metrics['eval/accuracy_flexible']:.3f}, format {metrics['eval/format']:.3f})"
+    )

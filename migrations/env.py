@@ -3,6 +3,7 @@
 The URL is ``sqlalchemy.url`` when the caller set one (app.db.upgrade_database does), else
 GRPO_DATABASE_URL through app.settings (the `alembic -c migrations/alembic.ini` command line).
 """
+
 from __future__ import annotations
 
 from logging.config import fileConfig

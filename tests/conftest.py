@@ -10,6 +10,7 @@
 
 Tests marked ``gpu`` are skipped, with a reason that says they were not run, where torch sees no CUDA GPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -134,7 +135,9 @@ def _print_runs(path) -> None:
     with session_scope(url) as s:
         for summary in store.list_runs(s):
             run = store.get_run(s, summary["run_id"])
-            print(f"---- run {run['run_id']} ({run['name']}): {run['status']} at step {run['step']}, "
-                  f"error {run['error']!r} ----")
+            print(
+                f"---- run {run['run_id']} ({run['name']}): {run['status']} at step {run['step']}, "
+                f"error {run['error']!r} ----"
+            )
             print("\n".join(store.get_logs(s, run["run_id"], limit=40)))
     make_engine(url).dispose()

@@ -14,6 +14,7 @@ tensor may join a device operation, an index tensor may be on either side, and `
 ``new_*`` methods take their input's place. ``.to(device)`` of a host tensor returns a copy, so the host
 original stays host, as it would on a GPU.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,13 +24,45 @@ from torch.utils._pytree import tree_flatten
 DEVICE, HOST = "device", "host"
 TAG = "_grpo_place"
 
-FACTORIES = {torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.full, torch.empty, torch.arange,
-             torch.rand, torch.randn, torch.randint, torch.linspace, torch.eye, torch.from_numpy}
-LIKE = {torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, torch.rand_like, torch.randn_like,
-        torch.randint_like, torch.Tensor.new_tensor, torch.Tensor.new_zeros, torch.Tensor.new_ones,
-        torch.Tensor.new_full, torch.Tensor.new_empty}
-INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.index_select, torch.index_select,
-            torch.Tensor.gather, torch.gather, torch.Tensor.scatter, torch.Tensor.scatter_}
+FACTORIES = {
+    torch.tensor,
+    torch.as_tensor,
+    torch.zeros,
+    torch.ones,
+    torch.full,
+    torch.empty,
+    torch.arange,
+    torch.rand,
+    torch.randn,
+    torch.randint,
+    torch.linspace,
+    torch.eye,
+    torch.from_numpy,
+}
+LIKE = {
+    torch.zeros_like,
+    torch.ones_like,
+    torch.full_like,
+    torch.empty_like,
+    torch.rand_like,
+    torch.randn_like,
+    torch.randint_like,
+    torch.Tensor.new_tensor,
+    torch.Tensor.new_zeros,
+    torch.Tensor.new_ones,
+    torch.Tensor.new_full,
+    torch.Tensor.new_empty,
+}
+INDEXING = {
+    torch.Tensor.__getitem__,
+    torch.Tensor.__setitem__,
+    torch.Tensor.index_select,
+    torch.index_select,
+    torch.Tensor.gather,
+    torch.gather,
+    torch.Tensor.scatter,
+    torch.Tensor.scatter_,
+}
 
 
 def place(t) -> str | None:
@@ -85,7 +118,13 @@ class DeviceGuard(TorchFunctionMode):
             given = kwargs.get("device")
             return _mark(func(*args, **kwargs), _place_of_device_arg(given) if given is not None else place(args[0]))
         if func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu):
-            target = HOST if func is torch.Tensor.cpu else DEVICE if func is torch.Tensor.cuda else _target_of_to(args, kwargs)
+            target = (
+                HOST
+                if func is torch.Tensor.cpu
+                else DEVICE
+                if func is torch.Tensor.cuda
+                else _target_of_to(args, kwargs)
+            )
             out = func(*args, **kwargs)
             if target is None:
                 return _mark(out, place(args[0]))
@@ -100,7 +139,9 @@ class DeviceGuard(TorchFunctionMode):
         places = {place(t) for t in tensors if not (place(t) == HOST and t.dim() == 0)} - {None}
         if len(places) > 1:
             shapes = [(tuple(t.shape), place(t)) for t in tensors]
-            raise DeviceMixError(f"Expected all tensors to be on the same device: {getattr(func, '__name__', func)} "
-                                 f"mixes host and device tensors {shapes}")
+            raise DeviceMixError(
+                f"Expected all tensors to be on the same device: {getattr(func, '__name__', func)} "
+                f"mixes host and device tensors {shapes}"
+            )
         out = func(*args, **kwargs)
         return _mark(out, places.pop() if places else None)

@@ -1,5 +1,6 @@
 """A real dashboard server in a subprocess, for the tests that drive it through HTTP and gradio_client, and a
 Chromium page for those that drive it in a browser."""
+
 from __future__ import annotations
 
 import os
@@ -44,10 +45,15 @@ def wait_until_answers(url: str, proc: subprocess.Popen, output, ready=lambda: T
 def server_env(tmp: Path, **settings: str) -> dict[str, str]:
     """This environment without GRPO_* settings, with a SQLite store and broker in ``tmp``, plus ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
-    return {**env, "GRADIO_ANALYTICS_ENABLED": "False", "GRPO_DATA_DIR": str(tmp),
-            "GRPO_DATABASE_URL": f"sqlite:///{tmp / 'grpo.sqlite'}",
-            "GRPO_BROKER_URL": f"sqla+sqlite:///{tmp / 'broker.sqlite'}", "GRPO_QUEUE": "grpo-test",
-            **settings}
+    return {
+        **env,
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "GRPO_DATA_DIR": str(tmp),
+        "GRPO_DATABASE_URL": f"sqlite:///{tmp / 'grpo.sqlite'}",
+        "GRPO_BROKER_URL": f"sqla+sqlite:///{tmp / 'broker.sqlite'}",
+        "GRPO_QUEUE": "grpo-test",
+        **settings,
+    }
 
 
 @contextmanager
@@ -56,8 +62,11 @@ def running_server(tmp: Path, env: dict[str, str], command: list[str] | None = N
     page answers; stop it afterwards."""
     port = free_port()
     log_path = tmp / "server.log"
-    args = [*command, "--port", str(port)] if command else [
-        sys.executable, "-c", f"from app.ui import serve; serve('127.0.0.1', {port})"]
+    args = (
+        [*command, "--port", str(port)]
+        if command
+        else [sys.executable, "-c", f"from app.ui import serve; serve('127.0.0.1', {port})"]
+    )
     with open(log_path, "w") as log:
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

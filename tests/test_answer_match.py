@@ -1,6 +1,7 @@
 """answer_match: the final answer under the 'strict' and 'flexible' rules (rewards.last_number, final_answer),
 outcome_reward under each (its ``formatted`` always the strict form's), the built-in accuracy reward's verdict and
 the reward preview under the run's rule. Hand-made texts with their numbers worked out here."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,36 +12,44 @@ from grpo_engine.rewards import final_answer, last_number, outcome_reward
 
 # --- last_number: lm-eval's flexible-extract, (text, number) -----------------------------------------------
 
-@pytest.mark.parametrize("text, number", [
-    ("so she has 3 + 5 = 8 apples.", "8"),
-    ("Tom pays 1,000 dollars", "1000"),  # thousands separators go
-    ("It costs $18.", "18"),  # the dollar sign and the trailing period go
-    ("The total is $1,234.50 in all", "1234.50"),
-    ("The temperature fell to -3 degrees", "-3"),
-    ("3 - 5 = -2", "-2"),
-    ("It is 0.5.", "0.5"),
-    ("Natalia sold 48 clips in April and 48/2 = 24 in May, so 48 + 24 = 72 in all", "72"),
-    ("The answer is 12, I think.", "12"),
-    ("She had 7 apples... ", "7"),  # an ellipsis has no digit: the number before it
-    ("the answer is forty-two", None),
-    ("", None),
-])
+
+@pytest.mark.parametrize(
+    "text, number",
+    [
+        ("so she has 3 + 5 = 8 apples.", "8"),
+        ("Tom pays 1,000 dollars", "1000"),  # thousands separators go
+        ("It costs $18.", "18"),  # the dollar sign and the trailing period go
+        ("The total is $1,234.50 in all", "1234.50"),
+        ("The temperature fell to -3 degrees", "-3"),
+        ("3 - 5 = -2", "-2"),
+        ("It is 0.5.", "0.5"),
+        ("Natalia sold 48 clips in April and 48/2 = 24 in May, so 48 + 24 = 72 in all", "72"),
+        ("The answer is 12, I think.", "12"),
+        ("She had 7 apples... ", "7"),  # an ellipsis has no digit: the number before it
+        ("the answer is forty-two", None),
+        ("", None),
+    ],
+)
 def test_last_number(text, number):
     assert last_number(text) == number
 
 
 # --- final_answer: (completion, strict, flexible) ------------------------------------------------------------
 
-@pytest.mark.parametrize("completion, strict, flexible", [
-    ("Tom has 3 + 5 = 8 apples.", (None, "none"), ("8", "number")),
-    ("#### 14", ("14", "gsm8k"), ("14", "gsm8k")),  # the strict answer under both rules
-    ("3*4=12\n2+12=14\n#### 14", ("14", "gsm8k"), ("14", "gsm8k")),
-    ("so \\boxed{7}, not 9", ("7", "boxed"), ("7", "boxed")),  # a box wins over a later number
-    ("#### 14 apples", (None, "none"), ("14", "number")),  # prose after ####: strict none, the number counts
-    ("#### 14\nso 15", (None, "none"), ("15", "number")),  # text after the answer line: its last number
-    ("I do not know", (None, "none"), (None, "none")),
-    ("", (None, "none"), (None, "none")),
-])
+
+@pytest.mark.parametrize(
+    "completion, strict, flexible",
+    [
+        ("Tom has 3 + 5 = 8 apples.", (None, "none"), ("8", "number")),
+        ("#### 14", ("14", "gsm8k"), ("14", "gsm8k")),  # the strict answer under both rules
+        ("3*4=12\n2+12=14\n#### 14", ("14", "gsm8k"), ("14", "gsm8k")),
+        ("so \\boxed{7}, not 9", ("7", "boxed"), ("7", "boxed")),  # a box wins over a later number
+        ("#### 14 apples", (None, "none"), ("14", "number")),  # prose after ####: strict none, the number counts
+        ("#### 14\nso 15", (None, "none"), ("15", "number")),  # text after the answer line: its last number
+        ("I do not know", (None, "none"), (None, "none")),
+        ("", (None, "none"), (None, "none")),
+    ],
+)
 def test_final_answer_under_each_rule(completion, strict, flexible):
     assert final_answer(completion) == final_answer(completion, "strict") == strict
     assert final_answer(completion, "flexible") == flexible
@@ -77,19 +86,26 @@ OUTCOME_CASES = [
 def test_outcome_reward_under_each_rule(completion, reference, strict, flexible, formatted):
     assert outcome_reward(completion, reference) == (strict, {"correct": strict, "formatted": formatted})
     assert outcome_reward(completion, reference, match="flexible") == (
-        flexible, {"correct": flexible, "formatted": formatted})
+        flexible,
+        {"correct": flexible, "formatted": formatted},
+    )
 
 
 def test_the_format_reward_pays_the_strict_form_whatever_the_rule():
     prose, stated = "so she has 3 + 5 = 8 apples.", "3 + 5 = 8\n#### 8"
     assert outcome_reward(prose, "8", format_weight=0.5, match="flexible") == (
-        1.0, {"correct": 1.0, "formatted": 0.0, "format": 0.0})
+        1.0,
+        {"correct": 1.0, "formatted": 0.0, "format": 0.0},
+    )
     assert outcome_reward(stated, "8", format_weight=0.5, match="flexible") == (
-        1.5, {"correct": 1.0, "formatted": 1.0, "format": 0.5})
+        1.5,
+        {"correct": 1.0, "formatted": 1.0, "format": 0.5},
+    )
     assert format_reward("q", prose, "8") == 0.0 and format_reward("q", stated, "8") == 1.0
 
 
 # --- the built-in accuracy reward ----------------------------------------------------------------------------
+
 
 def test_accuracy_takes_the_engines_verdict_else_judges_under_the_rows_rule():
     prose = "so she has 3 + 5 = 8 apples."
@@ -122,8 +138,11 @@ def test_named_rewards_pass_the_runs_rule_and_its_verdict(match, expected):
 
 
 def test_the_reward_preview_judges_under_the_requests_rule():
-    request = {"rewards": [{"name": "accuracy", "weight": 1.0}], "max_new_tokens": 32,
-               "rows": [{"question": QUESTION, "answer": "8", "solution": "Tom has 3 + 5 = 8 apples."}]}
+    request = {
+        "rewards": [{"name": "accuracy", "weight": 1.0}],
+        "max_new_tokens": 32,
+        "rows": [{"question": QUESTION, "answer": "8", "solution": "Tom has 3 + 5 = 8 apples."}],
+    }
     assert preview(request)["rows"][0]["reward"] == 0.0
     assert preview({**request, "answer_match": "strict"})["rows"][0]["reward"] == 0.0
     assert preview({**request, "answer_match": "flexible"})["rows"][0]["reward"] == 1.0

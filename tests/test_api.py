@@ -3,6 +3,7 @@
 Each test points the settings (environment) at a fresh migrated SQLite file and a fresh
 ``sqla+sqlite`` broker file, so ``launch_run`` writes a real row and puts a real message.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -104,7 +105,9 @@ def test_bad_spec_is_refused_naming_the_key(broker_url, spec, key, words):
     assert api.list_runs() == [] and broker_messages(broker_url) == []
 
 
-@pytest.mark.parametrize("spec,words", [("{not json", "not valid JSON"), ("[1, 2]", "JSON object"), ([1], "JSON object")])
+@pytest.mark.parametrize(
+    "spec,words", [("{not json", "not valid JSON"), ("[1, 2]", "JSON object"), ([1], "JSON object")]
+)
 def test_spec_that_is_not_an_object_is_refused(broker_url, spec, words):
     with pytest.raises(api.ApiError, match=words):
         api.launch_run(spec)
@@ -128,13 +131,30 @@ def test_list_and_get_runs(broker_url):
     second = api.launch_run({"name": "b", "supervision": "process"})["run_id"]
     runs = api.list_runs()
     assert [r["run_id"] for r in runs] == [second, first]  # newest first
-    assert set(runs[0]) == {"run_id", "name", "status", "model", "dataset", "supervision", "step",
-                            "total_steps", "created_at", "started_at", "finished_at", "phase", "phase_done",
-                            "phase_total", "notes", "tags", "archived"}
+    assert set(runs[0]) == {
+        "run_id",
+        "name",
+        "status",
+        "model",
+        "dataset",
+        "supervision",
+        "step",
+        "total_steps",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "phase",
+        "phase_done",
+        "phase_total",
+        "notes",
+        "tags",
+        "archived",
+    }
     assert runs[0]["supervision"] == "process" and runs[1]["name"] == "a"
     run = api.get_run(first)
-    assert {"run_id", "name", "status", "config", "step", "total_steps", "error", "started_at",
-            "finished_at"} <= set(run)
+    assert {"run_id", "name", "status", "config", "step", "total_steps", "error", "started_at", "finished_at"} <= set(
+        run
+    )
     assert run["started_at"] is None and run["error"] is None
     # ids as clients send them
     assert api.get_run(str(first))["run_id"] == first and api.get_run(float(first))["run_id"] == first
@@ -147,9 +167,18 @@ def test_bad_ids_are_refused(broker_url, bad):
 
 
 def test_unknown_ids_are_refused(broker_url):
-    for call in (api.get_run, api.get_metrics, api.get_logs, api.list_groups, api.cancel_run, manage_api.wait_run,
-                 manage_api.archive_run, manage_api.delete_run, manage_api.annotate_run,
-                 lambda run_id: manage_api.rename_run(run_id, "x")):
+    for call in (
+        api.get_run,
+        api.get_metrics,
+        api.get_logs,
+        api.list_groups,
+        api.cancel_run,
+        manage_api.wait_run,
+        manage_api.archive_run,
+        manage_api.delete_run,
+        manage_api.annotate_run,
+        lambda run_id: manage_api.rename_run(run_id, "x"),
+    ):
         with pytest.raises(api.ApiError, match="^run 12 not found$"):
             call(12)
     with pytest.raises(api.ApiError, match="^group 7 not found$"):
@@ -173,15 +202,25 @@ def test_cancel_queued_running_and_finished_runs(broker_url):
 
 
 def _group(prompt: str, rewards: list[float]) -> dict:
-    samples = [SampleRecord(completion=f"{r:g}", tokens=[" 4", "\n", "<eos>"], reward=r,
-                            advantages=[r - 0.5] * 3, reward_components={"correct": r}) for r in rewards]
+    samples = [
+        SampleRecord(
+            completion=f"{r:g}",
+            tokens=[" 4", "\n", "<eos>"],
+            reward=r,
+            advantages=[r - 0.5] * 3,
+            reward_components={"correct": r},
+        )
+        for r in rewards
+    ]
     return GroupRecord(prompt=prompt, reference="4", samples=samples).to_dict()
 
 
 def test_a_process_groups_step_rewards_name_their_source(broker_url):
-    for spec, source in (({}, "the built-in task's exact step checker"),
-                         ({"step_labels": "rollouts", "label_rollouts": 2}, "rollouts, N=2, hard estimate"),
-                         ({"reward": "model"}, "the learned PRM's scores")):
+    for spec, source in (
+        ({}, "the built-in task's exact step checker"),
+        ({"step_labels": "rollouts", "label_rollouts": 2}, "rollouts, N=2, hard estimate"),
+        ({"reward": "model"}, "the learned PRM's scores"),
+    ):
         run_id = api.launch_run({"supervision": "process", **spec})["run_id"]
         with session_scope() as s:
             store.record_groups(s, run_id, 1, [_group("2+2=", [0.0, 1.0])])
@@ -199,8 +238,7 @@ def test_metrics_and_groups(broker_url):
 
     metrics = api.get_metrics(run_id)
     assert [m["step"] for m in metrics] == [1, 2]
-    assert metrics[1] == {"step": 2, "iteration": 0, "reward_mean": 0.5, "kl": 0.01, "loss": 0.05,
-                          "eval/accuracy": 0.5}
+    assert metrics[1] == {"step": 2, "iteration": 0, "reward_mean": 0.5, "kl": 0.01, "loss": 0.05, "eval/accuracy": 0.5}
     assert api.get_run(run_id)["step"] == 2
 
     latest = api.list_groups(run_id, None)  # default: the latest step with groups
@@ -218,8 +256,9 @@ def test_metrics_and_groups(broker_url):
     assert (group["run_id"], group["step"], group["reference"]) == (run_id, 1, "4")
     assert group["step_labels"] is None  # outcome supervision: no step rewards
     sample = group["samples"][1]
-    assert {"sample_id", "completion", "tokens", "reward", "step_rewards", "step_end_indices",
-            "advantages"} <= set(sample)
+    assert {"sample_id", "completion", "tokens", "reward", "step_rewards", "step_end_indices", "advantages"} <= set(
+        sample
+    )
     assert sample["tokens"] == [" 4", "\n", "<eos>"] and sample["advantages"] == [0.5, 0.5, 0.5]
     assert sample["reward"] == 1.0 and sample["step_end_indices"] is None
 

@@ -8,6 +8,7 @@ malformed dataset files goes both to /launch_run (as the spec's dataset, inside 
 /upload_dataset. Each must raise AppError whose message holds the key or the file name and the reason;
 no refused launch may leave a run. Afterwards the server still lists runs and launches a valid spec.
 """
+
 from __future__ import annotations
 
 import json
@@ -216,8 +217,9 @@ def test_the_server_answers_normally_afterwards(server):
     uploaded = client.predict(handle_file(root / "good.jsonl"), api_name="/upload_dataset")
     assert uploaded["rows"] == 3 and uploaded["preview"][0] == {"question": "1+2*3", "answer": "7", "solution": ""}
     for dataset in (uploaded["dataset"], str(root / "good.jsonl")):
-        launched = client.predict({"name": "after", "model": str(root / "model"), "dataset": dataset},
-                                  api_name="/launch_run")
+        launched = client.predict(
+            {"name": "after", "model": str(root / "model"), "dataset": dataset}, api_name="/launch_run"
+        )
         assert launched["status"] == "queued"
         assert client.predict(launched["run_id"], api_name="/get_run")["config"]["dataset"] == dataset
     assert [r["status"] for r in client.predict(api_name="/list_runs")] == ["queued", "queued"]

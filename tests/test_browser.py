@@ -11,6 +11,7 @@ second, long run from the Run tab. Lines and groups the checks need are written 
 store from the test, the way its worker writes them. Screenshots go to test-artifacts/
 (launch-form.png, run-view.png, group-view.png).
 """
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,10 @@ FORM = {"name": "browser run", "steps_per_iteration": "80", "batch_size": "2", "
 def page():
     """A fresh Chromium page, 1400 x 1000."""
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         try:
             yield browser.new_page(viewport={"width": 1400, "height": 1000})
         finally:
@@ -77,12 +80,15 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page, tmp_path):
     expect(progress).to_contain_text(f"#{run_id}")
     expect(progress).to_contain_text("browser run")
     expect(page.locator('#run-progress .run-progress[data-status="running"]:not([data-step="0"])')).to_be_visible(
-        timeout=RUN_TIMEOUT * 1000)
+        timeout=RUN_TIMEOUT * 1000
+    )
     status, first_step = _progress_step(page)
     page.wait_for_function(
         "s => { const e = document.querySelector('#run-progress .run-progress');"
         " return e && (Number(e.dataset.step) > s || e.dataset.status === 'completed'); }",
-        arg=first_step, timeout=RUN_TIMEOUT * 1000)
+        arg=first_step,
+        timeout=RUN_TIMEOUT * 1000,
+    )
     status, later_step = _progress_step(page)
     assert later_step > first_step, (first_step, later_step, status)
 
@@ -93,7 +99,8 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page, tmp_path):
     expect(progress).to_contain_text(f"#{run_id}")
     assert _progress_step(page)[1] >= later_step
     expect(page.locator('#run-progress .run-progress[data-status="completed"]')).to_be_visible(
-        timeout=RUN_TIMEOUT * 1000)
+        timeout=RUN_TIMEOUT * 1000
+    )
     total = FORM["steps_per_iteration"]
     expect(progress).to_contain_text(f"step {total} / {total}")
     expect(page.locator("#run-charts .js-plotly-plot")).to_be_visible()
@@ -123,9 +130,12 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page, tmp_path):
     # 5. move the slider to a step with a group whose rewards differ (if the run sampled one), sort the
     #    groups by reward spread: that group comes first, and its tokens are coloured
     client = Client(dashboard, verbose=False)
-    varied = [(step, g["group_id"]) for step in range(1, int(total) + 1)
-              for g in client.predict(int(run_id), step, "spread", api_name="/list_groups")[:1]
-              if g["reward_std"] > 0]
+    varied = [
+        (step, g["group_id"])
+        for step in range(1, int(total) + 1)
+        for g in client.predict(int(run_id), step, "spread", api_name="/list_groups")[:1]
+        if g["reward_std"] > 0
+    ]
     step, group_id = varied[0] if varied else (1, None)
     step_box.fill(str(step))
     step_box.press("Enter")
@@ -144,13 +154,20 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page, tmp_path):
     _check_a_long_completion_stays_in_its_card(page, db_url, int(run_id), int(total) + 1)
 
     # 6. cancel a long run from the Run tab: it stops at its next step, its data stays
-    long_id = client.predict({**{k: v for k, v in FORM.items() if k != "steps_per_iteration"}, "name": "long run",
-                              "steps_per_iteration": 5000}, api_name="/launch_run")["run_id"]
+    long_id = client.predict(
+        {
+            **{k: v for k, v in FORM.items() if k != "steps_per_iteration"},
+            "name": "long run",
+            "steps_per_iteration": 5000,
+        },
+        api_name="/launch_run",
+    )["run_id"]
     page.click("#tab-runs-button")
     page.locator("#runs-table").get_by_text("long run").click()
     expect(progress).to_contain_text(f"#{long_id}")
     expect(page.locator('#run-progress .run-progress[data-status="running"]:not([data-step="0"])')).to_be_visible(
-        timeout=RUN_TIMEOUT * 1000)
+        timeout=RUN_TIMEOUT * 1000
+    )
     page.click("#cancel-button")
     expect(page.locator('#run-progress .run-progress[data-status="cancelled"]')).to_be_visible(timeout=60_000)
     expect(page.locator("#cancel-button")).to_be_disabled()
@@ -161,9 +178,11 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page, tmp_path):
 
 
 # the log box: where it is scrolled, and whether that is its end
-LOG_SCROLL = ("() => { const t = document.querySelector('#run-log textarea');"
-              " return {top: t.scrollTop, bottom: t.scrollTop + t.clientHeight >= t.scrollHeight - 4,"
-              " scrolls: t.scrollHeight > t.clientHeight}; }")
+LOG_SCROLL = (
+    "() => { const t = document.querySelector('#run-log textarea');"
+    " return {top: t.scrollTop, bottom: t.scrollTop + t.clientHeight >= t.scrollHeight - 4,"
+    " scrolls: t.scrollHeight > t.clientHeight}; }"
+)
 
 
 def _append_log(page, db_url: str, run_id: int, lines: list[str]) -> None:
@@ -171,8 +190,9 @@ def _append_log(page, db_url: str, run_id: int, lines: list[str]) -> None:
     with session_scope(db_url) as s:
         for line in lines:
             store.append_log(s, run_id, line)
-    page.wait_for_function("last => document.querySelector('#run-log textarea').value.endsWith(last)",
-                           arg=lines[-1], timeout=15_000)
+    page.wait_for_function(
+        "last => document.querySelector('#run-log textarea').value.endsWith(last)", arg=lines[-1], timeout=15_000
+    )
     page.wait_for_timeout(600)  # the page checks where its log is scrolled every 250 ms
 
 
@@ -200,9 +220,16 @@ def _check_a_long_completion_stays_in_its_card(page, db_url: str, run_id: int, s
     """A completion without spaces, longer than its card is wide and high, wraps inside the card and scrolls
     within it; a token's value shows on hover at once."""
     tokens = ["abcdefghij"] * 200 + ["</s>"]
-    samples = [SampleRecord(completion="".join(tokens), tokens=tokens, reward=float(i % 2),
-                            advantages=[i % 2 - 0.5] * len(tokens), reward_components={"correct": float(i % 2)})
-               for i in range(4)]
+    samples = [
+        SampleRecord(
+            completion="".join(tokens),
+            tokens=tokens,
+            reward=float(i % 2),
+            advantages=[i % 2 - 0.5] * len(tokens),
+            reward_components={"correct": float(i % 2)},
+        )
+        for i in range(4)
+    ]
     with session_scope(db_url) as s:
         store.record_groups(s, run_id, step, [GroupRecord("long", "1", samples).to_dict()])
     # every step before it has groups: the slider now counts ``step`` recorded steps
@@ -254,8 +281,16 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
 
     ARTIFACTS.mkdir(exist_ok=True)
     client = Client(dashboard, verbose=False)
-    spec = {"name": "prm run", "supervision": "process", "reward": "model", "rm_samples": 16,
-            "steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "eval_every": 0}
+    spec = {
+        "name": "prm run",
+        "supervision": "process",
+        "reward": "model",
+        "rm_samples": 16,
+        "steps_per_iteration": 2,
+        "batch_size": 2,
+        "group_size": 4,
+        "eval_every": 0,
+    }
     run_id = client.predict(spec, api_name="/launch_run")["run_id"]
     run = wait_finished(client, run_id, lambda: "")
     assert run["status"] == "completed", run["error"]
@@ -272,7 +307,8 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
             assert s["step_end_indices"] == sorted(s["step_end_indices"])
             assert all(0 <= e < len(s["tokens"]) for e in s["step_end_indices"])
             assert s["reward_components"]["rm_score"] == pytest.approx(
-                sum(s["step_rewards"]) / len(s["step_rewards"]) if s["step_rewards"] else 0.0)
+                sum(s["step_rewards"]) / len(s["step_rewards"]) if s["step_rewards"] else 0.0
+            )
     marks = sum(len(s["step_end_indices"]) for s in shown["samples"])
     assert marks > 0
     # each step: the PRM's score, and beside it the built-in task's exact checker's label (the rule the PRM learns)
@@ -280,7 +316,7 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
         assert [st["prm_score"] for st in s["steps"]] == s["step_rewards"] == [st["reward"] for st in s["steps"]]
         assert [st["label"] for st in s["steps"]] == s["step_labels"] and set(s["step_labels"]) <= {0.0, 1.0}
         if s["steps"]:  # the steps spell the output up to the last step's end, the delimiters left out
-            spelled = "".join(s["tokens"][:s["step_end_indices"][-1] + 1])
+            spelled = "".join(s["tokens"][: s["step_end_indices"][-1] + 1])
             assert "".join("".join(st["text"] for st in s["steps"]).split()) == "".join(spelled.split())
     assert shown["step_label_rule"] == "the built-in task's exact step checker"
 
@@ -299,7 +335,8 @@ def test_learned_prm_groups_show_step_rewards(dashboard, page):
     table = page.locator("#group-view .step-table").first
     expect(table).to_contain_text("PRM score")
     expect(page.locator("#group-view details.steps summary").first).to_contain_text(
-        "labels by the built-in task's exact step checker")
+        "labels by the built-in task's exact step checker"
+    )
     expect(table.locator("tr[data-step]")).to_have_count(len(next(s for s in shown["samples"] if s["steps"])["steps"]))
     page.locator("#group-view").scroll_into_view_if_needed()
     for width in (1280, 1600):

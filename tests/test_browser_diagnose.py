@@ -10,6 +10,7 @@ answers and its outputs by step; a refused filter says why; hovering a token sho
 at sampling and the reference's, as /get_group has them), ratio and KL, and "Tint tokens by" KL recolours the
 group. Screenshots go to test-artifacts/diagnose-{run,groups,history,tokens}-{1280,1600}.png.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,8 +43,10 @@ def test_a_bar_opens_its_groups_and_a_question_shows_its_history(dashboard):
     assert run["status"] == "completed", run["error"]
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         try:
             for width in WIDTHS:
                 page = browser.new_page(viewport={"width": width, "height": 1000})
@@ -64,7 +67,7 @@ def test_a_bar_opens_its_groups_and_a_question_shows_its_history(dashboard):
 
 
 def _check_the_history_of_the_group_shown(page, width: int) -> None:
-    """"This question through time" for the group the bar opened: its question, with that group among its steps."""
+    """ "This question through time" for the group the bar opened: its question, with that group among its steps."""
     group_id = page.locator("#group-view .group").get_attribute("data-group-id")
     page.click("#question-history-button")
     history = page.locator("#question-history .question-history")
@@ -107,8 +110,12 @@ def _check_the_chart(page, width: int) -> dict:
     target = mixed.first if mixed.count() else segments.first
     target.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / f"diagnose-run-{width}.png"), full_page=True)
-    return {"step": int(target.get_attribute("data-step")), "step_end": int(target.get_attribute("data-step-end")),
-            "kind": target.get_attribute("data-kind"), "locator": target}
+    return {
+        "step": int(target.get_attribute("data-step")),
+        "step_end": int(target.get_attribute("data-step-end")),
+        "kind": target.get_attribute("data-kind"),
+        "locator": target,
+    }
 
 
 def _check_a_bar_opens_its_groups(page, client: Client, run_id: int, bar: dict, width: int) -> None:
@@ -135,8 +142,11 @@ def _check_the_table_lists_the_shown_groups_step(page, row: dict) -> None:
     """The step slider stands at the found group's step, the groups table above lists that step's groups (the
     found one among them), and the found group stays shown."""
     expect(page.locator('#group-step input[type="number"]')).to_have_value(str(row["step"]))
-    expect(page.locator('#groups-table [role="gridcell"][data-col="0"]').filter(
-        has_text=re.compile(rf"^\s*{row['group_id']}\s*$"))).to_have_count(1)
+    expect(
+        page.locator('#groups-table [role="gridcell"][data-col="0"]').filter(
+            has_text=re.compile(rf"^\s*{row['group_id']}\s*$")
+        )
+    ).to_have_count(1)
     page.wait_for_timeout(2_500)  # a tick of the timer: the slider does not jump back to the latest step
     expect(page.locator('#group-step input[type="number"]')).to_have_value(str(row["step"]))
     expect(page.locator("#group-view .group")).to_have_attribute("data-group-id", str(row["group_id"]))

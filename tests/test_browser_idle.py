@@ -1,6 +1,7 @@
 """An open dashboard page with nothing running does no work in the browser (Chromium through Playwright): no
 animation-frame loop runs once the page is up (Gradio's loading timer, ended by app.ui.HEAD_JS), the timer ticks
 every IDLE_REFRESH_SECONDS, and no tick redraws anything. bench/idle_cpu.py measures what that costs."""
+
 from __future__ import annotations
 
 import pytest

@@ -3,6 +3,7 @@ the form, keys that do not apply are hidden and come back when their option is c
 field it names (opening its folded section and bringing it into view), and a launch opens the Run tab, where the
 run's phase shows until it completes. Screenshots of every tab at 1280 and 1600 px go to test-artifacts/
 (tab-<name>-<width>.png)."""
+
 from __future__ import annotations
 
 import re
@@ -30,7 +31,8 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
                 page.screenshot(path=str(ARTIFACTS / f"launch-{width}.png"), full_page=True)
                 # the first question as the model reads it: the template's words around it, its token count
                 page.locator("#spec-question_template textarea, #spec-question_template input").first.fill(
-                    '{question}\nOutput the final answer after "####".')
+                    '{question}\nOutput the final answer after "####".'
+                )
                 page.click("#show-prompt")
                 shown = page.locator("#prompt-preview .prompt-preview")
                 expect(shown).to_contain_text("The first training question as the model reads it:", timeout=60_000)
@@ -51,7 +53,8 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
             expect(page.locator("#spec-step_delimiter")).to_be_hidden()
             # "Test rewards" scores the dataset's first rows with the named rewards, as they would be in a run
             page.locator("#spec-rewards textarea, #spec-rewards input").first.fill(
-                '[{"name": "accuracy", "weight": 1}, {"name": "length", "weight": 0.5}]')
+                '[{"name": "accuracy", "weight": 1}, {"name": "length", "weight": 0.5}]'
+            )
             page.click("#test-rewards")
             expect(page.locator("#rewards-preview table")).to_contain_text("length")
             expect(page.locator("#rewards-preview table tr")).to_have_count(6)  # the header and 5 rows
@@ -82,8 +85,9 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
             progress = page.locator("#run-progress .run-progress")
             expect(progress).to_contain_text("builtin-prm")
             assert page.locator("#tab-launch .invalid").count() == 0
-            expect(page.locator('#run-progress .run-progress[data-status="running"]:not([data-phase=""])')).to_be_visible(
-                timeout=120_000)  # what it is doing: loading, training the reward model, training
+            expect(
+                page.locator('#run-progress .run-progress[data-status="running"]:not([data-phase=""])')
+            ).to_be_visible(timeout=120_000)  # what it is doing: loading, training the reward model, training
             page.screenshot(path=str(ARTIFACTS / "run-phase.png"))
             expect(page.locator('#run-progress .run-progress[data-status="completed"]')).to_be_visible(timeout=300_000)
             expect(progress).not_to_have_attribute("data-phase", re.compile(".+"))  # no phase once it ended

@@ -5,6 +5,7 @@ short run's "too few steps yet" badge and its cut output's mark.
 The server runs without a worker; runs are written into its store from this process, the way a worker
 writes them. Screenshots go to test-artifacts/ (runs-tab.png, too-few-WIDTH.png, cut-card-WIDTH.png).
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,14 @@ from app.models import Run
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.servers import CHROMIUM, ROOT, browser_page, running_server, server_env
 
-SPEC = {"model": "builtin-arith", "dataset": "builtin-arith", "supervision": "outcome", "iterations": 1,
-        "steps_per_iteration": 10, "device": "auto"}
+SPEC = {
+    "model": "builtin-arith",
+    "dataset": "builtin-arith",
+    "supervision": "outcome",
+    "iterations": 1,
+    "steps_per_iteration": 10,
+    "device": "auto",
+}
 BADGE_COLOURS = {"completed": "rgb(21, 128, 61)", "failed": "rgb(185, 28, 28)", "running": "rgb(37, 99, 235)"}
 # the Compare chart's drawn width and its box's width (the Run tab's with "run-charts")
 COMPARE_WIDTHS = """() => [document.querySelector('#compare-charts .main-svg').getBoundingClientRect().width,
@@ -35,8 +42,11 @@ def _seed(db_url: str) -> dict[str, int]:
             run_id = store.create_run(s, {**SPEC, "name": f"{status} run"}, f"{status} run")
             store.record_step(s, run_id, 1, 1, {"reward_mean": 0.5, "correct_frac": 0.25})
             phase = ("building built-in model", 400, 900) if status == "running" else (None, None, None)
-            s.execute(update(Run).where(Run.id == run_id).values(status=status, phase=phase[0], phase_done=phase[1],
-                                                                 phase_total=phase[2]))
+            s.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(status=status, phase=phase[0], phase_done=phase[1], phase_total=phase[2])
+            )
             ids[status] = run_id
     return ids
 
@@ -49,8 +59,10 @@ def test_runs_table_colours_filters_renames_and_deletes(tmp_path):
     ids = _seed(env["GRPO_DATABASE_URL"])
     try:
         with running_server(tmp_path, env) as (url, _, _), sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            browser = p.chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
             try:
                 _drive(browser.new_page(viewport={"width": 1280, "height": 900}), url, ids)
             finally:
@@ -71,7 +83,8 @@ def _drive(page, url: str, ids: dict[str, int]) -> None:
         expect(badge).to_have_text(status)
         expect(badge).to_have_css("background-color", colour)
     expect(page.locator(f'#runs-table tr[data-run-id="{ids["running"]}"] .run-phase')).to_have_text(
-        "building built-in model 400/900")
+        "building built-in model 400/900"
+    )
     (ROOT / "test-artifacts").mkdir(exist_ok=True)
     page.screenshot(path=str(ROOT / "test-artifacts" / "runs-tab.png"), full_page=True)
 
@@ -127,8 +140,16 @@ WATCH_PROGRESS = """() => {
 def _seed_two_runs_with_groups(db_url: str, steps: int) -> tuple[int, int]:
     """Two completed runs, each with a group at every step 1..``steps``; returns their ids (the older first)."""
     tokens = ["1", "+", "1"]
-    samples = [SampleRecord(completion="1+1", tokens=tokens, reward=float(i % 2), advantages=[i % 2 - 0.5] * 3,
-                            reward_components={"correct": float(i % 2)}) for i in range(4)]
+    samples = [
+        SampleRecord(
+            completion="1+1",
+            tokens=tokens,
+            reward=float(i % 2),
+            advantages=[i % 2 - 0.5] * 3,
+            reward_components={"correct": float(i % 2)},
+        )
+        for i in range(4)
+    ]
     ids = []
     with session_scope(db_url) as s:
         for name in ("older", "newest"):
@@ -221,8 +242,17 @@ def test_a_short_runs_badge_says_too_few_steps_and_a_cut_output_is_marked(tmp_pa
     env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
     upgrade_database(env["GRPO_DATABASE_URL"])
     tokens = ["6", "*", "7", "=", "4"]
-    samples = [SampleRecord(completion="6*7=4", tokens=tokens, reward=0.0, advantages=[0.0] * 5, truncated=i == 0,
-                            reward_components={"correct": 0.0}) for i in range(4)]
+    samples = [
+        SampleRecord(
+            completion="6*7=4",
+            tokens=tokens,
+            reward=0.0,
+            advantages=[0.0] * 5,
+            truncated=i == 0,
+            reward_components={"correct": 0.0},
+        )
+        for i in range(4)
+    ]
     with session_scope(env["GRPO_DATABASE_URL"]) as s:
         run_id = store.create_run(s, {**SPEC, "name": "short"}, "short")
         for step in (1, 2):

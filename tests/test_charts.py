@@ -1,20 +1,46 @@
 """The Run tab's and Compare tab's charts (app.charts) as pure functions of hand-made metric rows: which panels
 are drawn, each panel's own legend, the axes, the smoothing, the metrics picked."""
+
 from __future__ import annotations
 
 import pytest
 
-from app.charts import (NO_STEPS, PANELS, chart_panels, compare_figure, ema, metrics_figure, recorded_metrics,
-                        series_weight)
+from app.charts import (
+    NO_STEPS,
+    PANELS,
+    chart_panels,
+    compare_figure,
+    ema,
+    metrics_figure,
+    recorded_metrics,
+    series_weight,
+)
 from grpo_engine.recorder import EVAL_METRICS, METRIC_REGISTRY
 
 
 def _rows(n: int = 4, **extra) -> list[dict]:
     """``n`` steps of a rule-reward run's metrics (no reward model), plus ``extra`` on every step."""
-    return [{"step": s, "iteration": 1, "reward_mean": 0.5 + 0.1 * s, "reward_std": 0.4, "correct_frac": 0.5 + 0.1 * s,
-             "zero_std_frac": 0.25, "kl": 0.01 * s, "loss": 0.1, "clip_frac": 0.0, "entropy": 1.0,
-             "completion_len": 20.0 + s, "truncated_frac": 0.0, "grad_norm": 0.5 * s, "learning_rate": 2e-4,
-             "time/step": 0.3, **extra} for s in range(1, n + 1)]
+    return [
+        {
+            "step": s,
+            "iteration": 1,
+            "reward_mean": 0.5 + 0.1 * s,
+            "reward_std": 0.4,
+            "correct_frac": 0.5 + 0.1 * s,
+            "zero_std_frac": 0.25,
+            "kl": 0.01 * s,
+            "loss": 0.1,
+            "clip_frac": 0.0,
+            "entropy": 1.0,
+            "completion_len": 20.0 + s,
+            "truncated_frac": 0.0,
+            "grad_norm": 0.5 * s,
+            "learning_rate": 2e-4,
+            "time/step": 0.3,
+            **extra,
+        }
+        for s in range(1, n + 1)
+    ]
 
 
 def _panel_of(fig) -> dict[str, str]:
@@ -41,8 +67,17 @@ def test_no_metrics_is_one_clear_message_and_no_panels():
 def test_only_panels_with_values_are_drawn_and_no_empty_panel_says_no_data():
     fig = metrics_figure(_rows())
     titles = [a.text for a in fig.layout.annotations]
-    assert titles == ["reward", "accuracy", "fractions", "KL and loss", "entropy (nats)",
-                      "completion length (tokens)", "gradient norm", "learning rate", "timing (s)"]
+    assert titles == [
+        "reward",
+        "accuracy",
+        "fractions",
+        "KL and loss",
+        "entropy (nats)",
+        "completion length (tokens)",
+        "gradient norm",
+        "learning rate",
+        "timing (s)",
+    ]
     assert "reward model" not in titles and "other" not in titles  # a rule-reward run has no reward model panel
     assert not any("no data" in t for t in titles)
 
@@ -131,8 +166,9 @@ def test_sparse_series_are_not_smoothed_and_series_in_a_panel_differ_in_dash():
 def test_every_evaluation_metric_is_drawn_in_the_accuracy_panel_on_zero_to_one():
     rows = _rows(6)
     for row in (rows[0], rows[5]):
-        row.update({"eval/accuracy": 0.3, "eval/accuracy_strict": 0.1, "eval/accuracy_flexible": 0.3,
-                    "eval/format": 0.2})
+        row.update(
+            {"eval/accuracy": 0.3, "eval/accuracy_strict": 0.1, "eval/accuracy_flexible": 0.3, "eval/format": 0.2}
+        )
     assert dict(chart_panels(rows))["accuracy"] == ("correct_frac", *EVAL_METRICS)
     fig = metrics_figure(rows, smoothing=0.6)
     shown = {t.name: t for t in fig.data if t.showlegend is not False}
@@ -158,8 +194,11 @@ def test_recorded_metrics_in_panel_order():
 
 
 def test_compare_figure_draws_each_run_and_shares_on_zero_to_one():
-    compared = {"runs": [{"run_id": 1, "name": "a", "config": {}}, {"run_id": 2, "name": "b", "config": {}}],
-                "differing_keys": [], "metrics": {"1": [{"step": 1, "correct_frac": 0.5}], "2": []}}
+    compared = {
+        "runs": [{"run_id": 1, "name": "a", "config": {}}, {"run_id": 2, "name": "b", "config": {}}],
+        "differing_keys": [],
+        "metrics": {"1": [{"step": 1, "correct_frac": 0.5}], "2": []},
+    }
     fig = compare_figure(compared, ["correct_frac", "kl"])
     assert [t.name for t in fig.data] == ["#1 a", "#1 a", "#2 b", "#2 b"]
     assert tuple(fig.layout.yaxis.range) == (-0.03, 1.03) and fig.layout.yaxis2.range is None

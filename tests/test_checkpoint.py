@@ -4,6 +4,7 @@ reset, and a learned reward model; old checkpoints are pruned; the final policy 
 
 Short real runs of grpo_engine.trainer.train on the built-in model (``grpo_cache_dir`` fixture).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -74,21 +75,31 @@ def test_full_finetune_resumes_exactly(grpo_cache_dir, tmp_path):
 
 
 def test_full_finetune_resumes_in_the_second_iteration_with_its_reference(grpo_cache_dir, tmp_path):
-    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=5, iterations=2,
-                                                   steps_per_iteration=3)
+    straight, first, second = straight_and_resumed(
+        grpo_cache_dir, tmp_path, pause_at=5, iterations=2, steps_per_iteration=3
+    )
     assert_same_metrics(straight, first, second, pause_at=5)
     assert checkpoint.step_dirs(tmp_path / "straight") == []  # a completed run keeps only its final policy
 
 
 def test_lora_resumes_exactly_across_the_reference_reset(grpo_cache_dir, tmp_path):
-    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=4, lora_rank=4, iterations=2,
-                                                   steps_per_iteration=3, learning_rate=1e-3)
+    straight, first, second = straight_and_resumed(
+        grpo_cache_dir, tmp_path, pause_at=4, lora_rank=4, iterations=2, steps_per_iteration=3, learning_rate=1e-3
+    )
     assert_same_metrics(straight, first, second, pause_at=4)
 
 
 def test_learned_reward_model_resumes_exactly(grpo_cache_dir, tmp_path):
-    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=3, reward="model", rm_samples=16,
-                                                   iterations=3, steps_per_iteration=2, eval_every=0)
+    straight, first, second = straight_and_resumed(
+        grpo_cache_dir,
+        tmp_path,
+        pause_at=3,
+        reward="model",
+        rm_samples=16,
+        iterations=3,
+        steps_per_iteration=2,
+        eval_every=0,
+    )
     assert_same_metrics(straight, first, second, pause_at=3)
     assert "rm/accuracy_after" in metrics_by_step(second)[4]  # the refresh after iteration 2 ran after the resume
     assert "rm/accuracy_after" not in metrics_by_step(second)[6]  # none after the last iteration
@@ -102,7 +113,11 @@ def test_only_the_newest_checkpoints_are_kept_and_written_whole(grpo_cache_dir, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
     latest = checkpoint.latest(tmp_path)[1]
     assert sorted(p.name for p in latest.iterdir()) == [
-        "optimizer.safetensors", "policy.safetensors", "rng.safetensors", "state.json"]
+        "optimizer.safetensors",
+        "policy.safetensors",
+        "rng.safetensors",
+        "state.json",
+    ]
     (tmp_path / "step-00000009").mkdir()  # an incomplete checkpoint (no state.json) is never picked
     assert checkpoint.latest(tmp_path)[0] == 4
 
@@ -151,8 +166,14 @@ def test_everything_reported_is_flushed_before_each_checkpoint(grpo_cache_dir, t
             self.events.append(("checkpoint", step))
 
     recorder = Events()
-    train(validate_spec({**BASE, "eval_every": 0}), recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
+    train(
+        validate_spec({**BASE, "eval_every": 0}),
+        recorder,
+        grpo_cache_dir,
+        device="cpu",
+        checkpoint_dir=tmp_path / "run",
+    )
     assert [e for e in recorder.events if e[0] == "checkpoint"] == [("checkpoint", 2), ("checkpoint", 4)]
     for k, event in enumerate(recorder.events):
         if event[0] == "checkpoint":  # right before it: step k's report, then the flush
-            assert recorder.events[k - 2:k] == [("step", event[1]), ("flush", None)]
+            assert recorder.events[k - 2 : k] == [("step", event[1]), ("flush", None)]

@@ -6,6 +6,7 @@ serve: answers HTTP, starts one embedded worker that runs jobs, and takes it dow
 SIGTERM (the job in progress pauses with a checkpoint, goes back to the queue and resumes when the
 dashboard starts again) and on SIGKILL (the worker notices its parent is gone).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def _env(cache_dir: Path) -> dict[str, str]:
 
 
 def _run(args: list[str], cache_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([COMMAND, *args], cwd=ROOT, env=_env(cache_dir), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [COMMAND, *args], cwd=ROOT, env=_env(cache_dir), capture_output=True, text=True, timeout=timeout
+    )
 
 
 # ---- train ---------------------------------------------------------------------------------------
@@ -131,13 +133,20 @@ def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     log = open(data_dir.parent / "serve.log", "w")
-    server = subprocess.Popen([COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)], cwd=ROOT,
-                              env=_env(cache_dir), stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)],
+        cwd=ROOT,
+        env=_env(cache_dir),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     output = lambda: (data_dir.parent / "serve.log").read_text()  # noqa: E731
     worker_log = data_dir / "worker.log"
     seen = worker_log.stat().st_size if worker_log.exists() else 0  # a restart appends to the same log
-    wait_until_answers(url, server, output, ready=lambda: worker_log.exists() and "ready." in worker_log.read_text()[seen:])
+    wait_until_answers(
+        url, server, output, ready=lambda: worker_log.exists() and "ready." in worker_log.read_text()[seen:]
+    )
     (worker,) = _children(server.pid)
     assert f"open {url.rstrip('/')}" in output() and str(worker_log) in output()
     return server, worker, url
@@ -168,8 +177,13 @@ def test_serve_runs_a_worker_and_stops_it_on_sigterm_and_the_run_resumes(tmp_pat
     try:
         _wait_for(db_url, orphan, lambda r: r["status"] == "completed", "the orphan resumes", worker_log)
         with session_scope(db_url) as s:
-            run_id = store.create_run(s, validate_spec({**TINY_SPEC, "steps_per_iteration": 500, "eval_every": 0,
-                                                        "checkpoint_every": 100}).to_dict(), "long")
+            run_id = store.create_run(
+                s,
+                validate_spec(
+                    {**TINY_SPEC, "steps_per_iteration": 500, "eval_every": 0, "checkpoint_every": 100}
+                ).to_dict(),
+                "long",
+            )
         sender = Celery("grpo-test", broker=f"sqla+sqlite:///{data_dir / 'broker.sqlite'}")
         sender.send_task(RUN_TASK, args=[run_id], queue="grpo")
         sender.close()
@@ -190,8 +204,9 @@ def test_serve_runs_a_worker_and_stops_it_on_sigterm_and_the_run_resumes(tmp_pat
         run = _wait_for(db_url, run_id, lambda r: r["step"] > paused_at, "the run resumes", worker_log)
         with session_scope(db_url) as s:
             assert run["status"] == "running" and run["attempts"] == 2, "\n".join(store.get_logs(s, run_id))
-            assert any(f"resuming from the checkpoint after step {paused_at}" in line
-                       for line in store.get_logs(s, run_id))
+            assert any(
+                f"resuming from the checkpoint after step {paused_at}" in line for line in store.get_logs(s, run_id)
+            )
             assert [m["step"] for m in store.get_metrics(s, run_id)][:paused_at] == list(range(1, paused_at + 1))
             store.request_cancel(s, run_id)
         _wait_for(db_url, run_id, lambda r: r["status"] == "cancelled", "the run is cancelled", worker_log)

@@ -1,4 +1,5 @@
 """The run spec: defaults, coercion, and errors that name the offending key."""
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,9 @@ def test_wrong_type_names_the_key(field):
     assert field.name in str(info.value)
 
 
-@pytest.mark.parametrize("field", [f for f in FIELDS if f.choices or f.min is not None or f.max is not None],
-                         ids=lambda f: f.name)
+@pytest.mark.parametrize(
+    "field", [f for f in FIELDS if f.choices or f.min is not None or f.max is not None], ids=lambda f: f.name
+)
 def test_out_of_range_names_the_key(field):
     for value in _out_of_range_values(field):
         with pytest.raises(SpecError) as info:
@@ -136,30 +138,64 @@ def test_step_labels_follow_the_dataset_and_builtin_is_refused_elsewhere():
     assert validate_spec({}).step_checker == "builtin"  # auto on the built-in task
     assert validate_spec({"dataset": "/data/gsm8k.jsonl"}).step_checker == "rollouts"  # auto elsewhere
     assert validate_spec({"supervision": "process", "step_labels": "arithmetic"}).step_checker == "arithmetic"
-    with pytest.raises(SpecError, match=r"^step_labels: 'builtin' checks only the built-in task's questions, but "
-                                        r"dataset is 'openai/gsm8k'"):
+    with pytest.raises(
+        SpecError,
+        match=r"^step_labels: 'builtin' checks only the built-in task's questions, but "
+        r"dataset is 'openai/gsm8k'",
+    ):
         validate_spec({"supervision": "process", "step_labels": "builtin", "dataset": "openai/gsm8k"})
 
 
 PROCESS = {"supervision": "process"}
 
 
-@pytest.mark.parametrize("spec, key, message", [
-    ({"step_labels": "rollouts"}, "step_labels", "only used with supervision 'process' (got supervision 'outcome')"),
-    ({"label_rollouts": 8}, "label_rollouts", "only used when steps are labelled by rollouts (supervision "
-                                              "'process', step_labels 'rollouts'), but supervision is 'outcome'"),
-    ({**PROCESS, "label_estimate": "soft"}, "label_estimate",
-     "but steps are labelled by 'builtin' (step_labels 'auto' on the built-in dataset)"),
-    ({**PROCESS, "step_labels": "arithmetic", "label_completer": "Qwen/Qwen2.5-Math-7B-Instruct"},
-     "label_completer", "but steps are labelled by 'arithmetic'"),
-    ({**PROCESS, "step_labels": "rollouts", "label_completer": "my model"}, "label_completer",
-     "must be a Hugging Face model id or a local directory"),
-    ({**PROCESS, "format_reward": 0.1}, "format_reward", "supervision 'process' rewards each step by its label"),
-    ({**PROCESS, "dataset": "/data/gsm8k.jsonl", "rewards": [{"name": "/data/my_rewards.py:steps", "weight": 1}],
-      "label_rollouts": 8}, "label_rollouts", "but the steps are rewarded by the run's rewards"),
-    ({**PROCESS, "step_labels": "builtin", "dataset": "/data/gsm8k.jsonl"}, "step_labels",
-     "use 'arithmetic' or 'rollouts' (or 'auto')"),
-])
+@pytest.mark.parametrize(
+    "spec, key, message",
+    [
+        (
+            {"step_labels": "rollouts"},
+            "step_labels",
+            "only used with supervision 'process' (got supervision 'outcome')",
+        ),
+        (
+            {"label_rollouts": 8},
+            "label_rollouts",
+            "only used when steps are labelled by rollouts (supervision "
+            "'process', step_labels 'rollouts'), but supervision is 'outcome'",
+        ),
+        (
+            {**PROCESS, "label_estimate": "soft"},
+            "label_estimate",
+            "but steps are labelled by 'builtin' (step_labels 'auto' on the built-in dataset)",
+        ),
+        (
+            {**PROCESS, "step_labels": "arithmetic", "label_completer": "Qwen/Qwen2.5-Math-7B-Instruct"},
+            "label_completer",
+            "but steps are labelled by 'arithmetic'",
+        ),
+        (
+            {**PROCESS, "step_labels": "rollouts", "label_completer": "my model"},
+            "label_completer",
+            "must be a Hugging Face model id or a local directory",
+        ),
+        ({**PROCESS, "format_reward": 0.1}, "format_reward", "supervision 'process' rewards each step by its label"),
+        (
+            {
+                **PROCESS,
+                "dataset": "/data/gsm8k.jsonl",
+                "rewards": [{"name": "/data/my_rewards.py:steps", "weight": 1}],
+                "label_rollouts": 8,
+            },
+            "label_rollouts",
+            "but the steps are rewarded by the run's rewards",
+        ),
+        (
+            {**PROCESS, "step_labels": "builtin", "dataset": "/data/gsm8k.jsonl"},
+            "step_labels",
+            "use 'arithmetic' or 'rollouts' (or 'auto')",
+        ),
+    ],
+)
 def test_step_label_keys_that_would_do_nothing_are_refused(spec, key, message):
     with pytest.raises(SpecError) as info:
         validate_spec(spec)
@@ -167,8 +203,17 @@ def test_step_label_keys_that_would_do_nothing_are_refused(spec, key, message):
 
 
 def test_the_rollout_keys_are_taken_where_steps_are_labelled_by_rollouts():
-    spec = validate_spec({**PROCESS, "step_labels": "rollouts", "label_rollouts": 8, "label_estimate": "soft",
-                          "label_completer": "Qwen/Qwen2.5-Math-7B-Instruct"})
+    spec = validate_spec(
+        {
+            **PROCESS,
+            "step_labels": "rollouts",
+            "label_rollouts": 8,
+            "label_estimate": "soft",
+            "label_completer": "Qwen/Qwen2.5-Math-7B-Instruct",
+        }
+    )
     assert (spec.step_checker, spec.label_rollouts, spec.label_estimate) == ("rollouts", 8, "soft")
     auto = validate_spec({**PROCESS, "dataset": "/data/gsm8k.jsonl", "label_estimate": "soft"})
-    assert auto.step_checker == "rollouts" and auto.label_estimate == "soft"  # 'auto' picks rollouts off the built-in task
+    assert (
+        auto.step_checker == "rollouts" and auto.label_estimate == "soft"
+    )  # 'auto' picks rollouts off the built-in task

@@ -1,6 +1,7 @@
 """Custom reward functions: from an installed package's entry point (a temporary package with a dist-info) or a .py
 file inside the path roots; off unless GRPO_ALLOW_CUSTOM_REWARDS is set; a failing one fails the run with its own
 error. Then live: short runs through a dashboard with its embedded worker, and /preview_rewards."""
+
 from __future__ import annotations
 
 import importlib
@@ -15,8 +16,7 @@ from gradio_client.exceptions import AppError
 from app import api, reward_preview
 from app.paths import check_custom_rewards
 from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.reward_functions import (RewardFunctionError, call_reward, load_reward, named_rewards,
-                                          score_outputs)
+from grpo_engine.reward_functions import RewardFunctionError, call_reward, load_reward, named_rewards, score_outputs
 
 PACKAGE = '''
 CALLS = [0]
@@ -58,7 +58,8 @@ def make_package(where: Path) -> Path:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my_rewards\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[grpo_dashboard.rewards]\nbrevity = my_rewards:brevity\nflaky = my_rewards:flaky\n")
+        "[grpo_dashboard.rewards]\nbrevity = my_rewards:brevity\nflaky = my_rewards:flaky\n"
+    )
     return where
 
 
@@ -81,8 +82,12 @@ def test_an_entry_point_loads_by_its_name_or_its_value(package):
 def test_a_file_reward_scores_outcome_and_process(tmp_path):
     path = tmp_path / "file_rewards.py"
     path.write_text(FILE)
-    out = {"question": "q", "completion": "2+3=5\nso\n#### 5", "reference": "5",
-           "row": {"steps": ["2+3=5", "so", "#### 5"]}}
+    out = {
+        "question": "q",
+        "completion": "2+3=5\nso\n#### 5",
+        "reference": "5",
+        "row": {"steps": ["2+3=5", "so", "#### 5"]},
+    }
     # 4 words ("2+3=5", "so", "####", "5") x 0.5
     assert score_outputs([{"name": f"{path}:words", "weight": 0.5}], [out])[0] == (2.0, {f"{path}:words": 4.0})
     total, parts = score_outputs([{"name": f"{path}:equations", "weight": 2.0}], [out], process=True)[0]
@@ -108,8 +113,11 @@ def test_a_failing_reward_says_which_and_on_what(tmp_path):
     path = tmp_path / "file_rewards.py"
     path.write_text(FILE)
     bad = load_reward(f"{path}:not_a_number")
-    with pytest.raises(RewardFunctionError, match=r"reward 'bad' returned 'high' \(str\), not a finite number, on "
-                                                  r"question 'q' with completion 'x{200}\.\.\.'"):
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"reward 'bad' returned 'high' \(str\), not a finite number, on "
+        r"question 'q' with completion 'x{200}\.\.\.'",
+    ):
         call_reward("bad", bad, "q", "x" * 500, "1", {})
     with pytest.raises(RewardFunctionError, match="reward 'boom' raised ZeroDivisionError: division by zero on "):
         call_reward("boom", lambda q, c, r, **row: 1 / 0, "q", "c", "1", {})
@@ -177,8 +185,9 @@ def _run(client: Client, spec: dict, logs) -> tuple[int, dict]:
 
 def _components(client: Client, run_id: int) -> list[dict]:
     groups = client.predict(run_id, None, None, api_name="/list_groups")
-    return [s["reward_components"] for g in groups
-            for s in client.predict(g["group_id"], api_name="/get_group")["samples"]]
+    return [
+        s["reward_components"] for g in groups for s in client.predict(g["group_id"], api_name="/get_group")["samples"]
+    ]
 
 
 @pytest.mark.slow
@@ -196,8 +205,11 @@ def test_custom_rewards_train_through_a_live_dashboard(tmp_path, grpo_cache_dir)
         client = Client(url, verbose=False)
         logs = server.log
         # 1. an entry point by its value, beside a built-in: the components hold both, the reward their weighted sum
-        run_id, run = _run(client, {"rewards": [{"name": "my_rewards:brevity", "weight": 2.0},
-                                                {"name": "accuracy", "weight": 1.0}]}, logs)
+        run_id, run = _run(
+            client,
+            {"rewards": [{"name": "my_rewards:brevity", "weight": 2.0}, {"name": "accuracy", "weight": 1.0}]},
+            logs,
+        )
         assert run["status"] == "completed", f"{run['error']}\n{logs()}"
         metrics = client.predict(run_id, api_name="/get_metrics")
         assert all("reward/my_rewards:brevity" in m and "reward/accuracy" in m for m in metrics)
@@ -238,8 +250,9 @@ def test_custom_rewards_are_refused_by_a_dashboard_without_the_switch(tmp_path, 
     try:
         client = Client(url, verbose=False)
         with pytest.raises(AppError, match="rewards: .* is a custom reward function.*GRPO_ALLOW_CUSTOM_REWARDS=1"):
-            client.predict({**SHORT, "rewards": [{"name": f"{data / 'file_rewards.py'}:words"}]},
-                           api_name="/launch_run")
+            client.predict(
+                {**SHORT, "rewards": [{"name": f"{data / 'file_rewards.py'}:words"}]}, api_name="/launch_run"
+            )
         assert client.predict(api_name="/list_runs") == []
     finally:
         server.stop()

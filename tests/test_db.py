@@ -3,6 +3,7 @@ only from the Alembic migrations, SQLite's locking, concurrent writers and upgra
 
 Every test runs on both backends through the ``db_url`` fixture (tests/conftest.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -131,7 +132,8 @@ def test_migration_0002_keeps_existing_runs(db_url):
         connection.exec_driver_sql(
             "INSERT INTO runs (name, status, config, model, dataset, supervision, step, total_steps, "
             "cancel_requested, created_at, updated_at) VALUES ('old', 'running', '{}', 'm', 'd', 'outcome', 3, 6, "
-            "false, '2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')")
+            "false, '2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00')"
+        )
     upgrade_database(db_url)
     engine.dispose()
     with session_scope(db_url) as s:
@@ -150,13 +152,15 @@ def test_migration_0007_packs_advantages_exactly_and_back(db_url):
     with engine.begin() as connection:  # a group and two samples written by the 0006 schema
         connection.exec_driver_sql(
             "INSERT INTO groups (run_id, step, position, prompt, reference, reward_mean, reward_std) "
-            f"VALUES ({run_id}, 1, 0, 'q', '42', 0.5, 0.5)")
+            f"VALUES ({run_id}, 1, 0, 'q', '42', 0.5, 0.5)"
+        )
         group_id = connection.exec_driver_sql("SELECT max(id) FROM groups").scalar()
         for position, advantages in enumerate([values, []]):
             connection.exec_driver_sql(
                 "INSERT INTO samples (group_id, run_id, step, position, completion, tokens, advantages, reward, "
                 f"reward_components) VALUES ({group_id}, {run_id}, 1, {position}, 'c', "
-                f"'{json.dumps(['t'] * len(advantages))}', '{json.dumps(advantages)}', 1.0, '{{}}')")
+                f"'{json.dumps(['t'] * len(advantages))}', '{json.dumps(advantages)}', 1.0, '{{}}')"
+            )
     engine.dispose()
     upgrade_database(db_url)
     engine.dispose()
@@ -167,8 +171,11 @@ def test_migration_0007_packs_advantages_exactly_and_back(db_url):
     command.downgrade(alembic_config(db_url), "0006")
     engine.dispose()
     with engine.connect() as connection:
-        stored = connection.exec_driver_sql(f"SELECT advantages FROM samples WHERE group_id = {group_id} "
-                                            "ORDER BY position").scalars().all()
+        stored = (
+            connection.exec_driver_sql(f"SELECT advantages FROM samples WHERE group_id = {group_id} ORDER BY position")
+            .scalars()
+            .all()
+        )
     assert [json.loads(a) if isinstance(a, str) else a for a in stored] == [values, []]
     engine.dispose()
     upgrade_database(db_url)

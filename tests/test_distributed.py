@@ -4,6 +4,7 @@ Accelerate (gloo), driven by ``execute_run`` in this process on a fresh SQLite s
 The end-to-end test through the dashboard is in test_e2e.py; the engine's single-process behaviour is
 in test_trainer.py and test_checkpoint.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,10 +23,31 @@ from workers.distributed import MainProcessRecorder
 from workers.recorder import interrupt
 from workers.runner import execute_run
 
-SPEC = {"steps_per_iteration": 30, "batch_size": 4, "group_size": 4, "max_new_tokens": 32, "eval_every": 10,
-        "checkpoint_every": 2, "devices": 2, "device": "cpu", "seed": 3}
-COMPARED = ("reward_mean", "reward_std", "correct_frac", "zero_std_frac", "loss", "kl", "clip_frac", "entropy",
-            "completion_len", "truncated_frac", "grad_norm", *EVAL_METRICS)
+SPEC = {
+    "steps_per_iteration": 30,
+    "batch_size": 4,
+    "group_size": 4,
+    "max_new_tokens": 32,
+    "eval_every": 10,
+    "checkpoint_every": 2,
+    "devices": 2,
+    "device": "cpu",
+    "seed": 3,
+}
+COMPARED = (
+    "reward_mean",
+    "reward_std",
+    "correct_frac",
+    "zero_std_frac",
+    "loss",
+    "kl",
+    "clip_frac",
+    "entropy",
+    "completion_len",
+    "truncated_frac",
+    "grad_norm",
+    *EVAL_METRICS,
+)
 
 
 @pytest.fixture
@@ -136,8 +158,17 @@ def test_two_processes_with_lora_a_learned_reward_model_and_two_iterations(store
     """The paths that rebuild or share state across processes: LoRA folded into a new reference and a fresh
     adapter prepared again at iteration 2, and the learned ORM trained on the main process then sent to
     the other (its first training and its refresh)."""
-    spec = {**SPEC, "steps_per_iteration": 3, "iterations": 2, "lora_rank": 4, "reward": "model",
-            "rm_samples": 16, "eval_every": 0, "micro_batch_size": 4, "policy_updates_per_batch": 2}
+    spec = {
+        **SPEC,
+        "steps_per_iteration": 3,
+        "iterations": 2,
+        "lora_rank": 4,
+        "reward": "model",
+        "rm_samples": 16,
+        "eval_every": 0,
+        "micro_batch_size": 4,
+        "policy_updates_per_batch": 2,
+    }
     run_id = _create(store_url, spec)
     assert execute_run(run_id) == "completed"
     with session_scope(store_url) as s:

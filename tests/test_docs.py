@@ -1,5 +1,6 @@
 """The README's tables say what the code defines: every run-spec key (``RunSpec``) with its type, default and
 help, and every metric of the registry with its meaning, so the docs cannot drift from the one definition."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """The examples in the product's docstrings (``>>>``) run and give what they say: they are worked numbers the
 docs rely on."""
+
 from __future__ import annotations
 
 import doctest
@@ -9,9 +10,12 @@ import pytest
 
 from tests.servers import ROOT
 
-MODULES = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts)
-                 for top in ("grpo_engine", "app", "workers", "grpo_dashboard") for p in (ROOT / top).rglob("*.py")
-                 if ">>>" in p.read_text(encoding="utf-8"))
+MODULES = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts)
+    for top in ("grpo_engine", "app", "workers", "grpo_dashboard")
+    for p in (ROOT / top).rglob("*.py")
+    if ">>>" in p.read_text(encoding="utf-8")
+)
 
 
 def test_some_modules_have_examples():

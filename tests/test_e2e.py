@@ -6,6 +6,7 @@ Production shape: the same server on PostgreSQL and Redis with no embedded worke
 with /launch_run and must complete; its metrics, groups and per-token advantages are then read
 back through the API and checked against the GRPO definitions (outcome supervision, Eq. of section 4.1.2).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,9 @@ class Process:
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path):
         self.log_path = log_path
         with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen([COMMAND, *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [COMMAND, *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -102,8 +104,7 @@ def check_short_run(url: str, logs, spec: dict = SPEC) -> tuple[Client, int]:
     assert run["status"] == "completed", f"{run['error']}\n{logs()}"
     assert (run["step"], run["total_steps"], run["error"]) == (4, 4, None)
     assert run["config"]["group_size"] == 4 and run["started_at"] and run["finished_at"]
-    assert any(r["run_id"] == run_id and r["status"] == "completed"
-               for r in client.predict(api_name="/list_runs"))
+    assert any(r["run_id"] == run_id and r["status"] == "completed" for r in client.predict(api_name="/list_runs"))
 
     # 2. metrics: step 0 (evaluation before training), then every step with every documented metric
     metrics = client.predict(run_id, api_name="/get_metrics")
@@ -183,8 +184,10 @@ def test_a_cancel_during_the_built_in_models_build_ends_the_run_within_seconds(t
         client = Client(url, verbose=False)
         run_id = client.predict(SPEC, api_name="/launch_run")["run_id"]
         deadline = time.monotonic() + 120
-        while not ((run := client.predict(run_id, api_name="/get_run"))["phase"] == "building built-in model"
-                   and (run["phase_done"] or 0) >= 1):
+        while not (
+            (run := client.predict(run_id, api_name="/get_run"))["phase"] == "building built-in model"
+            and (run["phase_done"] or 0) >= 1
+        ):
             assert time.monotonic() < deadline and run["status"] in ("queued", "running"), f"{run}\n{logs()}"
             time.sleep(0.2)
         assert client.predict(run_id, api_name="/cancel_run")["status"] == "running"
@@ -210,12 +213,18 @@ def test_embedded_server_runs_a_two_process_run_like_a_single_process_one(tmp_pa
         with session_scope(f"sqlite:///{tmp_path / 'data' / 'grpo.sqlite'}") as s:
             assert any("2 data-parallel processes (MULTI_CPU)" in line for line in store.get_logs(s, double, 200))
             # the run's log (the Run tab shows it) starts with the memory estimate
-            assert any(line.startswith("memory estimate (activations not included): policy ")
-                       for line in store.get_logs(s, single, 200))
-        for a, b in zip(client.predict(single, api_name="/get_metrics"), client.predict(double, api_name="/get_metrics")):
+            assert any(
+                line.startswith("memory estimate (activations not included): policy ")
+                for line in store.get_logs(s, single, 200)
+            )
+        for a, b in zip(
+            client.predict(single, api_name="/get_metrics"), client.predict(double, api_name="/get_metrics")
+        ):
             assert set(a) == set(b) and all(type(a[k]) is type(b[k]) for k in a)
-        one, two = (client.predict(client.predict(r, 4, api_name="/list_groups")[0]["group_id"], api_name="/get_group")
-                    for r in (single, double))
+        one, two = (
+            client.predict(client.predict(r, 4, api_name="/list_groups")[0]["group_id"], api_name="/get_group")
+            for r in (single, double)
+        )
         assert set(one) == set(two) and set(one["samples"][0]) == set(two["samples"][0])
     finally:
         server.stop()
@@ -239,9 +248,14 @@ def redis_queue():
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_postgres_redis_server_with_a_separate_worker(tmp_path, grpo_cache_dir, postgres_url, redis_queue):
-    env = clean_env(grpo_cache_dir, GRPO_DATABASE_URL=postgres_url, GRPO_BROKER_URL=REDIS_URL,
-                    GRPO_QUEUE=redis_queue, GRPO_EMBEDDED_WORKER="0",
-                    GRPO_CHECKPOINT_DIR=str(tmp_path / "shared-checkpoints"))  # a mount the worker and dashboard share
+    env = clean_env(
+        grpo_cache_dir,
+        GRPO_DATABASE_URL=postgres_url,
+        GRPO_BROKER_URL=REDIS_URL,
+        GRPO_QUEUE=redis_queue,
+        GRPO_EMBEDDED_WORKER="0",
+        GRPO_CHECKPOINT_DIR=str(tmp_path / "shared-checkpoints"),
+    )  # a mount the worker and dashboard share
     (tmp_path / "worker").mkdir()
     worker = Process(["worker", "--data-dir", str(tmp_path / "worker")], env, tmp_path / "worker.log")
     server = None

@@ -8,6 +8,7 @@ started: it notices the dead worker's stale lease, puts the run back in the queu
 from its last checkpoint. A last fresh worker finishes the run. And the dashboard restarted while a
 run trains leaves the run alone.
 """
+
 from __future__ import annotations
 
 import signal
@@ -21,22 +22,34 @@ from app.db import make_engine, session_scope
 from tests.test_e2e import REDIS_URL, Process, clean_env, redis_queue, start_server, wait_finished  # noqa: F401
 
 STEPS = 36
-SPEC = {"name": "fault", "steps_per_iteration": STEPS, "batch_size": 4, "group_size": 8, "eval_every": 0,
-        "checkpoint_every": 3, "checkpoint_keep": 2}
+SPEC = {
+    "name": "fault",
+    "steps_per_iteration": STEPS,
+    "batch_size": 4,
+    "group_size": 8,
+    "eval_every": 0,
+    "checkpoint_every": 3,
+    "checkpoint_keep": 2,
+}
 KILL_AT = (5, 15, 25)  # the worker is killed once the run has recorded at least this step
 
 
 def run_with_kills(tmp_path, env: dict[str, str], database_url: str) -> None:
-    env = {**env, "GRPO_LEASE_SECONDS": "4", "GRPO_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
-           "GRPO_EMBEDDED_WORKER": "0"}
+    env = {
+        **env,
+        "GRPO_LEASE_SECONDS": "4",
+        "GRPO_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "GRPO_EMBEDDED_WORKER": "0",
+    }
     server, url = start_server(tmp_path / "data", env)
     workers: list[Process] = []
 
     def start_worker() -> Process:
         n = len(workers) + 1
         (tmp_path / f"worker{n}").mkdir()
-        workers.append(Process(["worker", "--data-dir", str(tmp_path / f"worker{n}")], env,
-                               tmp_path / f"worker{n}.log"))
+        workers.append(
+            Process(["worker", "--data-dir", str(tmp_path / f"worker{n}")], env, tmp_path / f"worker{n}.log")
+        )
         return workers[-1]
 
     def logs() -> str:
@@ -94,8 +107,11 @@ def test_sigkilled_workers_on_postgres_and_redis(tmp_path, grpo_cache_dir, postg
 @pytest.mark.slow
 def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grpo_cache_dir):
     database_url = f"sqlite:///{tmp_path / 'shared' / 'grpo.sqlite'}"
-    env = clean_env(grpo_cache_dir, GRPO_DATABASE_URL=database_url,
-                    GRPO_BROKER_URL=f"sqla+sqlite:///{tmp_path / 'shared' / 'broker.sqlite'}")
+    env = clean_env(
+        grpo_cache_dir,
+        GRPO_DATABASE_URL=database_url,
+        GRPO_BROKER_URL=f"sqla+sqlite:///{tmp_path / 'shared' / 'broker.sqlite'}",
+    )
     try:
         run_with_kills(tmp_path, env, database_url)
     finally:
@@ -106,8 +122,14 @@ def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grp
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_a_dashboard_restart_leaves_a_running_run_alone(tmp_path, grpo_cache_dir, postgres_url, redis_queue):
-    env = clean_env(grpo_cache_dir, GRPO_DATABASE_URL=postgres_url, GRPO_BROKER_URL=REDIS_URL, GRPO_QUEUE=redis_queue,
-                    GRPO_EMBEDDED_WORKER="0", GRPO_CHECKPOINT_DIR=str(tmp_path / "checkpoints"))
+    env = clean_env(
+        grpo_cache_dir,
+        GRPO_DATABASE_URL=postgres_url,
+        GRPO_BROKER_URL=REDIS_URL,
+        GRPO_QUEUE=redis_queue,
+        GRPO_EMBEDDED_WORKER="0",
+        GRPO_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
+    )
     (tmp_path / "worker").mkdir()
     worker = Process(["worker", "--data-dir", str(tmp_path / "worker")], env, tmp_path / "worker.log")
     server, url = start_server(tmp_path / "data", env)
@@ -132,4 +154,3 @@ def test_a_dashboard_restart_leaves_a_running_run_alone(tmp_path, grpo_cache_dir
     finally:
         server.stop()
         worker.stop()
-

@@ -2,6 +2,7 @@
 the gguf package's reader), the launch checks (app.paths: a file inside the roots, starting with the GGUF magic;
 app.api: the GPU-memory estimate from the header), and the conversion's cache (grpo_engine.gguf_model: once per
 file, again when it changes). The real SmolLM2 file converted and trained: tests/test_smollm2.py."""
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,15 @@ from grpo_engine.memory import estimate_memory
 from tests.servers import ROOT
 
 QUEUE = "grpo-gguf-test"
-TENSORS = {"token_embd.weight": (32, 8), "blk.0.attn_norm.weight": (8,), "blk.0.attn_q.weight": (8, 8),
-           "blk.0.attn_k.weight": (4, 8), "blk.0.ffn_up.weight": (16, 8), "blk.0.ffn_down.weight": (8, 16),
-           "output_norm.weight": (8,)}  # torch's shapes: a linear weight is (out, in); the head tied (no "output")
+TENSORS = {
+    "token_embd.weight": (32, 8),
+    "blk.0.attn_norm.weight": (8,),
+    "blk.0.attn_q.weight": (8, 8),
+    "blk.0.attn_k.weight": (4, 8),
+    "blk.0.ffn_up.weight": (16, 8),
+    "blk.0.ffn_down.weight": (8, 16),
+    "output_norm.weight": (8,),
+}  # torch's shapes: a linear weight is (out, in); the head tied (no "output")
 
 
 def write_gguf(path: Path, tensors: dict = TENSORS) -> Path:
@@ -60,11 +67,14 @@ def test_the_header_gives_each_tensors_shape_as_the_gguf_package_reads_it(tmp_pa
     assert sorted(linear) == sorted([(8, 8), (4, 8), (16, 8), (8, 16)])  # the blocks' linear weights only
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda data: b"GGML" + data[4:], "not a GGUF file"),
-    (lambda data: data[:4] + (7).to_bytes(4, "little") + data[8:], "GGUF version 7"),
-    (lambda data: data[:200], "the GGUF header ends early"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda data: b"GGML" + data[4:], "not a GGUF file"),
+        (lambda data: data[:4] + (7).to_bytes(4, "little") + data[8:], "GGUF version 7"),
+        (lambda data: data[:200], "the GGUF header ends early"),
+    ],
+)
 def test_a_damaged_header_is_a_value_error(tmp_path, damage, words):
     path = write_gguf(tmp_path / "m.gguf")
     path.write_bytes(damage(path.read_bytes()))
@@ -88,18 +98,22 @@ def gguf_root(tmp_path):
 
 @pytest.mark.parametrize("key", ["model", "reward_model", "label_completer"])
 def test_a_gguf_file_inside_the_roots_passes_as_a_file(gguf_root, key):
-    check_spec_paths({"model": "builtin-arith", "dataset": "builtin-arith", key: str(gguf_root / "model.gguf")},
-                     [gguf_root])
+    check_spec_paths(
+        {"model": "builtin-arith", "dataset": "builtin-arith", key: str(gguf_root / "model.gguf")}, [gguf_root]
+    )
 
 
-@pytest.mark.parametrize("key, name, words", [
-    ("model", "missing.gguf", "does not exist"),
-    ("model", "folder.gguf", "is not a .gguf file but a directory"),
-    ("model", "fake.gguf", "is not a GGUF file (it does not start with 'GGUF')"),
-    ("model", "../outside.gguf", "is outside the directories runs may read"),
-    ("reward_model", "missing.gguf", "does not exist"),
-    ("label_completer", "fake.gguf", "is not a GGUF file"),
-])
+@pytest.mark.parametrize(
+    "key, name, words",
+    [
+        ("model", "missing.gguf", "does not exist"),
+        ("model", "folder.gguf", "is not a .gguf file but a directory"),
+        ("model", "fake.gguf", "is not a GGUF file (it does not start with 'GGUF')"),
+        ("model", "../outside.gguf", "is outside the directories runs may read"),
+        ("reward_model", "missing.gguf", "does not exist"),
+        ("label_completer", "fake.gguf", "is not a GGUF file"),
+    ],
+)
 def test_an_unusable_gguf_model_is_refused_naming_its_key(gguf_root, key, name, words):
     config = {"model": "builtin-arith", "dataset": "builtin-arith", key: str(gguf_root / name)}
     with pytest.raises(SpecError) as refused:
@@ -120,9 +134,11 @@ def test_without_the_gguf_package_a_gguf_model_is_refused_at_launch(gguf_root, m
 
 
 def test_the_launch_checks_of_a_gguf_model_leave_torch_unloaded(gguf_root):
-    code = ("import sys\nfrom app import api, paths\n"
-            f"paths.check_spec_paths({{'model': {str(gguf_root / 'model.gguf')!r}}}, [{str(gguf_root)!r}])\n"
-            f"print(api._local_counts({str(gguf_root / 'model.gguf')!r})[0], 'torch' in sys.modules)\n")
+    code = (
+        "import sys\nfrom app import api, paths\n"
+        f"paths.check_spec_paths({{'model': {str(gguf_root / 'model.gguf')!r}}}, [{str(gguf_root)!r}])\n"
+        f"print(api._local_counts({str(gguf_root / 'model.gguf')!r})[0], 'torch' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == [str(gguf_parameter_counts(gguf_root / "model.gguf")[0]), "False"], out.stderr
 

@@ -10,6 +10,7 @@ the trained policy.
 Marked ``gpu``: where torch sees no CUDA GPU they are skipped (tests/conftest.py), and pytest's -ra
 summary says they were not run. On a GPU machine: ``python -m pytest -m gpu -ra`` (or bench/gpu_check.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,16 @@ from tests.tiny_models import write_tiny_model
 pytestmark = pytest.mark.gpu
 
 STEPS = 2
-SHORT = dict(device="auto", steps_per_iteration=STEPS, batch_size=2, group_size=4, max_new_tokens=16,
-             eval_every=2, checkpoint_every=1, learning_rate=1e-3)
+SHORT = dict(
+    device="auto",
+    steps_per_iteration=STEPS,
+    batch_size=2,
+    group_size=4,
+    max_new_tokens=16,
+    eval_every=2,
+    checkpoint_every=1,
+    learning_rate=1e-3,
+)
 VARIANTS = {  # what each run adds to SHORT
     "outcome": {},  # the default supervision, precision auto
     "process": dict(supervision="process"),
@@ -41,9 +50,16 @@ VARIANTS = {  # what each run adds to SHORT
 }
 # the run's first log line: "loading model '<model>' on cuda (bf16 mixed precision)" (or cuda:0, or fp32)
 LOADING = re.compile(r"loading model .* on (\S+) \((bf16 mixed precision|fp32)\)")
-ROWS = [{"question": f"{a}+{b}*{c}", "answer": str(a + b * c),
-         "solution": f"{b}*{c}={b * c}\n{a}+{b * c}={a + b * c}\n#### {a + b * c}"}
-        for a in range(1, 4) for b in range(1, 4) for c in range(1, 3)]
+ROWS = [
+    {
+        "question": f"{a}+{b}*{c}",
+        "answer": str(a + b * c),
+        "solution": f"{b}*{c}={b * c}\n{a}+{b * c}={a + b * c}\n#### {a + b * c}",
+    }
+    for a in range(1, 4)
+    for b in range(1, 4)
+    for c in range(1, 3)
+]
 
 
 @pytest.fixture(scope="module")

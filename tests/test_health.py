@@ -1,4 +1,5 @@
 """app/health.py: each health rule on metric histories built here, where it fires and where it does not."""
+
 from __future__ import annotations
 
 import math
@@ -7,6 +8,8 @@ import pytest
 
 from app import health
 from app.health import RULES, health_warnings, rules_markdown
+
+from app.health_metrics import window_size
 
 WARNING_KEYS = {"rule", "title", "message", "steps", "metrics", "severity"}
 
@@ -54,17 +57,28 @@ def healthy(n: int = 200) -> list[dict]:
     groups zero-spread once most answers are right, nothing truncated or repeated."""
     wobble = [0.0, 0.08, -0.05, 0.03, -0.08]  # step-to-step noise, by step % 5
     evals = {s: round(0.96 - 0.6 * math.exp(-s / 25), 3) for s in range(0, n + 1, 10)}
-    return run(n, evals,
-               reward_mean=lambda s: min(0.95 - 0.3 * math.exp(-s / 40) + wobble[s % 5], 1.0), reward_std=0.3,
-               correct_frac=lambda s: min(0.95 - 0.3 * math.exp(-s / 40) + wobble[s % 5], 1.0),
-               zero_std_frac=lambda s: 0.3 + 0.4 * (1 - math.exp(-s / 60)) + wobble[s % 5],
-               kl=lambda s: min(0.005 * s, 0.05) + (0.1 if s % 17 == 0 else 0.0), loss=0.001, clip_frac=0.0,
-               entropy=lambda s: 0.02 + 0.015 * math.exp(-s / 60) + wobble[s % 5] / 20, completion_len=19.5,
-               truncated_frac=lambda s: 0.01 if s % 30 == 0 else 0.0, grad_norm=0.7, learning_rate=2e-4,
-               repetition=0.0, **{"groups/all_right": 5, "groups/all_wrong": 0, "groups/mixed": 3})
+    return run(
+        n,
+        evals,
+        reward_mean=lambda s: min(0.95 - 0.3 * math.exp(-s / 40) + wobble[s % 5], 1.0),
+        reward_std=0.3,
+        correct_frac=lambda s: min(0.95 - 0.3 * math.exp(-s / 40) + wobble[s % 5], 1.0),
+        zero_std_frac=lambda s: 0.3 + 0.4 * (1 - math.exp(-s / 60)) + wobble[s % 5],
+        kl=lambda s: min(0.005 * s, 0.05) + (0.1 if s % 17 == 0 else 0.0),
+        loss=0.001,
+        clip_frac=0.0,
+        entropy=lambda s: 0.02 + 0.015 * math.exp(-s / 60) + wobble[s % 5] / 20,
+        completion_len=19.5,
+        truncated_frac=lambda s: 0.01 if s % 30 == 0 else 0.0,
+        grad_norm=0.7,
+        learning_rate=2e-4,
+        repetition=0.0,
+        **{"groups/all_right": 5, "groups/all_wrong": 0, "groups/mixed": 3},
+    )
 
 
 # --- the whole --------------------------------------------------------------------------------------------
+
 
 def test_a_healthy_run_fires_nothing_at_any_step():
     pairs = [(19 + i % 3, 0.0 if i % 3 == 2 and i % 2 else 1.0) for i in range(320)]  # the longest: less often right
@@ -92,13 +106,21 @@ def test_rules_markdown_lists_every_rule():
     assert len(table.splitlines()) == 2 + len(RULES)
     for rule in RULES:
         assert f"`{rule.id}`" in table
-    assert [r.id for r in RULES] == ["answer_form", "reward_hacking", "length_reward", "repetition_rising",
-                                     "entropy_collapse", "kl_runaway", "zero_spread", "truncation"]
+    assert [r.id for r in RULES] == [
+        "answer_form",
+        "reward_hacking",
+        "length_reward",
+        "repetition_rising",
+        "entropy_collapse",
+        "kl_runaway",
+        "zero_spread",
+        "truncation",
+    ]
     assert [rule for rule, _ in health.CHECKS] == list(RULES)
 
 
 def test_windows():
-    assert [health.window_size(n) for n in (5, 10, 25, 26, 100)] == [5, 5, 5, 6, 20]
+    assert [window_size(n) for n in (5, 10, 25, 26, 100)] == [5, 5, 5, 6, 20]
     earlier, recent = health.windows(run(30))
     assert health.span(earlier) == [19, 24] and health.span(recent) == [25, 30]
     earlier, recent = health.windows(run(7))
@@ -107,10 +129,11 @@ def test_windows():
 
 # --- reward_hacking ---------------------------------------------------------------------------------------
 
+
 def hacked(n: int = 50, reward_end: float = 0.62, eval_end: float = 0.51) -> list[dict]:
     """Reward 0.5, then ``reward_end`` over the last fifth of the n steps; accuracy flat, then ``eval_end``."""
     evals = {s: 0.5 for s in range(0, n, 10)} | {n: eval_end}
-    return run(n, evals, reward_mean=lambda s: reward_end if s > n - health.window_size(n) else 0.5)
+    return run(n, evals, reward_mean=lambda s: reward_end if s > n - window_size(n) else 0.5)
 
 
 def test_reward_hacking_fires_when_reward_rises_and_accuracy_stays():
@@ -147,19 +170,24 @@ def test_reward_hacking_falls_back_to_the_first_window_on_a_slow_climb():
     assert w["steps"] == [1, 100] and "rose by 0.12" in w["message"] and "11 evaluations" in w["message"]
 
 
-@pytest.mark.parametrize("metrics", [
-    hacked(eval_end=0.53),  # accuracy rose 0.03
-    hacked(reward_end=0.599),  # reward rose 0.099
-    hacked(n=9, reward_end=2.0),  # too few steps
-    run(50, {0: 0.5, 50: 0.5}, reward_mean=ramp(0.5, 0.8, 50)),  # 2 evaluations only
-    run(50, reward_mean=ramp(0.5, 0.8, 50)),  # no evaluation
-    run(50, {s: 0.96 for s in range(0, 51, 10)}, reward_mean=ramp(0.5, 0.8, 50)),  # accuracy at the ceiling
-], ids=["accuracy-rose", "just-under", "too-few-steps", "two-evals", "no-evals", "ceiling"])
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        hacked(eval_end=0.53),  # accuracy rose 0.03
+        hacked(reward_end=0.599),  # reward rose 0.099
+        hacked(n=9, reward_end=2.0),  # too few steps
+        run(50, {0: 0.5, 50: 0.5}, reward_mean=ramp(0.5, 0.8, 50)),  # 2 evaluations only
+        run(50, reward_mean=ramp(0.5, 0.8, 50)),  # no evaluation
+        run(50, {s: 0.96 for s in range(0, 51, 10)}, reward_mean=ramp(0.5, 0.8, 50)),  # accuracy at the ceiling
+    ],
+    ids=["accuracy-rose", "just-under", "too-few-steps", "two-evals", "no-evals", "ceiling"],
+)
 def test_reward_hacking_does_not_fire(metrics):
     assert "reward_hacking" not in fired(metrics)
 
 
 # --- length_reward ----------------------------------------------------------------------------------------
+
 
 def correlated(n: int, noise: float) -> list[tuple[int, float]]:
     """n (length, reward) pairs: reward = length / 100, plus an alternating +-noise."""
@@ -182,22 +210,27 @@ def test_length_reward_threshold():
     assert "length_reward" not in fired(run(20), just_under)
 
 
-@pytest.mark.parametrize("metrics, pairs", [
-    (run(20), [(10 + i, -i / 10) for i in range(100)]),  # strong negative: not flagged
-    (run(20), correlated(29, 0.0)),  # 29 pairs
-    (run(20), [(20, float(i % 2)) for i in range(100)]),  # every length equal
-    (run(20), [(10 + i, 1.0) for i in range(100)]),  # every reward equal
-    (run(9), correlated(100, 0.0)),  # too few steps
-    (run(20), []),
-], ids=["negative", "29-pairs", "no-length-spread", "no-reward-spread", "too-few-steps", "no-pairs"])
+@pytest.mark.parametrize(
+    "metrics, pairs",
+    [
+        (run(20), [(10 + i, -i / 10) for i in range(100)]),  # strong negative: not flagged
+        (run(20), correlated(29, 0.0)),  # 29 pairs
+        (run(20), [(20, float(i % 2)) for i in range(100)]),  # every length equal
+        (run(20), [(10 + i, 1.0) for i in range(100)]),  # every reward equal
+        (run(9), correlated(100, 0.0)),  # too few steps
+        (run(20), []),
+    ],
+    ids=["negative", "29-pairs", "no-length-spread", "no-reward-spread", "too-few-steps", "no-pairs"],
+)
 def test_length_reward_does_not_fire(metrics, pairs):
     assert "length_reward" not in fired(metrics, pairs)
 
 
 # --- repetition_rising ------------------------------------------------------------------------------------
 
+
 def repeating(recent: float, earlier: float = 0.05, n: int = 20) -> list[dict]:
-    return run(n, repetition=lambda s: recent if s > n - health.window_size(n) else earlier)
+    return run(n, repetition=lambda s: recent if s > n - window_size(n) else earlier)
 
 
 def test_repetition_rising_fires():
@@ -206,18 +239,23 @@ def test_repetition_rising_fires():
     assert "30%" in w["message"] and "up from 5%" in w["message"]
 
 
-@pytest.mark.parametrize("metrics", [
-    repeating(0.19),  # recent just under 0.2
-    repeating(0.3, earlier=0.21),  # rose only 0.09
-    repeating(0.5, n=9),  # too few steps
-    run(20),  # an older run: no repetition metric
-    run(20, repetition=[None] * 15 + [0.5] * 5),  # nothing in the earlier window
-], ids=["just-under", "small-rise", "too-few-steps", "missing", "no-earlier"])
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        repeating(0.19),  # recent just under 0.2
+        repeating(0.3, earlier=0.21),  # rose only 0.09
+        repeating(0.5, n=9),  # too few steps
+        run(20),  # an older run: no repetition metric
+        run(20, repetition=[None] * 15 + [0.5] * 5),  # nothing in the earlier window
+    ],
+    ids=["just-under", "small-rise", "too-few-steps", "missing", "no-earlier"],
+)
 def test_repetition_rising_does_not_fire(metrics):
     assert "repetition_rising" not in fired(metrics)
 
 
 # --- entropy_collapse -------------------------------------------------------------------------------------
+
 
 def test_entropy_collapse_fires_below_a_fifth_of_the_start():
     w = only("entropy_collapse", run(40, entropy=ramp(1.0, 0.1, 40)))
@@ -231,17 +269,22 @@ def test_entropy_collapse_fires_below_the_floor():
     assert "fell to 0.04 nats" in w["message"] and "20%" in w["message"]
 
 
-@pytest.mark.parametrize("metrics", [
-    run(40, entropy=lambda s: 1.0 if s <= 5 else 0.21),  # 21% of the start
-    run(20, entropy=0.03),  # started below the floor: nothing fell
-    run(9, entropy=lambda s: 1.0 if s <= 5 else 0.01),  # too few steps
-    run(20, entropy=None),  # missing
-], ids=["just-over-share", "started-low", "too-few-steps", "missing"])
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        run(40, entropy=lambda s: 1.0 if s <= 5 else 0.21),  # 21% of the start
+        run(20, entropy=0.03),  # started below the floor: nothing fell
+        run(9, entropy=lambda s: 1.0 if s <= 5 else 0.01),  # too few steps
+        run(20, entropy=None),  # missing
+    ],
+    ids=["just-over-share", "started-low", "too-few-steps", "missing"],
+)
 def test_entropy_collapse_does_not_fire(metrics):
     assert "entropy_collapse" not in fired(metrics)
 
 
 # --- kl_runaway -------------------------------------------------------------------------------------------
+
 
 def test_kl_runaway_fires_above_the_limit():
     w = only("kl_runaway", run(20, kl=lambda s: 0.4 if s <= 15 else 0.6), config={"kl_coef": 0.04})
@@ -261,18 +304,23 @@ def test_kl_runaway_reads_the_current_iteration_only():
     assert "kl_runaway" in fired(run(40, iterations=2, kl=kl[::-1]))
 
 
-@pytest.mark.parametrize("metrics", [
-    run(40, kl=lambda s: 0.01 * s / 4),  # steady growth from 0 to 0.1: 1.3x per window
-    run(20, kl=lambda s: 0.01 if s <= 15 else 0.09),  # 9x, but under 0.1
-    run(20, kl=lambda s: 0.05 if s <= 15 else 0.19),  # 3.8x
-    run(9, kl=1.0),  # too few steps
-    run(20, kl=None),  # kl_coef 0: no kl
-], ids=["steady", "small", "slower-than-4x", "too-few-steps", "missing"])
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        run(40, kl=lambda s: 0.01 * s / 4),  # steady growth from 0 to 0.1: 1.3x per window
+        run(20, kl=lambda s: 0.01 if s <= 15 else 0.09),  # 9x, but under 0.1
+        run(20, kl=lambda s: 0.05 if s <= 15 else 0.19),  # 3.8x
+        run(9, kl=1.0),  # too few steps
+        run(20, kl=None),  # kl_coef 0: no kl
+    ],
+    ids=["steady", "small", "slower-than-4x", "too-few-steps", "missing"],
+)
 def test_kl_runaway_does_not_fire(metrics):
     assert "kl_runaway" not in fired(metrics)
 
 
 # --- zero_spread ------------------------------------------------------------------------------------------
+
 
 def test_zero_spread_fires_from_five_steps():
     w = only("zero_spread", run(5, zero_std_frac=0.9))
@@ -292,8 +340,11 @@ def test_zero_spread_names_cut_outputs_and_answers_in_the_wrong_form():
     """The cause read from the evidence, with the key to change: most outputs cut first; then all-wrong groups
     whose outputs state no answer in the reward's form (a real instruct model answering in prose)."""
     wrong = {"groups/all_right": 0, "groups/all_wrong": 4}
-    cut = only("zero_spread", run(20, zero_std_frac=1.0, truncated_frac=0.75, answer_stated_frac=0.0, **wrong),
-               config={"max_new_tokens": 96})
+    cut = only(
+        "zero_spread",
+        run(20, zero_std_frac=1.0, truncated_frac=0.75, answer_stated_frac=0.0, **wrong),
+        config={"max_new_tokens": 96},
+    )
     assert "75% of the outputs were cut at max_new_tokens (now 96)" in cut["message"]
     assert "Raise max_new_tokens." in cut["message"] and "truncated_frac" in cut["metrics"]
     form = only("zero_spread", run(20, zero_std_frac=1.0, truncated_frac=0.1, answer_stated_frac=0.05, **wrong))
@@ -309,15 +360,22 @@ def test_zero_spread_does_not_suggest_dynamic_sampling_when_it_is_on():
     assert "skip_zero_spread" not in w["message"] and "group_size" in w["message"]
 
 
-@pytest.mark.parametrize("metrics", [
-    run(20, zero_std_frac=0.79), run(4, zero_std_frac=1.0), run(20),
-    run(20, zero_std_frac=lambda s: 1.0 if s <= 15 else 0.5),  # it was, not any more
-], ids=["just-under", "too-few-steps", "missing", "earlier-only"])
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        run(20, zero_std_frac=0.79),
+        run(4, zero_std_frac=1.0),
+        run(20),
+        run(20, zero_std_frac=lambda s: 1.0 if s <= 15 else 0.5),  # it was, not any more
+    ],
+    ids=["just-under", "too-few-steps", "missing", "earlier-only"],
+)
 def test_zero_spread_does_not_fire(metrics):
     assert "zero_spread" not in fired(metrics)
 
 
 # --- truncation -------------------------------------------------------------------------------------------
+
 
 def test_truncation_fires_and_names_max_new_tokens():
     w = only("truncation", run(30, truncated_frac=lambda s: 0.35 if s > 24 else 0.0), config={"max_new_tokens": 64})
@@ -332,23 +390,40 @@ def test_truncation_leaves_out_what_is_set():
     assert "mask_truncated" not in w["message"]
 
 
-@pytest.mark.parametrize("metrics", [
-    run(30, truncated_frac=0.19), run(4, truncated_frac=1.0), run(30),
-], ids=["just-under", "too-few-steps", "missing"])
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        run(30, truncated_frac=0.19),
+        run(4, truncated_frac=1.0),
+        run(30),
+    ],
+    ids=["just-under", "too-few-steps", "missing"],
+)
 def test_truncation_does_not_fire(metrics):
     assert "truncation" not in fired(metrics)
 
 
 # --- answer_form ------------------------------------------------------------------------------------------
 
-STRICT = {"answer_match": "strict", "format_reward": 0.0, "rewards": [], "question_template": "",
-          "supervision": "outcome"}
+STRICT = {
+    "answer_match": "strict",
+    "format_reward": 0.0,
+    "rewards": [],
+    "question_template": "",
+    "supervision": "outcome",
+}
 
 
 def evaluation(step: int, strict: float, flexible: float, formatted: float, match: str = "strict") -> dict:
     """One evaluation's row as the trainer records it: eval/accuracy is the run's rule's."""
-    return {"step": step, "iteration": 0 if step == 0 else 1, "eval/accuracy": flexible if match == "flexible" else strict,
-            "eval/accuracy_strict": strict, "eval/accuracy_flexible": flexible, "eval/format": formatted}
+    return {
+        "step": step,
+        "iteration": 0 if step == 0 else 1,
+        "eval/accuracy": flexible if match == "flexible" else strict,
+        "eval/accuracy_strict": strict,
+        "eval/accuracy_flexible": flexible,
+        "eval/format": formatted,
+    }
 
 
 def test_answer_form_fires_at_step_0_for_an_instruct_model_answering_in_prose():
@@ -357,8 +432,7 @@ def test_answer_form_fires_at_step_0_for_an_instruct_model_answering_in_prose():
     assert "35% of held-out answers are right by their last number but only 0%" in w["message"]
     assert "stated by 2% of the outputs" in w["message"]
     assert "the model's answers are right but not stated in the form the reward reads" in w["message"]
-    for key in ("answer_match: flexible", "question_template", "output the final answer after \"####\"",
-                "format_reward"):
+    for key in ("answer_match: flexible", "question_template", 'output the final answer after "####"', "format_reward"):
         assert key in w["message"], key
 
 
@@ -383,15 +457,22 @@ def test_answer_form_leaves_out_what_the_config_has():
     assert "format_reward" not in process["message"] and '"name": "format"' not in process["message"]
 
 
-@pytest.mark.parametrize("metrics, config", [
-    ([evaluation(0, 0.0, 0.19, 0.0)], STRICT),  # flexible just under 0.2
-    ([evaluation(0, 0.06, 0.2, 0.0)], STRICT),  # a gap of 0.14
-    ([evaluation(0, 0.0, 0.4, 0.5)], STRICT),  # half the outputs state the strict form
-    ([evaluation(0, 0.3, 0.3, 0.9)], STRICT),  # a model that states its answers
-    ([evaluation(0, 0.0, 0.35, 0.02, "flexible")], {**STRICT, "answer_match": "flexible"}),  # the reward counts them
-    ([{"step": 0, "iteration": 0, "eval/accuracy": 0.0}], STRICT),  # an older run: no strict / flexible numbers
-    ([], STRICT),
-], ids=["flexible-low", "small-gap", "format-half", "stated", "flexible-rule", "older-run", "nothing"])
+@pytest.mark.parametrize(
+    "metrics, config",
+    [
+        ([evaluation(0, 0.0, 0.19, 0.0)], STRICT),  # flexible just under 0.2
+        ([evaluation(0, 0.06, 0.2, 0.0)], STRICT),  # a gap of 0.14
+        ([evaluation(0, 0.0, 0.4, 0.5)], STRICT),  # half the outputs state the strict form
+        ([evaluation(0, 0.3, 0.3, 0.9)], STRICT),  # a model that states its answers
+        (
+            [evaluation(0, 0.0, 0.35, 0.02, "flexible")],
+            {**STRICT, "answer_match": "flexible"},
+        ),  # the reward counts them
+        ([{"step": 0, "iteration": 0, "eval/accuracy": 0.0}], STRICT),  # an older run: no strict / flexible numbers
+        ([], STRICT),
+    ],
+    ids=["flexible-low", "small-gap", "format-half", "stated", "flexible-rule", "older-run", "nothing"],
+)
 def test_answer_form_does_not_fire(metrics, config):
     assert "answer_form" not in fired(metrics, config=config)
 

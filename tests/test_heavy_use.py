@@ -1,6 +1,7 @@
 """What a heavy user (or one who means harm) does to a live server, each test naming the threat it covers: a
 large dataset file previewed over and over and by several clients at once, uploads of many files or many
 megabytes, and Gradio's copies of uploads left behind."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,16 @@ def _big_jsonl(path: Path, megabytes: int) -> int:
     rows, size = 0, 0
     with open(path, "w", encoding="utf-8") as f:
         while size < megabytes * 10**6:
-            line = json.dumps({"question": " ".join(str(rng.random()) for _ in range(20)), "answer": str(rows),
-                               "solution": "x" * 200}) + "\n"
+            line = (
+                json.dumps(
+                    {
+                        "question": " ".join(str(rng.random()) for _ in range(20)),
+                        "answer": str(rows),
+                        "solution": "x" * 200,
+                    }
+                )
+                + "\n"
+            )
             f.write(line)
             rows, size = rows + 1, size + len(line)
     return rows
@@ -78,15 +87,22 @@ def test_previewing_a_large_file_takes_bounded_memory_and_is_checked_once(tmp_pa
 def limited(tmp_path_factory):
     """A server allowing 3 files and 1 MiB a request, 2 MiB an hour, with Gradio's files in its own folder."""
     tmp = tmp_path_factory.mktemp("limited")
-    env = server_env(tmp, GRPO_EMBEDDED_WORKER="0", GRPO_MAX_UPLOAD_FILES="3", GRPO_MAX_UPLOAD_MB="1",
-                     GRPO_UPLOAD_MB_PER_HOUR="2", GRADIO_TEMP_DIR=str(tmp / "gradio"))
+    env = server_env(
+        tmp,
+        GRPO_EMBEDDED_WORKER="0",
+        GRPO_MAX_UPLOAD_FILES="3",
+        GRPO_MAX_UPLOAD_MB="1",
+        GRPO_UPLOAD_MB_PER_HOUR="2",
+        GRADIO_TEMP_DIR=str(tmp / "gradio"),
+    )
     with running_server(tmp, env) as (url, _, log_path):
         yield url, tmp, log_path
 
 
 def _upload(url: str, files: list[tuple[str, bytes]]) -> httpx.Response:
-    return httpx.post(url + "gradio_api/upload", files=[("files", (n, b, "application/octet-stream")) for n, b in files],
-                      timeout=60)
+    return httpx.post(
+        url + "gradio_api/upload", files=[("files", (n, b, "application/octet-stream")) for n, b in files], timeout=60
+    )
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Hub ids in a run spec (grpo_engine.hub): which keys name one, the cache and HF_HUB_OFFLINE, and the Hub's
 answers. The Hub itself is played by a local HTTP server answering as the Hub does (huggingface_hub's client reads
 its X-Error-Code header), since this machine cannot reach the real one; an unreachable Hub is a closed port."""
+
 from __future__ import annotations
 
 import http.server
@@ -23,8 +24,13 @@ class FakeHub(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 (the handler's name)
         repo = self.path.split("/api/", 1)[-1].split("/", 1)[-1].split("?")[0]
-        status, code = (200, None) if repo.startswith("someone/") else (403, "GatedRepo") if repo.startswith("gated/") \
+        status, code = (
+            (200, None)
+            if repo.startswith("someone/")
+            else (403, "GatedRepo")
+            if repo.startswith("gated/")
             else (404, "RepoNotFound")
+        )
         body = json.dumps({"id": repo, "sha": "0" * 40, "siblings": []} if status == 200 else {"error": code}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -83,6 +89,9 @@ def test_a_cached_repository_passes_without_the_hub_and_offline_refuses_the_rest
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")  # unreachable: the cache answers
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     check_hub_ids({"model": "someone/cached"}, timeout=2)
-    with pytest.raises(SpecError, match=r"^model: 'someone/other' is not in this machine's Hugging Face cache and "
-                                        r"HF_HUB_OFFLINE is set"):
+    with pytest.raises(
+        SpecError,
+        match=r"^model: 'someone/other' is not in this machine's Hugging Face cache and "
+        r"HF_HUB_OFFLINE is set",
+    ):
         check_hub_ids({"model": "someone/other"}, timeout=2)

@@ -2,6 +2,7 @@
 outputs (mask_truncated, overlong_penalty, overlong_buffer), no reference with kl_coef 0, and the learning-rate
 schedule (lr_warmup_steps, lr_schedule). Hand-computed numbers for each function, the refusals, and short real runs
 of the built-in model (``grpo_cache_dir`` fixture)."""
+
 from __future__ import annotations
 
 import copy
@@ -45,6 +46,7 @@ def run(cache_dir, **overrides):
 
 # --- dynamic sampling: fill_informative on a stream of known spreads -----------------------------
 
+
 def stream(*draws):
     """draw(m) for fill_informative: the next of ``draws`` (each a list of reward spreads), checking it is asked for
     as many groups as it holds."""
@@ -55,6 +57,7 @@ def stream(*draws):
         groups = pending.pop(0)
         assert len(groups) == m
         return groups
+
     return draw, asked
 
 
@@ -98,8 +101,13 @@ class Rows:
 
 
 def test_take_and_join_keep_whole_groups_and_pad_each_side():
-    a = Rows(["q0", "q1"], torch.tensor([[1, 2], [3, 4], [5, 6], [7, 8]]), torch.tensor([[9], [9], [8], [8]]),
-             ["a", "b", "c", "d"], 1.5)
+    a = Rows(
+        ["q0", "q1"],
+        torch.tensor([[1, 2], [3, 4], [5, 6], [7, 8]]),
+        torch.tensor([[9], [9], [8], [8]]),
+        ["a", "b", "c", "d"],
+        1.5,
+    )
     b = Rows(["q2"], torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[0, 7], [0, 7]]), ["e", "f"], 0.5)
     joined = join([take(a, [1], 2, 2), take(b, [0], 1, 2)], pad_id=0)
     assert joined.batch == ["q1", "q2"] and joined.texts == ["c", "d", "e", "f"] and joined.seconds == 2.0
@@ -108,6 +116,7 @@ def test_take_and_join_keep_whole_groups_and_pad_each_side():
 
 
 # --- over-long outputs -------------------------------------------------------------------------
+
 
 def test_loss_mask_leaves_truncated_outputs_out_only_when_asked():
     mask, ended = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]), torch.tensor([True, False])
@@ -136,7 +145,7 @@ def test_a_truncated_output_leaves_the_loss_entirely(grpo_cache_dir):
     prompts = encode_prompts(learner.tokenizer, ["2+3*4"], learner.dev, learner.prompt)
     pieces = learner.tokenizer(["3 * 4 = 12", "2 + 3 = 5 5 * 4"], add_special_tokens=False)["input_ids"]
     eos = learner.end_ids[0]
-    completions = torch.tensor([pieces[0] + [eos], pieces[1][:len(pieces[0]) + 1]])  # (2, T): ended, truncated
+    completions = torch.tensor([pieces[0] + [eos], pieces[1][: len(pieces[0]) + 1]])  # (2, T): ended, truncated
     mask, ended = completion_mask(completions, learner.end_ids)
     assert ended.tolist() == [True, False]
     start = copy.deepcopy(learner.unwrapped().state_dict())
@@ -144,8 +153,14 @@ def test_a_truncated_output_leaves_the_loss_entirely(grpo_cache_dir):
     def gradient(rows: slice, truncated_masked: bool):
         learner.unwrapped().load_state_dict(start)
         learner.spec = validate_spec({**spec.to_dict(), "mask_truncated": truncated_masked})
-        s = Sampled([{}], prompts["input_ids"].repeat(2, 1)[rows], prompts["attention_mask"].repeat(2, 1)[rows],
-                    completions[rows], mask[rows], ended[rows])
+        s = Sampled(
+            [{}],
+            prompts["input_ids"].repeat(2, 1)[rows],
+            prompts["attention_mask"].repeat(2, 1)[rows],
+            completions[rows],
+            mask[rows],
+            ended[rows],
+        )
         advantages = torch.tensor([[1.0], [-1.0]])[rows] * s.mask
         sums = update(learner, s, advantages, None, None, plan_micro_batches(s.mask, s.prompt_attn, 2, 0))
         return [p.grad.clone() for p in learner.params], sums["tokens"]
@@ -160,12 +175,16 @@ def test_a_truncated_output_leaves_the_loss_entirely(grpo_cache_dir):
 
 # --- the learning-rate schedule ----------------------------------------------------------------
 
-@pytest.mark.parametrize("schedule, expected", [
-    # base 1.0, 10 steps, warm-up 2: 0.5, 1.0; then p = (step - 2) / 8
-    ("constant", [0.5, 1.0, 1.0, 1.0, 1.0]),
-    ("linear", [0.5, 1.0, 1.0, 0.5, 0.125]),  # 1 - p at p = 0, 4/8, 7/8
-    ("cosine", [0.5, 1.0, 1.0, 0.5, 0.0380602]),  # 0.5 (1 + cos(pi p)): cos(7 pi / 8) = -0.9238795
-])
+
+@pytest.mark.parametrize(
+    "schedule, expected",
+    [
+        # base 1.0, 10 steps, warm-up 2: 0.5, 1.0; then p = (step - 2) / 8
+        ("constant", [0.5, 1.0, 1.0, 1.0, 1.0]),
+        ("linear", [0.5, 1.0, 1.0, 0.5, 0.125]),  # 1 - p at p = 0, 4/8, 7/8
+        ("cosine", [0.5, 1.0, 1.0, 0.5, 0.0380602]),  # 0.5 (1 + cos(pi p)): cos(7 pi / 8) = -0.9238795
+    ],
+)
 def test_learning_rate_at_chosen_steps(schedule, expected):
     got = [learning_rate_at(s, 10, 1.0, 2, schedule) for s in (0, 1, 2, 6, 9)]
     assert got == pytest.approx(expected, abs=1e-7)
@@ -178,24 +197,33 @@ def test_no_warmup_and_constant_is_the_base_rate_at_every_step():
 
 # --- run-spec keys: defaults and refusals --------------------------------------------------------
 
+
 def test_the_defaults_are_the_paper():
     spec = validate_spec({})
-    assert (spec.skip_zero_spread, spec.max_resample, spec.mask_truncated, spec.overlong_penalty) == (False, 4, False, 0.0)
+    assert (spec.skip_zero_spread, spec.max_resample, spec.mask_truncated, spec.overlong_penalty) == (
+        False,
+        4,
+        False,
+        0.0,
+    )
     assert (spec.overlong_buffer, spec.lr_warmup_steps, spec.lr_schedule) == (8, 0, "constant")
 
 
-@pytest.mark.parametrize("values, key", [
-    ({"max_resample": 8}, "max_resample"),
-    ({"max_resample": 65, "skip_zero_spread": True}, "max_resample"),
-    ({"overlong_penalty": 1.0, "overlong_buffer": 32}, "overlong_buffer"),
-    ({"overlong_penalty": 1.0, "max_new_tokens": 8}, "overlong_buffer"),
-    ({"overlong_buffer": 4}, "overlong_buffer"),
-    ({"overlong_penalty": -1.0}, "overlong_penalty"),
-    ({"lr_warmup_steps": 200}, "lr_warmup_steps"),
-    ({"lr_warmup_steps": 6, "iterations": 2, "steps_per_iteration": 3}, "lr_warmup_steps"),
-    ({"lr_schedule": "step"}, "lr_schedule"),
-    ({"skip_zero_spread": "yes"}, "skip_zero_spread"),
-])
+@pytest.mark.parametrize(
+    "values, key",
+    [
+        ({"max_resample": 8}, "max_resample"),
+        ({"max_resample": 65, "skip_zero_spread": True}, "max_resample"),
+        ({"overlong_penalty": 1.0, "overlong_buffer": 32}, "overlong_buffer"),
+        ({"overlong_penalty": 1.0, "max_new_tokens": 8}, "overlong_buffer"),
+        ({"overlong_buffer": 4}, "overlong_buffer"),
+        ({"overlong_penalty": -1.0}, "overlong_penalty"),
+        ({"lr_warmup_steps": 200}, "lr_warmup_steps"),
+        ({"lr_warmup_steps": 6, "iterations": 2, "steps_per_iteration": 3}, "lr_warmup_steps"),
+        ({"lr_schedule": "step"}, "lr_schedule"),
+        ({"skip_zero_spread": "yes"}, "skip_zero_spread"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_key(values, key):
     with pytest.raises(SpecError) as info:
         validate_spec(values)
@@ -215,6 +243,7 @@ def test_the_memory_estimate_counts_no_reference_without_a_kl_term():
 
 
 # --- short real runs ---------------------------------------------------------------------------
+
 
 def test_a_batch_without_signal_leaves_the_policy_unchanged(grpo_cache_dir):
     """Every output cut at 16 tokens is wrong: every advantage is 0, so the optimizer does not step (AdamW would
@@ -257,8 +286,14 @@ def test_default_runs_record_every_group_and_drop_none(grpo_cache_dir):
 
 
 def test_mask_truncated_and_overlong_penalty_run(grpo_cache_dir):
-    result, rec, _ = run(grpo_cache_dir, mask_truncated=True, overlong_penalty=0.5, overlong_buffer=8,
-                         max_new_tokens=20, steps_per_iteration=2)
+    result, rec, _ = run(
+        grpo_cache_dir,
+        mask_truncated=True,
+        overlong_penalty=0.5,
+        overlong_buffer=8,
+        max_new_tokens=20,
+        steps_per_iteration=2,
+    )
     assert result["status"] == "completed"
     samples = [s for groups in rec.group_log.values() for g in groups for s in g.samples]
     lengths = [len(s.tokens) for s in samples]  # the tokens, end token included
@@ -270,8 +305,15 @@ def test_mask_truncated_and_overlong_penalty_run(grpo_cache_dir):
 
 
 def test_a_learned_orms_score_is_recorded_without_the_overlong_penalty(grpo_cache_dir):
-    result, rec, _ = run(grpo_cache_dir, reward="model", rm_samples=16, overlong_penalty=0.5, overlong_buffer=8,
-                         max_new_tokens=20, steps_per_iteration=1)
+    result, rec, _ = run(
+        grpo_cache_dir,
+        reward="model",
+        rm_samples=16,
+        overlong_penalty=0.5,
+        overlong_buffer=8,
+        max_new_tokens=20,
+        steps_per_iteration=1,
+    )
     assert result["status"] == "completed"
     for s in (s for groups in rec.group_log.values() for g in groups for s in g.samples):
         assert 0.0 < s.reward_components["rm_score"] < 1.0  # the ORM's own score, a probability
@@ -288,15 +330,23 @@ def test_kl_coef_zero_keeps_no_reference_over_two_iterations(grpo_cache_dir, lor
 
 
 def test_kl_coef_zero_run_resumes_from_its_checkpoint(grpo_cache_dir, tmp_path):
-    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=4, kl_coef=0.0, iterations=2,
-                                                   steps_per_iteration=3)
+    straight, first, second = straight_and_resumed(
+        grpo_cache_dir, tmp_path, pause_at=4, kl_coef=0.0, iterations=2, steps_per_iteration=3
+    )
     assert_same_metrics(straight, first, second, pause_at=4)
 
 
 def test_the_recorded_learning_rate_follows_the_schedule_across_lora_iterations(grpo_cache_dir):
     # LoRA makes a new optimizer at iteration 2 (step 3): it too trains at the scheduled rate
-    _, rec, _ = run(grpo_cache_dir, lora_rank=4, iterations=2, steps_per_iteration=2, lr_warmup_steps=1,
-                    lr_schedule="cosine", learning_rate=2e-4)
+    _, rec, _ = run(
+        grpo_cache_dir,
+        lora_rank=4,
+        iterations=2,
+        steps_per_iteration=2,
+        lr_warmup_steps=1,
+        lr_schedule="cosine",
+        learning_rate=2e-4,
+    )
     got = [m["learning_rate"] for m in rec.metrics]
     assert got == pytest.approx([learning_rate_at(s, 4, 2e-4, 1, "cosine") for s in range(4)], rel=1e-12)
     assert got == pytest.approx([2e-4, 2e-4, 1.5e-4, 0.5e-4])  # p = 0, 1/3, 2/3 after the 1-step warm-up

@@ -1,5 +1,6 @@
 """The Launch form's layout (app.launch_form): every run-spec key appears once, the presets are valid run specs,
 and the rules that hide keys follow the options they depend on."""
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,9 @@ def test_keys_apply_only_under_their_options():
     assert not applies("rm_data", {"reward": "model", "supervision": "outcome"}) and applies("rm_data", model)
     assert applies("format_reward", rule) and not applies("format_reward", model)
     assert applies("step_delimiter", model) and not applies("step_delimiter", rule)
-    assert not applies("dataset_split", {"dataset": "builtin-arith"}) and applies("dataset_split", {"dataset": "openai/gsm8k"})
+    assert not applies("dataset_split", {"dataset": "builtin-arith"}) and applies(
+        "dataset_split", {"dataset": "openai/gsm8k"}
+    )
     assert all(applies(f.name, {}) for f in FIELDS if f.name not in APPLIES)
     assert set(DECIDING) <= {f.name for f in FIELDS}
 
@@ -53,8 +56,12 @@ def test_rollout_keys_apply_only_when_steps_are_labelled_by_rollouts():
 
 
 def test_hugging_face_keys_apply_to_hub_datasets_and_columns_to_every_dataset_but_the_built_in_one():
-    for dataset, hub, columns in (("builtin-arith", False, False), ("/srv/data/gsm8k.jsonl", False, True),
-                                  ("uploads/train.CSV", False, True), ("openai/gsm8k", True, True)):
+    for dataset, hub, columns in (
+        ("builtin-arith", False, False),
+        ("/srv/data/gsm8k.jsonl", False, True),
+        ("uploads/train.CSV", False, True),
+        ("openai/gsm8k", True, True),
+    ):
         values = {"dataset": dataset}
         assert [applies(k, values) for k in ("dataset_config", "dataset_split", "eval_split")] == [hub] * 3, dataset
         assert [applies(k, values) for k in ("question_field", "answer_field")] == [columns] * 2, dataset
@@ -64,7 +71,7 @@ def test_more_options_is_shown_only_where_a_key_under_it_applies():
     from app.tab_launch import _visibility
 
     def folds(**values):
-        updates = _visibility(*[values.get(k, "") for k in DECIDING])[-len(SECTIONS):]
+        updates = _visibility(*[values.get(k, "") for k in DECIDING])[-len(SECTIONS) :]
         return {section.title: update["visible"] for section, update in zip(SECTIONS, updates)}
 
     built_in = folds(dataset="builtin-arith", supervision="outcome", reward="rule")
@@ -78,8 +85,9 @@ def test_more_options_is_shown_only_where_a_key_under_it_applies():
 @pytest.mark.parametrize("step_labels", ["auto", "rollouts", "arithmetic"])
 @pytest.mark.parametrize("dataset", ["builtin-arith", "openai/gsm8k"])
 @pytest.mark.parametrize("named", [False, True])
-def test_the_form_shows_the_rollout_keys_exactly_when_launch_accepts_them(supervision, step_labels, dataset, named,
-                                                                          tmp_path):
+def test_the_form_shows_the_rollout_keys_exactly_when_launch_accepts_them(
+    supervision, step_labels, dataset, named, tmp_path
+):
     """label_rollouts, label_estimate and label_completer: shown by the form for these values exactly when
     validate_spec accepts a value other than the default (process supervision with named rewards, which reward
     the steps, labels none by rollouts: the form once showed the keys there, and Launch refused them)."""

@@ -5,6 +5,7 @@ and the web app are modules of the ``app`` package, and migrations run against t
 package imports in a circle. (That the live web process never loads
 torch is checked on a real server: tests/test_ui_server.py::test_server_process_has_not_loaded_torch.)
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,14 +22,24 @@ ALLOWED = {
     "migrations": {"app"},
 }
 CORE = {"app.settings", "app.paths", "app.auth", "app.broker"}  # the shared core
-STORE = {"app.models", "app.db", "app.store", "app.store.runs", "app.store.records", "app.store.manage",
-         "app.store.search"}
+STORE = {
+    "app.models",
+    "app.db",
+    "app.store",
+    "app.store.runs",
+    "app.store.records",
+    "app.store.manage",
+    "app.store.search",
+}
 
 
 def module_imports() -> dict[str, set[str]]:
     """Each project module -> the project modules it imports."""
-    files = {p: ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-             for top in PACKAGES for p in (ROOT / top).rglob("*.py")}
+    files = {
+        p: ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for top in PACKAGES
+        for p in (ROOT / top).rglob("*.py")
+    }
     modules = set(files.values())
     graph = {}
     for path, name in files.items():
@@ -40,7 +51,9 @@ def module_imports() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                    )
                 # "from pkg import mod" imports pkg.mod; "from mod import name" imports mod
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             else:
@@ -90,8 +103,12 @@ def test_no_module_imports_in_a_circle():
 
 
 def test_packages_import_only_downward():
-    wrong = sorted((a, b) for a, targets in module_imports().items() for b in targets
-                   if a.split(".")[0] != b.split(".")[0] and b.split(".")[0] not in ALLOWED[a.split(".")[0]])
+    wrong = sorted(
+        (a, b)
+        for a, targets in module_imports().items()
+        for b in targets
+        if a.split(".")[0] != b.split(".")[0] and b.split(".")[0] not in ALLOWED[a.split(".")[0]]
+    )
     assert wrong == []
 
 
@@ -106,6 +123,11 @@ def test_core_and_store_sit_below_the_web_app_and_the_workers():
     assert {"app.ui", "app.api", "app.render", "app.endpoints"} <= web
     assert {(a, b) for a in CORE for b in graph[a] if b in STORE | web} == set()  # the core imports neither
     assert {(a, b) for a in STORE for b in graph[a] if b in web} == set()  # the store imports no web module
-    workers_to_app = {b for a, targets in graph.items() if a.startswith(("workers", "grpo_engine")) for b in targets
-                      if b.startswith("app")}
+    workers_to_app = {
+        b
+        for a, targets in graph.items()
+        if a.startswith(("workers", "grpo_engine"))
+        for b in targets
+        if b.startswith("app")
+    }
     assert workers_to_app and workers_to_app <= CORE | STORE, workers_to_app - CORE - STORE

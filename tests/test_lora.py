@@ -4,6 +4,7 @@ The trainer wraps the policy in a peft LoRA adapter; the reference policy is the
 the adapter disabled (no second copy of the weights). The run's peft model is caught by wrapping
 ``loading.wrap_lora`` (the real one still does the work) so the tests can look at it afterwards.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,9 @@ from grpo_engine.outputs import token_logprobs
 from grpo_engine.recorder import EVAL_METRICS, METRICS, MemoryRecorder
 from grpo_engine.tokenization import completion_mask
 
-SPEC = dict(lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, group_size=4, eval_every=0,
-            max_new_tokens=24)
+SPEC = dict(
+    lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, group_size=4, eval_every=0, max_new_tokens=24
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,9 @@ def test_lora_run_completes_and_records_every_metric(lora_run):
     assert sorted(steps) == [1, 2, 3, 4]
     assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 1, 1]
     for s in (1, 2, 3, 4):
-        assert set(METRICS) - {*EVAL_METRICS, "time/eval"} <= set(steps[s]), set(METRICS) - set(steps[s])  # eval_every=0
+        assert set(METRICS) - {*EVAL_METRICS, "time/eval"} <= set(steps[s]), set(METRICS) - set(
+            steps[s]
+        )  # eval_every=0
         assert all(math.isfinite(v) for v in steps[s].values())
     # the adapter starts as the identity (lora_B = 0): the policy is the reference at step 1
     assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)
@@ -66,8 +70,11 @@ def test_only_the_adapter_is_trained(lora_run, grpo_cache_dir):
 
     # the base weights are still exactly the saved built-in model's
     saved = load_file(builtin_model_dir(grpo_cache_dir) / "model.safetensors")
-    base = {name.removeprefix("base_model.model.").replace(".base_layer.", "."): t
-            for name, t in peft_model.state_dict().items() if ".lora_" not in name}
+    base = {
+        name.removeprefix("base_model.model.").replace(".base_layer.", "."): t
+        for name, t in peft_model.state_dict().items()
+        if ".lora_" not in name
+    }
     assert set(saved) <= set(base)
     for name, tensor in saved.items():
         assert torch.equal(base[name], tensor), name

@@ -5,6 +5,7 @@ model and peft's own LoRA count; the workers table and its store functions on SQ
 app.api.launch_run over a real SQLite store and broker with workers reported in the store; and a real
 ``grpo-dashboard worker`` process reporting itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,14 @@ from sqlalchemy import inspect, update
 from app import api, store
 from app.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.models import Worker
-from grpo_engine.memory import (MemoryEstimate, count_parameters, estimate_memory, gigabytes, lora_trainable_params,
-                                too_big_message)
+from grpo_engine.memory import (
+    MemoryEstimate,
+    count_parameters,
+    estimate_memory,
+    gigabytes,
+    lora_trainable_params,
+    too_big_message,
+)
 from tests.tiny_models import write_tiny_model
 from tests.servers import ROOT, stop_process
 
@@ -37,10 +44,13 @@ QWEN_05B = 494_032_768  # Qwen2.5-0.5B's parameters
 
 def test_full_fine_tune_in_bf16():
     e = estimate_memory(QWEN_05B, QWEN_05B, lora=False, bf16=True)
-    assert e == MemoryEstimate(policy=1_976_131_072, gradients=1_976_131_072, optimizer=3_952_262_144,
-                               reference=988_065_536, reward_model=0)
+    assert e == MemoryEstimate(
+        policy=1_976_131_072, gradients=1_976_131_072, optimizer=3_952_262_144, reference=988_065_536, reward_model=0
+    )
     assert e.total == 18 * QWEN_05B == 8_892_589_824
-    assert e.describe() == "policy 1.98 GB, gradients 1.98 GB, optimizer state 3.95 GB, reference 0.99 GB, total 8.89 GB"
+    assert (
+        e.describe() == "policy 1.98 GB, gradients 1.98 GB, optimizer state 3.95 GB, reference 0.99 GB, total 8.89 GB"
+    )
 
 
 def test_fp32_reference_lora_and_reward_model():
@@ -49,7 +59,8 @@ def test_fp32_reference_lora_and_reward_model():
     assert lora == MemoryEstimate(policy=4160, gradients=160, optimizer=320, reference=0, reward_model=0)
     assert lora.describe() == "policy 0.0 MB, gradients 0.0 MB, optimizer state 0.0 MB, total 0.0 MB"
     assert estimate_memory(579_840, 579_840, lora=False, bf16=False).describe() == (  # the built-in model
-        "policy 2.3 MB, gradients 2.3 MB, optimizer state 4.6 MB, reference 2.3 MB, total 11.6 MB")
+        "policy 2.3 MB, gradients 2.3 MB, optimizer state 4.6 MB, reference 2.3 MB, total 11.6 MB"
+    )
     # the RM: 4 (weights) + 4 (gradients) + 8 (AdamW) per parameter, plus its frozen prior: 4 fp32, 2 bf16
     assert estimate_memory(100, 100, lora=False, bf16=False, rm_params=50).reward_model == 20 * 50
     with_rm = estimate_memory(100, 100, lora=False, bf16=True, rm_params=500_000_000)
@@ -65,7 +76,8 @@ def test_too_big_message_names_the_keys_that_help():
         "gradients 1.98 GB, optimizer state 3.95 GB, reference 1.98 GB, total 9.88 GB) but the largest GPU "
         "(NVIDIA L4) has 8.00 GB; change lora_rank (> 0 trains an adapter: no full gradients or optimizer state, "
         "no separate reference), precision ('bf16' keeps the frozen reference and reward-model prior in bf16) or "
-        "model (a smaller model)")
+        "model (a smaller model)"
+    )
     # already LoRA and bf16: only the model is left to change
     lora = estimate_memory(2_000_000_000, 10_000_000, lora=True, bf16=True)
     message = too_big_message(lora, 4_000_000_000, "x", lora=True, bf16=True)
@@ -150,17 +162,21 @@ def test_counts_need_safetensors(tmp_path):
     with pytest.raises(ValueError, match="not a safetensors file"):
         count_parameters(tmp_path)
     (tmp_path / "model.safetensors").unlink()
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "../elsewhere.safetensors"}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "../elsewhere.safetensors"}})
+    )
     with pytest.raises(ValueError, match="outside the model directory"):
         count_parameters(tmp_path)
 
 
 def test_counts_read_a_hand_written_header(tmp_path):
-    header = {"__metadata__": {"format": "pt"},
-              "model.embed_tokens.weight": {"dtype": "BF16", "shape": [100, 8], "data_offsets": [0, 1600]},
-              "model.layers.0.mlp.up_proj.weight": {"dtype": "BF16", "shape": [16, 8], "data_offsets": [1600, 1856]},
-              "model.layers.0.input_layernorm.weight": {"dtype": "BF16", "shape": [8], "data_offsets": [1856, 1872]},
-              "lm_head.weight": {"dtype": "BF16", "shape": [100, 8], "data_offsets": [1872, 3472]}}
+    header = {
+        "__metadata__": {"format": "pt"},
+        "model.embed_tokens.weight": {"dtype": "BF16", "shape": [100, 8], "data_offsets": [0, 1600]},
+        "model.layers.0.mlp.up_proj.weight": {"dtype": "BF16", "shape": [16, 8], "data_offsets": [1600, 1856]},
+        "model.layers.0.input_layernorm.weight": {"dtype": "BF16", "shape": [8], "data_offsets": [1856, 1872]},
+        "lm_head.weight": {"dtype": "BF16", "shape": [100, 8], "data_offsets": [1872, 3472]},
+    }
     text = json.dumps(header).encode()
     (tmp_path / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + bytes(3472))
     assert count_parameters(str(tmp_path)) == (800 + 128 + 8 + 800, [(16, 8)])
@@ -199,8 +215,11 @@ def test_report_worker_upserts_and_live_workers_ages_out(db_url):
     assert gpu["gpus"] == [a100, {**a100, "memory": 1}]
     assert datetime.fromisoformat(gpu["seen_at"]) > datetime.fromisoformat(first["seen_at"])
     with session_scope(db_url) as s:  # a worker not seen for a while is gone
-        s.execute(update(Worker).where(Worker.name == "cpu-host:22")
-                  .values(seen_at=datetime.now(timezone.utc) - timedelta(seconds=121)))
+        s.execute(
+            update(Worker)
+            .where(Worker.name == "cpu-host:22")
+            .values(seen_at=datetime.now(timezone.utc) - timedelta(seconds=121))
+        )
     with session_scope(db_url) as s:
         assert [w["name"] for w in store.live_workers(s, 120)] == ["gpu-host:11"]
         assert len(store.live_workers(s, 3600)) == 2
@@ -226,8 +245,11 @@ def _report(url: str, name: str, queues: list[str], memory: list[int], age: floa
     with session_scope(url) as s:
         store.report_worker(s, name, queues, [{"name": f"GPU {m}", "memory": m} for m in memory])
         if age:
-            s.execute(update(Worker).where(Worker.name == name)
-                      .values(seen_at=datetime.now(timezone.utc) - timedelta(seconds=age)))
+            s.execute(
+                update(Worker)
+                .where(Worker.name == name)
+                .values(seen_at=datetime.now(timezone.utc) - timedelta(seconds=age))
+            )
 
 
 def _need(model: Path, **kwargs) -> int:
@@ -244,8 +266,10 @@ def test_launch_refuses_a_model_too_big_for_every_live_gpu(launch_env, tiny_mode
     with pytest.raises(api.ApiError) as refused:
         api.launch_run({"model": model, "device": "gpu"})
     message = str(refused.value)
-    assert message.startswith(f"model: the run needs about {gigabytes(need)} for its weights, gradients, "
-                              "optimizer state and reference (policy ")
+    assert message.startswith(
+        f"model: the run needs about {gigabytes(need)} for its weights, gradients, "
+        "optimizer state and reference (policy "
+    )
     assert f"but the largest GPU of the live workers (GPU {need - 1} on small:1) has" in message
     assert "change lora_rank" in message and "precision" not in message and "reward_model" not in message
     with pytest.raises(api.ApiError) as refused:  # device auto: every live worker has a GPU
@@ -298,13 +322,23 @@ def test_a_worker_process_reports_its_queues_and_gpus(sqlite_url, tmp_path):
     from workers.runner import local_gpus
 
     queue = f"grpo-test-{uuid.uuid4().hex[:12]}"
-    env = {**os.environ, "GRPO_DATA_DIR": str(tmp_path), "GRPO_DATABASE_URL": sqlite_url,
-           "GRPO_BROKER_URL": f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}", "GRPO_QUEUE": queue,
-           "GRPO_LEASE_SECONDS": "4"}  # reports every second
+    env = {
+        **os.environ,
+        "GRPO_DATA_DIR": str(tmp_path),
+        "GRPO_DATABASE_URL": sqlite_url,
+        "GRPO_BROKER_URL": f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}",
+        "GRPO_QUEUE": queue,
+        "GRPO_LEASE_SECONDS": "4",
+    }  # reports every second
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "grpo_dashboard.cli", "worker"], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grpo_dashboard.cli", "worker"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         seen = []
         deadline = time.monotonic() + 90

@@ -6,6 +6,7 @@
 - the reward model's prompt (BOS, chat template), dropout, the sampling temperature in the log-probs;
 - the accelerator's device: a whole run under tests/device_guard.py, which refuses host/device mixes as CUDA does.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,19 +38,24 @@ def qwen_dir(tmp_path_factory):
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]})
     tokenizer.save_pretrained(out)
     config = json.loads((out / "generation_config.json").read_text())
-    config["eos_token_id"] = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    config["eos_token_id"] = [
+        tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+    ]
     (out / "generation_config.json").write_text(json.dumps(config))
     return out
 
 
 # --- several end tokens ------------------------------------------------------------------------
 
+
 def test_every_end_token_of_the_generation_config_ends_a_completion(qwen_dir):
     model, tokenizer = load_causal_lm(str(qwen_dir))
     tokenizer.padding_side = "left"
     im_end, text_end = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     assert tokenizer.eos_token_id == im_end and tokenizer.apply_chat_template(
-        [{"role": "user", "content": "1+2"}], tokenize=False).endswith("<|im_end|>\n")
+        [{"role": "user", "content": "1+2"}], tokenize=False
+    ).endswith("<|im_end|>\n")
     assert end_token_ids(model, tokenizer) == [im_end, text_end]
 
     prompts = _encode_prompts(tokenizer, ["1+2", "3*4+5"], "cpu")
@@ -61,7 +67,7 @@ def test_every_end_token_of_the_generation_config_ends_a_completion(qwen_dir):
     out = generate(model, tokenizer, prompts, repeat=1, max_new_tokens=8, greedy=True)
     mask, ended = completion_mask(out, end_token_ids(model, tokenizer))
     assert bool(ended[0]) and mask[0].tolist() == [1.0] * (k + 1) + [0.0] * (out.shape[1] - k - 1)
-    assert out[0, : k + 1].tolist() == row[: k + 1] and (out[0, k + 1:] == tokenizer.pad_token_id).all()
+    assert out[0, : k + 1].tolist() == row[: k + 1] and (out[0, k + 1 :] == tokenizer.pad_token_id).all()
 
 
 def test_completion_mask_with_two_end_ids_on_hand_numbers():
@@ -71,9 +77,17 @@ def test_completion_mask_with_two_end_ids_on_hand_numbers():
 
 
 def test_a_run_on_a_two_end_token_model_stops_and_scores_at_either(qwen_dir, tmp_path, grpo_cache_dir):
-    spec = validate_spec({"model": str(qwen_dir), "dataset": str(write_dataset(tmp_path / "d.jsonl")),
-                          "steps_per_iteration": 1, "batch_size": 2, "group_size": 4, "max_new_tokens": 10,
-                          "eval_every": 0})
+    spec = validate_spec(
+        {
+            "model": str(qwen_dir),
+            "dataset": str(write_dataset(tmp_path / "d.jsonl")),
+            "steps_per_iteration": 1,
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 10,
+            "eval_every": 0,
+        }
+    )
     recorder = MemoryRecorder()
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     for sample in recorder.group_log[1][0].samples:
@@ -82,17 +96,37 @@ def test_a_run_on_a_two_end_token_model_stops_and_scores_at_either(qwen_dir, tmp
 
 # --- step texts read in context -------------------------------------------------------------------
 
+
 def sentencepiece_style_tokenizer() -> PreTrainedTokenizerFast:
     """Words with a leading "▁" (SentencePiece's Metaspace): decoded alone, a word-start token loses its space."""
-    words = ["Natalia", "sold", "48", "clips", "in", "April", "then", "half", "as", "many", "in", "May", "\n", "24",
-             "+", "=", "72", "####"]
+    words = [
+        "Natalia",
+        "sold",
+        "48",
+        "clips",
+        "in",
+        "April",
+        "then",
+        "half",
+        "as",
+        "many",
+        "in",
+        "May",
+        "\n",
+        "24",
+        "+",
+        "=",
+        "72",
+        "####",
+    ]
     vocab = {"<unk>": 0, "</s>": 1, "<pad>": 2}
     for w in words:
         vocab.setdefault("▁" + w, len(vocab))
         vocab.setdefault(w, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "isolated"),
-                                                 pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split("\n", "isolated"), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")]
+    )
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="</s>", pad_token="<pad>")
 
@@ -102,9 +136,12 @@ def byte_level_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(["the cafe sold 48 clips then 24 more"] * 10,
-                            trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                                special_tokens=["<|endoftext|>"]))
+    tok.train_from_iterator(
+        ["the cafe sold 48 clips then 24 more"] * 10,
+        trainers.BpeTrainer(
+            vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<|endoftext|>"]
+        ),
+    )
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
@@ -135,13 +172,17 @@ def test_byte_level_steps_keep_multi_byte_characters_whole():
 
 def test_token_pieces_of_several_rows_and_of_special_tokens():
     tokenizer = byte_level_tokenizer()
-    rows = [tokenizer.encode("中 then", add_special_tokens=False), [], tokenizer.encode("48", add_special_tokens=False)
-            + [tokenizer.eos_token_id]]
+    rows = [
+        tokenizer.encode("中 then", add_special_tokens=False),
+        [],
+        tokenizer.encode("48", add_special_tokens=False) + [tokenizer.eos_token_id],
+    ]
     pieces = token_pieces(tokenizer, rows)
     assert ["".join(p) for p in pieces] == ["中 then", "", "48"] and pieces[2][-1] == ""
 
 
 # --- the reward model's prompt ---------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory):
@@ -156,19 +197,30 @@ def test_the_reward_model_reads_the_runs_prompt_with_bos(llama_dir, template):
     assert ids[0] == tokenizer.bos_token_id
     prompt = tokenizer.decode(ids[:start])
     if template == "chat":
-        assert prompt == tokenizer.apply_chat_template([{"role": "user", "content": "1+2"}], tokenize=False,
-                                                       add_generation_prompt=True)
+        assert prompt == tokenizer.apply_chat_template(
+            [{"role": "user", "content": "1+2"}], tokenize=False, add_generation_prompt=True
+        )
     else:
         assert prompt == "<|begin_of_text|>1+2\n"
 
 
 # --- dropout ----------------------------------------------------------------------------------------
 
+
 def gpt2_with_dropout(tmp_path, p: float = 0.5):
     tokenizer = byte_level_tokenizer()
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2, resid_pdrop=p,
-                        embd_pdrop=p, attn_pdrop=p, eos_token_id=tokenizer.eos_token_id,
-                        pad_token_id=tokenizer.pad_token_id)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=128,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        resid_pdrop=p,
+        embd_pdrop=p,
+        attn_pdrop=p,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2")
     tokenizer.save_pretrained(tmp_path / "gpt2")
@@ -196,15 +248,26 @@ def test_disable_dropout_makes_training_forwards_equal_sampling_ones(tmp_path, l
 
 def test_with_dropout_in_the_model_the_first_update_has_no_kl(tmp_path, grpo_cache_dir):
     """At step 1 the policy is the reference: with dropout left on in the update's forward, k3 was ~0.004."""
-    spec = validate_spec({"model": str(gpt2_with_dropout(tmp_path)), "dataset": str(write_dataset(tmp_path / "d.jsonl")),
-                          "prompt_template": "plain", "batch_size": 2, "group_size": 4, "max_new_tokens": 8,
-                          "eval_every": 0, "steps_per_iteration": 1, "precision": "fp32"})
+    spec = validate_spec(
+        {
+            "model": str(gpt2_with_dropout(tmp_path)),
+            "dataset": str(write_dataset(tmp_path / "d.jsonl")),
+            "prompt_template": "plain",
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 8,
+            "eval_every": 0,
+            "steps_per_iteration": 1,
+            "precision": "fp32",
+        }
+    )
     recorder = MemoryRecorder()
     train(spec, recorder, grpo_cache_dir, device="cpu")
     assert recorder.metrics[0]["kl"] == 0.0  # fp32: a bf16 reference would differ from the policy by its rounding
 
 
 # --- the sampling temperature -------------------------------------------------------------------------
+
 
 def test_log_probs_are_those_of_the_tempered_distribution(llama_dir):
     model, tokenizer = load_causal_lm(str(llama_dir))
@@ -216,9 +279,12 @@ def test_log_probs_are_those_of_the_tempered_distribution(llama_dir):
     with torch.no_grad():
         logp, entropy = token_logprobs(model, ids, attn, comps, mask, temperature=2.0)
         full = torch.cat([ids, comps], 1)
-        logits = model(input_ids=full, attention_mask=torch.cat([attn, mask.long()], 1),
-                       position_ids=(torch.cat([attn, mask.long()], 1).cumsum(1) - 1).clamp(min=0)).logits
-        want = torch.log_softmax(logits[:, ids.shape[1] - 1:-1].float() / 2.0, -1)  # (N, T, V): logits / T
+        logits = model(
+            input_ids=full,
+            attention_mask=torch.cat([attn, mask.long()], 1),
+            position_ids=(torch.cat([attn, mask.long()], 1).cumsum(1) - 1).clamp(min=0),
+        ).logits
+        want = torch.log_softmax(logits[:, ids.shape[1] - 1 : -1].float() / 2.0, -1)  # (N, T, V): logits / T
         assert torch.allclose(logp, want.gather(-1, comps[..., None])[..., 0], atol=1e-5)
         assert torch.allclose(entropy, -(want.exp() * want).sum(-1), atol=1e-5)
         assert not torch.allclose(logp, token_logprobs(model, ids, attn, comps, mask)[0], atol=1e-3)
@@ -227,6 +293,7 @@ def test_log_probs_are_those_of_the_tempered_distribution(llama_dir):
 
 
 # --- the accelerator's device ---------------------------------------------------------------------------
+
 
 def test_the_device_guard_refuses_what_cuda_refuses():
     dev = torch.device("cpu")  # the accelerator's device, as the trainer names it
@@ -246,13 +313,29 @@ def test_the_device_guard_refuses_what_cuda_refuses():
             _ = mask.cpu() + mask
 
 
-@pytest.mark.parametrize("overrides", [
-    {}, {"supervision": "process"}, {"lora_rank": 4, "policy_updates_per_batch": 2, "micro_batch_size": 3},
-    {"reward": "model", "rm_samples": 16, "iterations": 2}, {"reward": "model", "supervision": "process", "rm_samples": 16},
-], ids=["outcome", "process", "lora-mu2-micro", "orm-2-iterations", "prm"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"supervision": "process"},
+        {"lora_rank": 4, "policy_updates_per_batch": 2, "micro_batch_size": 3},
+        {"reward": "model", "rm_samples": 16, "iterations": 2},
+        {"reward": "model", "supervision": "process", "rm_samples": 16},
+    ],
+    ids=["outcome", "process", "lora-mu2-micro", "orm-2-iterations", "prm"],
+)
 def test_a_run_keeps_every_tensor_on_the_accelerators_device(grpo_cache_dir, tmp_path, overrides):
-    spec = validate_spec({"steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "max_new_tokens": 12,
-                          "eval_every": 1, "checkpoint_every": 1, **overrides})
+    spec = validate_spec(
+        {
+            "steps_per_iteration": 2,
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 12,
+            "eval_every": 1,
+            "checkpoint_every": 1,
+            **overrides,
+        }
+    )
     with DeviceGuard():
         result = train(spec, MemoryRecorder(), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "ckpt")
     assert result["status"] == "completed"
@@ -271,6 +354,7 @@ def test_a_bf16_checkpoint_is_trained_in_fp32(tmp_path):
 
 # --- memory: a bf16 reference, gradient checkpointing, the estimate -----------------------------------------
 
+
 def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grpo_cache_dir, tmp_path):
     from safetensors import safe_open
 
@@ -280,8 +364,18 @@ def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grp
     from grpo_engine.memory import estimate_memory
     from grpo_engine.model import builtin_model_dir
 
-    spec = validate_spec({"precision": "bf16", "iterations": 2, "steps_per_iteration": 2, "batch_size": 2,
-                          "group_size": 4, "max_new_tokens": 12, "eval_every": 0, "checkpoint_every": 1})
+    spec = validate_spec(
+        {
+            "precision": "bf16",
+            "iterations": 2,
+            "steps_per_iteration": 2,
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 12,
+            "eval_every": 0,
+            "checkpoint_every": 1,
+        }
+    )
     recorder = PauseAt(3)  # pause after step 3, the first of iteration 2: its checkpoint holds the reset reference
     assert train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)["status"] == "paused"
     with safe_open(str(checkpoint.latest(tmp_path)[1] / "reference.safetensors"), "pt") as f:
@@ -293,7 +387,9 @@ def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grp
     assert [m["step"] for m in resumed.metrics] == [4]
     (line,) = [m for m in recorder.messages if m.startswith("memory estimate")]
     n = sum(p.numel() for p in load_causal_lm(str(builtin_model_dir(grpo_cache_dir)))[0].parameters())
-    assert line == "memory estimate (activations not included): " + estimate_memory(n, n, lora=False, bf16=True).describe()
+    assert (
+        line == "memory estimate (activations not included): " + estimate_memory(n, n, lora=False, bf16=True).describe()
+    )
 
 
 def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
@@ -303,9 +399,17 @@ def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
     runs = []
     for checkpointing in (False, True):
         recorder = MemoryRecorder()
-        spec = validate_spec({"gradient_checkpointing": checkpointing, "steps_per_iteration": 2, "batch_size": 2,
-                              "group_size": 4, "max_new_tokens": 32, "eval_every": 0,
-                              "precision": "fp32"})  # bf16 scoring rounds the two forwards differently
+        spec = validate_spec(
+            {
+                "gradient_checkpointing": checkpointing,
+                "steps_per_iteration": 2,
+                "batch_size": 2,
+                "group_size": 4,
+                "max_new_tokens": 32,
+                "eval_every": 0,
+                "precision": "fp32",
+            }
+        )  # bf16 scoring rounds the two forwards differently
         train(spec, recorder, grpo_cache_dir, device="cpu")
         runs.append(recorder.metrics)
     assert max(m["grad_norm"] for m in runs[0]) > 0.1
@@ -315,9 +419,20 @@ def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
 
 
 def test_a_reward_model_from_another_checkpoint_is_counted_once_loaded(grpo_cache_dir, llama_dir, qwen_dir, tmp_path):
-    spec = validate_spec({"model": str(qwen_dir), "dataset": str(write_dataset(tmp_path / "d.jsonl")), "reward": "model",
-                          "reward_model": str(llama_dir), "rm_samples": 8, "steps_per_iteration": 1, "batch_size": 2,
-                          "group_size": 4, "max_new_tokens": 8, "eval_every": 0})
+    spec = validate_spec(
+        {
+            "model": str(qwen_dir),
+            "dataset": str(write_dataset(tmp_path / "d.jsonl")),
+            "reward": "model",
+            "reward_model": str(llama_dir),
+            "rm_samples": 8,
+            "steps_per_iteration": 1,
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 8,
+            "eval_every": 0,
+        }
+    )
     recorder = MemoryRecorder()
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     first, second = [m for m in recorder.messages if m.startswith("memory estimate")]
@@ -328,8 +443,10 @@ def test_the_group_view_shows_each_tokens_text_in_context():
     """What judge() records as a sample's tokens: the pieces that spell the completion, then the end token."""
     from grpo_engine.outputs import judge
 
-    for tokenizer, text in ((sentencepiece_style_tokenizer(), "Natalia sold 48 clips\n#### 72"),
-                            (byte_level_tokenizer(), "the café sold 中文\n#### 72")):
+    for tokenizer, text in (
+        (sentencepiece_style_tokenizer(), "Natalia sold 48 clips\n#### 72"),
+        (byte_level_tokenizer(), "the café sold 中文\n#### 72"),
+    ):
         ids = tokenizer.encode(text, add_special_tokens=False)
         completions = torch.tensor([ids + [tokenizer.eos_token_id, tokenizer.pad_token_id], ids + ids[:2]])
         mask, ended = completion_mask(completions, tokenizer.eos_token_id)

@@ -1,4 +1,5 @@
 """grpo_engine.objective on hand-computed numbers (docs/ALGORITHM.md), each computation written out."""
+
 from __future__ import annotations
 
 import math
@@ -27,6 +28,7 @@ def close(actual: torch.Tensor, expected, tol: float = 1e-5) -> None:
 
 # --- outcome supervision (4.1.2) -------------------------------------------------------------
 
+
 def test_outcome_seed_example():
     # rewards {0, 1, 0}: mean 1/3, deviations -1/3, 2/3, -1/3
     # population variance (1/9 + 4/9 + 1/9) / 3 = 2/9, std sqrt(2)/3 = 0.4714
@@ -38,12 +40,14 @@ def test_outcome_seed_example():
 
 
 def test_outcome_normalises_each_group_on_its_own():
-    rewards = torch.tensor([
-        [1.0, 0.0, 0.0, 0.0],  # mean .25; var (.75^2 + 3 * .25^2) / 4 = .1875, std .4330
-        [1.0, 1.0, 1.0, 1.0],  # std 0 -> all 0
-        [0.0, 0.0, 1.0, 1.0],  # mean .5, std .5 -> -1, -1, +1, +1
-        [2.0, 4.0, 4.0, 4.0],  # mean 3.5; var (1.5^2 + 3 * .5^2) / 4 = .75, std .8660
-    ])
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0, 0.0, 0.0],  # mean .25; var (.75^2 + 3 * .25^2) / 4 = .1875, std .4330
+            [1.0, 1.0, 1.0, 1.0],  # std 0 -> all 0
+            [0.0, 0.0, 1.0, 1.0],  # mean .5, std .5 -> -1, -1, +1, +1
+            [2.0, 4.0, 4.0, 4.0],  # mean 3.5; var (1.5^2 + 3 * .5^2) / 4 = .75, std .8660
+        ]
+    )
     s1, s4 = math.sqrt(0.1875), math.sqrt(0.75)
     expected = [
         [0.75 / (s1 + ADV_EPS)] + [-0.25 / (s1 + ADV_EPS)] * 3,  # +1.7321, -0.5774 x3
@@ -53,8 +57,11 @@ def test_outcome_normalises_each_group_on_its_own():
     ]
     adv = outcome_advantages(rewards)
     close(adv, expected)
-    close(adv, [[1.7321, -0.5774, -0.5774, -0.5774], [0, 0, 0, 0], [-1, -1, 1, 1],
-                [-1.7321, 0.5774, 0.5774, 0.5774]], tol=1e-3)
+    close(
+        adv,
+        [[1.7321, -0.5774, -0.5774, -0.5774], [0, 0, 0, 0], [-1, -1, 1, 1], [-1.7321, 0.5774, 0.5774, 0.5774]],
+        tol=1e-3,
+    )
 
 
 def test_outcome_uses_population_std():
@@ -73,6 +80,7 @@ def test_outcome_zero_std_group_gives_exactly_zero(value, batch):
 
 
 # --- process supervision (4.1.3) -------------------------------------------------------------
+
 
 def test_process_seed_example():
     # The seed's example with 1-based token positions converted to 0-based step ends:
@@ -117,6 +125,7 @@ def test_process_output_without_steps_gets_zeros():
 
 
 # --- KL, k3 estimator (Eq. 4) ----------------------------------------------------------------
+
 
 def test_kl_k3_hand_values():
     # pi_theta = .25 and pi_ref = .5: ratio 2 -> 2 - ln 2 - 1 = 0.3069
@@ -164,6 +173,7 @@ def test_kl_k3_at_a_log_ratio_of_30_still_pulls_the_policy_back():
 
 # --- clipped surrogate and the loss (Eq. 3) --------------------------------------------------
 
+
 def test_clipped_surrogate_when_the_clip_binds_and_when_it_does_not():
     eps = 0.2
     rho = torch.tensor([[1.5, 0.5, 1.5, 0.5, 1.1, 1.5]])
@@ -203,8 +213,9 @@ def test_grpo_loss_when_the_clip_does_not_bind():
     # rho 1.1 with A 1 -> 1.1; rho 0.9 with A -1 -> -0.9; both inside [0.8, 1.2]
     # J = (1.1 - 0.9) / 2 = 0.1, loss = -0.1, clip_frac 0
     logp = torch.log(torch.tensor([[1.1, 0.9]]))
-    loss, stats = grpo_loss(logp, torch.zeros_like(logp), logp, torch.tensor([[1.0, -1.0]]),
-                            torch.ones(1, 2), clip_eps=0.2, kl_coef=0.0)
+    loss, stats = grpo_loss(
+        logp, torch.zeros_like(logp), logp, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), clip_eps=0.2, kl_coef=0.0
+    )
     assert loss.item() == pytest.approx(-0.1, abs=1e-6)
     assert stats["clip_frac"].item() == 0.0
 

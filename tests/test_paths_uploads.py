@@ -1,6 +1,7 @@
 """Local paths in a run spec (app.paths: inside GRPO_PATH_ROOTS and usable) and dataset uploads in this
 process (app.datasets.upload_dataset, with real files). Uploads through a live server with a login:
 tests/test_security.py."""
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,26 @@ from tests.test_security import GOOD_ROWS, write_jsonl
 # ---- local paths in a run spec -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value,local", [
-    ("builtin-arith", False), ("Qwen/Qwen2.5-0.5B-Instruct", False), ("gsm8k", False), ("openai/gsm8k", False),
-    ("", False), ("/data/model", True), ("./model", True), ("../model", True), ("~/model", True),
-    ("train.jsonl", True), ("data/train.CSV", True), ("x.parquet", True), ("spec.json", True),
-    ("models/org/name", True), ("app", True),  # "app" exists in the directory the tests run from
-])
+@pytest.mark.parametrize(
+    "value,local",
+    [
+        ("builtin-arith", False),
+        ("Qwen/Qwen2.5-0.5B-Instruct", False),
+        ("gsm8k", False),
+        ("openai/gsm8k", False),
+        ("", False),
+        ("/data/model", True),
+        ("./model", True),
+        ("../model", True),
+        ("~/model", True),
+        ("train.jsonl", True),
+        ("data/train.CSV", True),
+        ("x.parquet", True),
+        ("spec.json", True),
+        ("models/org/name", True),
+        ("app", True),  # "app" exists in the directory the tests run from
+    ],
+)
 def test_what_counts_as_a_local_path(value, local, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert is_local_path(value) is local
@@ -57,26 +72,33 @@ def test_paths_inside_the_roots_pass(roots):
     check_spec_paths({"model": "Qwen/Qwen2.5-0.5B-Instruct", "reward_model": "gpt2", "dataset": "gsm8k"}, [root])
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("model", "{outside}/model", "is outside the directories runs may read"),
-    ("reward_model", "{outside}/model", "is outside"),
-    ("dataset", "{outside}/secret.jsonl", "is outside"),
-    ("dataset", "{root}/../outside/secret.jsonl", "is outside"),  # '..' escapes
-    ("dataset", "{root}/link.jsonl", "is outside"),  # a symlink inside a root pointing out
-    ("model", "{root}/model-link", "is outside"),
-    ("model", "/", "is outside"),
-    ("dataset", "{outside}/missing.jsonl", "is outside"),  # outside: nothing is said about whether it exists
-    ("model", "{root}/no-such-model", "does not exist"),
-    ("model", "{root}/empty-model", "has no config.json"),
-    ("model", "{root}/data.jsonl", "has no config.json"),
-    ("dataset", "{root}/missing.csv", "does not exist"),
-    ("dataset", "{root}/model", "is not a dataset file, nor a dataset directory"),
-    ("dataset", "{root}/bad.jsonl", "bad.jsonl: line 2 needs the fields 'question' and 'answer'"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("model", "{outside}/model", "is outside the directories runs may read"),
+        ("reward_model", "{outside}/model", "is outside"),
+        ("dataset", "{outside}/secret.jsonl", "is outside"),
+        ("dataset", "{root}/../outside/secret.jsonl", "is outside"),  # '..' escapes
+        ("dataset", "{root}/link.jsonl", "is outside"),  # a symlink inside a root pointing out
+        ("model", "{root}/model-link", "is outside"),
+        ("model", "/", "is outside"),
+        ("dataset", "{outside}/missing.jsonl", "is outside"),  # outside: nothing is said about whether it exists
+        ("model", "{root}/no-such-model", "does not exist"),
+        ("model", "{root}/empty-model", "has no config.json"),
+        ("model", "{root}/data.jsonl", "has no config.json"),
+        ("dataset", "{root}/missing.csv", "does not exist"),
+        ("dataset", "{root}/model", "is not a dataset file, nor a dataset directory"),
+        ("dataset", "{root}/bad.jsonl", "bad.jsonl: line 2 needs the fields 'question' and 'answer'"),
+    ],
+)
 def test_paths_outside_the_roots_or_unusable_are_refused_naming_the_key(roots, key, value, words):
     root, outside = roots
-    config = {"model": "builtin-arith", "dataset": "builtin-arith", "reward_model": "",
-              key: value.format(root=root, outside=outside)}
+    config = {
+        "model": "builtin-arith",
+        "dataset": "builtin-arith",
+        "reward_model": "",
+        key: value.format(root=root, outside=outside),
+    }
     with pytest.raises(SpecError) as caught:
         check_spec_paths(config, [root])
     assert caught.value.key == key and str(caught.value).startswith(f"{key}: ") and words in str(caught.value)
@@ -98,10 +120,15 @@ def test_upload_stores_a_good_file_under_its_hash_and_a_safe_name(settings_env):
     assert stored.parent == get_settings().uploads_dir and stored.read_bytes() == source.read_bytes()
     prefix, name = stored.name.split("-", 1)
     assert len(prefix) == 16 and name == "my_data_v1.csv"
-    assert result["rows"] == 3 and result["preview"][1] == {"question": "2*3-1", "answer": "5",
-                                                            "solution": "2*3=6\n#### 5"}
+    assert result["rows"] == 3 and result["preview"][1] == {
+        "question": "2*3-1",
+        "answer": "5",
+        "solution": "2*3=6\n#### 5",
+    }
     # Gradio's file dict works too, and the same content under the same name is stored once
-    again = datasets.upload_dataset({"path": str(source), "orig_name": source.name, "meta": {"_type": "gradio.FileData"}})
+    again = datasets.upload_dataset(
+        {"path": str(source), "orig_name": source.name, "meta": {"_type": "gradio.FileData"}}
+    )
     assert again == result and len(list(stored.parent.iterdir())) == 1
     check_spec_paths({"dataset": result["dataset"]}, get_settings().path_roots)  # usable in a run spec
 
@@ -115,12 +142,16 @@ def test_upload_preview_is_the_first_five_rows(settings_env):
 def test_upload_refuses_a_file_over_the_limit_and_a_bad_file_naming_it(settings_env, monkeypatch):
     big = write_jsonl(settings_env / "big.jsonl", GOOD_ROWS * 400)
     monkeypatch.setenv("GRPO_MAX_UPLOAD_MB", "0.01")
-    with pytest.raises(api.ApiError, match=r"big.jsonl: the file is 0\.\d\d MiB, larger than the 0\.01 MiB .*GRPO_MAX_UPLOAD_MB"):
+    with pytest.raises(
+        api.ApiError, match=r"big.jsonl: the file is 0\.\d\d MiB, larger than the 0\.01 MiB .*GRPO_MAX_UPLOAD_MB"
+    ):
         datasets.upload_dataset(str(big))
     bad = write_jsonl(settings_env / "bad.jsonl", [GOOD_ROWS[0], ["not", "an", "object"]])
     with pytest.raises(api.ApiError) as caught:
         datasets.upload_dataset({"path": str(bad), "orig_name": "mine.jsonl"})
-    assert str(caught.value) == "mine.jsonl: line 2 is not a JSON object (it is a list)"  # the user's name, not the path
+    assert (
+        str(caught.value) == "mine.jsonl: line 2 is not a JSON object (it is a list)"
+    )  # the user's name, not the path
     for nothing in (None, 5, {"orig_name": "x.jsonl"}, str(settings_env / "gone.jsonl")):
         with pytest.raises(api.ApiError, match="uploaded file"):
             datasets.upload_dataset(nothing)

@@ -5,6 +5,7 @@ model, and the built-in model's warm start), the store keeps the current one on 
 when the run ends or goes back to the queue) on SQLite and PostgreSQL, and the worker's ``DBRecorder`` writes
 them through its background writer, at most a few count updates a second.
 """
+
 from __future__ import annotations
 
 import time
@@ -51,7 +52,10 @@ def run_phase(url: str, run_id: int) -> tuple:
         run = store.get_run(s, run_id)
         (listed,) = [r for r in store.list_runs(s) if r["run_id"] == run_id]
     assert (listed["phase"], listed["phase_done"], listed["phase_total"]) == (
-        run["phase"], run["phase_done"], run["phase_total"])
+        run["phase"],
+        run["phase_done"],
+        run["phase_total"],
+    )
     return run["phase"], run["phase_done"], run["phase_total"]
 
 
@@ -66,11 +70,18 @@ def test_a_run_reports_its_phases_in_order(grpo_cache_dir, tmp_path):
     result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
     assert result["status"] == "completed"
     assert recorder.phases == [
-        ("loading model", None, None), ("loading dataset", None, None), ("loading reference model", None, None),
+        ("loading model", None, None),
+        ("loading dataset", None, None),
+        ("loading reference model", None, None),
         ("evaluating", None, None),  # step 0: the initial policy's accuracy
-        ("training", 0, 3), ("training", 1, 3),
-        ("evaluating", None, None), ("training", 2, 3), ("saving", None, None), ("training", 2, 3),
-        ("evaluating", None, None), ("training", 3, 3),  # the last step is evaluated too
+        ("training", 0, 3),
+        ("training", 1, 3),
+        ("evaluating", None, None),
+        ("training", 2, 3),
+        ("saving", None, None),
+        ("training", 2, 3),
+        ("evaluating", None, None),
+        ("training", 3, 3),  # the last step is evaluated too
         ("saving", None, None),  # the final policy
     ]
 
@@ -79,11 +90,27 @@ def test_lora_and_reward_model_phases(grpo_cache_dir):
     """With LoRA there is no reference copy to load; with ``reward: model`` the reward model is loaded and then
     trained before step 1 and refreshed after iteration 1, each time counting its batches 0..total."""
     recorder = PhaseRecorder()
-    spec = validate_spec({**TINY, "iterations": 2, "steps_per_iteration": 1, "eval_every": 0, "lora_rank": 2,
-                          "reward": "model", "rm_samples": 16})
+    spec = validate_spec(
+        {
+            **TINY,
+            "iterations": 2,
+            "steps_per_iteration": 1,
+            "eval_every": 0,
+            "lora_rank": 2,
+            "reward": "model",
+            "rm_samples": 16,
+        }
+    )
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
-    assert names(recorder.phases) == ["loading model", "loading dataset", "loading model", "training reward model",
-                                      "training", "training reward model", "training"]
+    assert names(recorder.phases) == [
+        "loading model",
+        "loading dataset",
+        "loading model",
+        "training reward model",
+        "training",
+        "training reward model",
+        "training",
+    ]
     assert [p for p in recorder.phases if p[0] == "training"] == [("training", k, 2) for k in (0, 1, 2)]
     # 16 samples + 4 held out in batches of B x G = 8 (3 batches), then 2 epochs of one batch of 32 (the
     # refresh's 16 + 2 replayed also fit in one)

@@ -1,6 +1,7 @@
 """The prompt keys (system_prompt, question_template): how a question is worded and framed for the model, the same
 for training, evaluation, the reward model and rollout labels; their refusals; and the Launch form's preview of the
 first training question as the model reads it (/preview_prompt)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,7 @@ from grpo_engine.trainer import train
 from tests.test_real_models import ROWS, write_dataset
 from tests.tiny_models import write_tiny_model
 
-INSTRUCTION = "{question}\nLet's think step by step and output the final answer after \"####\"."
+INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer after "####".'
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +28,14 @@ def test_the_question_is_worded_then_framed_by_the_chat_template_with_a_system_t
 
     tokenizer = AutoTokenizer.from_pretrained(qwen)
     chat = prompt_formatter(tokenizer, "auto", "Be brief.", INSTRUCTION)
-    assert chat("1+2") == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n1+2\nLet's think step by "
-                           "step and output the final answer after \"####\".<|im_end|>\n<|im_start|>assistant\n")
-    assert prompt_formatter(tokenizer, "plain", "Be brief.", "Q: {question} in \\boxed{}")("1+2") == \
-        "Be brief.\nQ: 1+2 in \\boxed{}\n"  # braces other than {question} stay as written
+    assert chat("1+2") == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n1+2\nLet's think step by "
+        'step and output the final answer after "####".<|im_end|>\n<|im_start|>assistant\n'
+    )
+    assert (
+        prompt_formatter(tokenizer, "plain", "Be brief.", "Q: {question} in \\boxed{}")("1+2")
+        == "Be brief.\nQ: 1+2 in \\boxed{}\n"
+    )  # braces other than {question} stay as written
     assert prompt_formatter(tokenizer, "auto")("1+2") == "<|im_start|>user\n1+2<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -49,16 +54,26 @@ def test_training_and_its_recorded_prompts_read_the_worded_question(qwen, tmp_pa
     from transformers import AutoTokenizer
 
     dataset = write_dataset(tmp_path / "data.jsonl")
-    spec = validate_spec({"model": str(qwen), "dataset": str(dataset), "steps_per_iteration": 1, "batch_size": 2,
-                          "group_size": 2, "max_new_tokens": 6, "eval_every": 1, "system_prompt": "Be brief.",
-                          "question_template": INSTRUCTION})
+    spec = validate_spec(
+        {
+            "model": str(qwen),
+            "dataset": str(dataset),
+            "steps_per_iteration": 1,
+            "batch_size": 2,
+            "group_size": 2,
+            "max_new_tokens": 6,
+            "eval_every": 1,
+            "system_prompt": "Be brief.",
+            "question_template": INSTRUCTION,
+        }
+    )
     recorder = MemoryRecorder()
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     expected = prompt_formatter(AutoTokenizer.from_pretrained(qwen), "auto", "Be brief.", INSTRUCTION)
     for group in recorder.group_log[1]:
         assert group.prompt in {r["question"] for r in ROWS}  # the dataset's question, as it was asked
         assert group.model_prompt == expected(group.prompt)  # what the model read
-        assert "<|im_start|>system\nBe brief." in group.model_prompt and "after \"####\"" in group.model_prompt
+        assert "<|im_start|>system\nBe brief." in group.model_prompt and 'after "####"' in group.model_prompt
 
 
 def test_the_reward_model_reads_the_question_as_the_policy_does(qwen):
@@ -70,8 +85,7 @@ def test_the_reward_model_reads_the_question_as_the_policy_does(qwen):
     assert rm.prompt("1+2") == prompt_formatter(tokenizer, "auto", "Be brief.", INSTRUCTION)("1+2")
 
 
-def test_the_preview_shows_the_first_training_question_as_the_model_reads_it(settings_env, monkeypatch, qwen,
-                                                                             tmp_path):
+def test_the_preview_shows_the_first_training_question_as_the_model_reads_it(settings_env, monkeypatch, qwen, tmp_path):
     from transformers import AutoTokenizer
 
     dataset = write_dataset(tmp_path / "data.jsonl")

@@ -1,6 +1,7 @@
 """Real-model paths: local Llama and Qwen2 models (random weights, chat templates) trained on local
 dataset files of every format, with outcome and process supervision, through the engine and through
 the live dashboard (gradio_client); the prompt template each model gets."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,16 @@ from grpo_engine.trainer import train
 from tests.test_e2e import clean_env, start_server, wait_finished
 from tests.tiny_models import write_tiny_model
 
-ROWS = [{"question": f"{a}+{b}*{c}", "answer": str(a + b * c), "solution": f"{b}*{c}={b * c}\n{a}+{b * c}={a + b * c}\n#### {a + b * c}"}
-        for a in range(1, 4) for b in range(1, 4) for c in range(1, 3)]
+ROWS = [
+    {
+        "question": f"{a}+{b}*{c}",
+        "answer": str(a + b * c),
+        "solution": f"{b}*{c}={b * c}\n{a}+{b * c}={a + b * c}\n#### {a + b * c}",
+    }
+    for a in range(1, 4)
+    for b in range(1, 4)
+    for c in range(1, 3)
+]
 
 
 def write_dataset(path, rows=ROWS):
@@ -47,7 +56,8 @@ def test_each_model_gets_its_chat_template_and_base_models_a_plain_prompt(models
     qwen = AutoTokenizer.from_pretrained(models["qwen2"])
     assert prompt_formatter(llama, "auto")("1+2") == (
         "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n1+2<|eot_id|>"
-        "<|start_header_id|>assistant<|end_header_id|>\n\n")
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
     assert prompt_formatter(qwen, "auto")("1+2") == "<|im_start|>user\n1+2<|im_end|>\n<|im_start|>assistant\n"
     assert prompt_formatter(qwen, "plain")("1+2") == "1+2\n"
     assert prompt_formatter(llama, "plain")("1+2") == "<|begin_of_text|>1+2\n"  # BOS first, as the model expects
@@ -57,15 +67,31 @@ def test_each_model_gets_its_chat_template_and_base_models_a_plain_prompt(models
         prompt_formatter(builtin, "chat")
 
 
-@pytest.mark.parametrize("arch, supervision, suffix", [
-    ("llama", "outcome", ".jsonl"), ("llama", "process", ".csv"),
-    ("qwen2", "outcome", ".parquet"), ("qwen2", "process", ".jsonl")])
+@pytest.mark.parametrize(
+    "arch, supervision, suffix",
+    [
+        ("llama", "outcome", ".jsonl"),
+        ("llama", "process", ".csv"),
+        ("qwen2", "outcome", ".parquet"),
+        ("qwen2", "process", ".jsonl"),
+    ],
+)
 def test_short_runs_on_each_architecture_and_file_format(models, tmp_path, grpo_cache_dir, arch, supervision, suffix):
     dataset = write_dataset(tmp_path / f"data{suffix}")
-    spec = validate_spec({"model": str(models[arch]), "dataset": str(dataset), "supervision": supervision,
-                          "steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "max_new_tokens": 12,
-                          "eval_every": 1, "learning_rate": 1e-3,
-                          "format_reward": 0.1 if supervision == "outcome" else 0.0})  # process rewards steps only
+    spec = validate_spec(
+        {
+            "model": str(models[arch]),
+            "dataset": str(dataset),
+            "supervision": supervision,
+            "steps_per_iteration": 2,
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 12,
+            "eval_every": 1,
+            "learning_rate": 1e-3,
+            "format_reward": 0.1 if supervision == "outcome" else 0.0,
+        }
+    )  # process rewards steps only
     recorder = MemoryRecorder()
     result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "ckpt")
     assert result["status"] == "completed"
@@ -85,8 +111,15 @@ def test_a_qwen2_run_on_a_parquet_file_through_the_dashboard(models, tmp_path, g
     server, url = start_server(tmp_path / "data", env)
     try:
         client = Client(url, verbose=False)
-        spec = {"model": str(models["qwen2"]), "dataset": str(dataset), "steps_per_iteration": 2, "batch_size": 2,
-                "group_size": 4, "max_new_tokens": 12, "eval_every": 0}
+        spec = {
+            "model": str(models["qwen2"]),
+            "dataset": str(dataset),
+            "steps_per_iteration": 2,
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 12,
+            "eval_every": 0,
+        }
         run_id = client.predict(spec, api_name="/launch_run")["run_id"]
         run = wait_finished(client, run_id, server.log)
         assert run["status"] == "completed", run
@@ -103,8 +136,16 @@ def test_a_run_on_a_hugging_face_dataset_directory_with_config_and_splits(tmp_pa
     from tests.test_rewards_data import GSM8K_LIKE, write_hub_style_dataset
 
     root = write_hub_style_dataset(tmp_path / "gsm8k")
-    raw = {"dataset": str(root), "dataset_config": "main", "eval_split": "test", "steps_per_iteration": 2,
-           "batch_size": 2, "group_size": 4, "max_new_tokens": 16, "eval_every": 1}
+    raw = {
+        "dataset": str(root),
+        "dataset_config": "main",
+        "eval_split": "test",
+        "steps_per_iteration": 2,
+        "batch_size": 2,
+        "group_size": 4,
+        "max_new_tokens": 16,
+        "eval_every": 1,
+    }
     check_spec_paths(raw, [tmp_path])  # a dataset directory inside the roots is accepted at launch
     recorder = MemoryRecorder()
     assert train(validate_spec(raw), recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
@@ -118,9 +159,12 @@ def test_a_hub_model_that_cannot_be_reached_fails_with_a_message_saying_so():
     import subprocess
     import sys
 
-    code = ("from grpo_engine.model import load_causal_lm\n"
-            "try:\n    load_causal_lm('nobody/no-such-model')\nexcept FileNotFoundError as e:\n    print(e)\n")
+    code = (
+        "from grpo_engine.model import load_causal_lm\n"
+        "try:\n    load_causal_lm('nobody/no-such-model')\nexcept FileNotFoundError as e:\n    print(e)\n"
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # no hub here: fail at once, not after the retries
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
-    assert out.startswith("could not load model 'nobody/no-such-model': We couldn't connect to "
-                          "'https://huggingface.co'"), out
+    assert out.startswith(
+        "could not load model 'nobody/no-such-model': We couldn't connect to 'https://huggingface.co'"
+    ), out

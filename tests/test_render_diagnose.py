@@ -2,25 +2,44 @@
 the gradient chart's bars and their data attributes, the binning of many steps, the zero-spread line only where it
 tells something, the token shares; the results table and pager; the question's history, user text escaped; and
 what each shows with nothing recorded."""
+
 from __future__ import annotations
 
 import re
 
-from app.render_diagnose import (MAX_BARS, bin_rows, gradient_chart_html, mark_sample, pager_text,
-                                 question_history_html, samples_frame, share_line_svg, verdict_text)
+from app.render_diagnose import (
+    MAX_BARS,
+    bin_rows,
+    gradient_chart_html,
+    mark_sample,
+    pager_text,
+    question_history_html,
+    samples_frame,
+    share_line_svg,
+    verdict_text,
+)
 
 
 def _row(step: int, right: int, wrong: int, mixed: int, zero: int | None = None, **more) -> dict:
     """One metric row with its group counts (zero spread: right + wrong unless given)."""
-    return {"step": step, "iteration": 1, "groups/all_right": float(right), "groups/all_wrong": float(wrong),
-            "groups/mixed": float(mixed), "groups/zero_spread": float(right + wrong if zero is None else zero),
-            "reward_mean": 0.5, **more}
+    return {
+        "step": step,
+        "iteration": 1,
+        "groups/all_right": float(right),
+        "groups/all_wrong": float(wrong),
+        "groups/mixed": float(mixed),
+        "groups/zero_spread": float(right + wrong if zero is None else zero),
+        "reward_mean": 0.5,
+        **more,
+    }
 
 
 def _segments(page: str) -> list[dict]:
     """The bar segments and markers of a chart: their data attributes."""
-    return [dict(re.findall(r'data-([a-z-]+)="([^"]*)"', tag))
-            for tag in re.findall(r"<(?:rect|circle) [^>]*data-kind[^>]*>", page)]
+    return [
+        dict(re.findall(r'data-([a-z-]+)="([^"]*)"', tag))
+        for tag in re.findall(r"<(?:rect|circle) [^>]*data-kind[^>]*>", page)
+    ]
 
 
 def test_each_step_gets_one_stacked_bar_of_its_group_kinds():
@@ -29,8 +48,12 @@ def test_each_step_gets_one_stacked_bar_of_its_group_kinds():
     assert 'data-bars="2"' in page and 'data-zero-line="0"' in page
     segs = _segments(page)
     assert {(s["step"], s["step-end"], s["kind"]) for s in segs} == {
-        ("1", "1", "mixed"), ("1", "1", "all_right"), ("1", "1", "all_wrong"), ("2", "2", "mixed"),
-        ("2", "2", "all_wrong")}  # a kind with no group at a step has no segment
+        ("1", "1", "mixed"),
+        ("1", "1", "all_right"),
+        ("1", "1", "all_wrong"),
+        ("2", "2", "mixed"),
+        ("2", "2", "all_wrong"),
+    }  # a kind with no group at a step has no segment
     assert "<title>step 1: 5 of 8 groups mixed: some outputs right, some wrong</title>" in page
     assert "step</text>" in page and ">groups</text>" in page  # both axes named
     assert "zero_spread" not in page  # binary rewards: zero spread is all right + all wrong, no line
@@ -71,9 +94,11 @@ def test_the_zero_spread_line_shows_only_where_it_differs_from_all_right_plus_al
 
 
 def test_the_latest_token_shares_show_under_the_bars():
-    rows = [_row(1, 0, 0, 2, **{"tokens/adv_pos": 0.1, "tokens/adv_neg": 0.1, "tokens/adv_zero": 0.8}),
-            _row(2, 0, 0, 2, **{"tokens/adv_pos": 0.4, "tokens/adv_neg": 0.35, "tokens/adv_zero": 0.25}),
-            _row(3, 0, 0, 2)]  # a later step without token shares: the latest with them is shown
+    rows = [
+        _row(1, 0, 0, 2, **{"tokens/adv_pos": 0.1, "tokens/adv_neg": 0.1, "tokens/adv_zero": 0.8}),
+        _row(2, 0, 0, 2, **{"tokens/adv_pos": 0.4, "tokens/adv_neg": 0.35, "tokens/adv_zero": 0.25}),
+        _row(3, 0, 0, 2),
+    ]  # a later step without token shares: the latest with them is shown
     page = gradient_chart_html(rows)
     assert '<div class="token-shares" data-step="2">' in page
     assert "40% pushed up (A &gt; 0)" in page and "35% pushed down (A &lt; 0)" in page
@@ -86,23 +111,57 @@ def test_nothing_recorded_says_so():
         assert "gradient-chart empty" in page and "No group counts recorded yet" in page and "<svg" not in page
 
 
-RESULT = {"run_id": 1, "total": 51, "page": 1, "page_size": 50, "pages": 2, "rows": [
-    {"sample_id": 7, "group_id": 3, "step": 2, "question": "What is\n12 + 30?", "completion": "line one\nline <two> " + "x" * 200,
-     "reward": 0.123456, "correct": False, "answer_found": False, "truncated": True, "length": 64, "spread": 0.5,
-     "kind": "mixed"}]}
+RESULT = {
+    "run_id": 1,
+    "total": 51,
+    "page": 1,
+    "page_size": 50,
+    "pages": 2,
+    "rows": [
+        {
+            "sample_id": 7,
+            "group_id": 3,
+            "step": 2,
+            "question": "What is\n12 + 30?",
+            "completion": "line one\nline <two> " + "x" * 200,
+            "reward": 0.123456,
+            "correct": False,
+            "answer_found": False,
+            "truncated": True,
+            "length": 64,
+            "spread": 0.5,
+            "kind": "mixed",
+        }
+    ],
+}
 
 
 def test_found_samples_are_one_row_each_with_their_verdict_in_a_word():
     frame = samples_frame(RESULT)
-    assert list(frame.columns) == ["step", "group", "sample", "reward", "verdict", "length", "spread", "question",
-                                   "completion"]
+    assert list(frame.columns) == [
+        "step",
+        "group",
+        "sample",
+        "reward",
+        "verdict",
+        "length",
+        "spread",
+        "question",
+        "completion",
+    ]
     row = frame.iloc[0]
     assert (row["step"], row["group"], row["sample"], row["reward"]) == (2, 3, 7, 0.1235)
     assert row["verdict"] == "no answer · cut" and row["question"] == "What is 12 + 30?"
     assert row["completion"].startswith("line one line <two> x") and row["completion"].endswith("…")
     assert samples_frame(None).empty
-    assert [verdict_text(r) for r in ({"correct": True, "answer_found": True}, {"correct": False, "answer_found": True},
-                                      {"correct": True, "truncated": True})] == ["✓", "✗", "✓ · cut"]
+    assert [
+        verdict_text(r)
+        for r in (
+            {"correct": True, "answer_found": True},
+            {"correct": False, "answer_found": True},
+            {"correct": True, "truncated": True},
+        )
+    ] == ["✓", "✗", "✓ · cut"]
 
 
 def test_the_pager_says_where_it_is_or_why_the_search_was_refused():
@@ -119,20 +178,61 @@ def test_the_sample_found_is_marked_in_its_group():
 
 
 def _group(step: int, share: float, text: str = "4") -> dict:
-    return {"group_id": 100 + step, "step": step, "reward_mean": share, "reward_std": 0.5, "kind": "mixed",
-            "correct_share": share, "samples": [
-                {"sample_id": 10 * step, "completion": text, "reward": 1.0, "correct": True, "truncated": False,
-                 "length": 5},
-                {"sample_id": 10 * step + 1, "completion": "5", "reward": 0.0, "correct": False, "truncated": True,
-                 "length": 9}]}
+    return {
+        "group_id": 100 + step,
+        "step": step,
+        "reward_mean": share,
+        "reward_std": 0.5,
+        "kind": "mixed",
+        "correct_share": share,
+        "samples": [
+            {
+                "sample_id": 10 * step,
+                "completion": text,
+                "reward": 1.0,
+                "correct": True,
+                "truncated": False,
+                "length": 5,
+            },
+            {
+                "sample_id": 10 * step + 1,
+                "completion": "5",
+                "reward": 0.0,
+                "correct": False,
+                "truncated": True,
+                "length": 9,
+            },
+        ],
+    }
 
 
-HISTORY = {"question": "What is <b>2+2</b>?", "question_key": "abc", "dataset": "builtin-arith", "runs": [
-    {"run_id": 1, "name": "mine <i>", "status": "completed", "archived": False, "groups_total": 3,
-     "correct_share_first": 0.0, "correct_share_last": 1.0,
-     "groups": [_group(1, 0.0), _group(5, 0.5, "<script>alert(1)</script>"), _group(9, 1.0)]},
-    {"run_id": 2, "name": "other", "status": "failed", "archived": True, "groups_total": 1,
-     "correct_share_first": 0.5, "correct_share_last": 0.5, "groups": [_group(3, 0.5)]}]}
+HISTORY = {
+    "question": "What is <b>2+2</b>?",
+    "question_key": "abc",
+    "dataset": "builtin-arith",
+    "runs": [
+        {
+            "run_id": 1,
+            "name": "mine <i>",
+            "status": "completed",
+            "archived": False,
+            "groups_total": 3,
+            "correct_share_first": 0.0,
+            "correct_share_last": 1.0,
+            "groups": [_group(1, 0.0), _group(5, 0.5, "<script>alert(1)</script>"), _group(9, 1.0)],
+        },
+        {
+            "run_id": 2,
+            "name": "other",
+            "status": "failed",
+            "archived": True,
+            "groups_total": 1,
+            "correct_share_first": 0.5,
+            "correct_share_last": 0.5,
+            "groups": [_group(3, 0.5)],
+        },
+    ],
+}
 
 
 def test_a_question_through_time_shows_its_share_line_its_outputs_and_the_other_runs():

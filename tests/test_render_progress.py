@@ -1,6 +1,7 @@
 """The Run tab's header and buttons and the Groups tab's words, on hand-made run dicts, metric rows and groups:
 the run's phase with its own bar, the latest key numbers, which buttons apply, the name "Launch again"
 proposes, the reward components in words, the warning over groups without reward spread."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -12,9 +13,20 @@ from app.render_group import group_html, token_span, zero_spread_banner
 from app.tab_run import _button_states, next_name
 
 NOW = datetime(2025, 1, 1, 0, 1, 40, tzinfo=timezone.utc)
-RUNNING = {"run_id": 3, "name": "r", "status": "running", "step": 0, "total_steps": 40, "error": None, "config": {},
-           "started_at": "2025-01-01T00:00:00+00:00", "finished_at": None, "phase": None, "phase_done": None,
-           "phase_total": None}
+RUNNING = {
+    "run_id": 3,
+    "name": "r",
+    "status": "running",
+    "step": 0,
+    "total_steps": 40,
+    "error": None,
+    "config": {},
+    "started_at": "2025-01-01T00:00:00+00:00",
+    "finished_at": None,
+    "phase": None,
+    "phase_done": None,
+    "phase_total": None,
+}
 
 
 def test_a_phase_with_a_count_has_its_own_bar_and_promises_no_eta():
@@ -43,23 +55,30 @@ def test_the_eta_counts_the_recorded_steps_time_not_the_models_build():
     2.5 s each (4 s with the evaluation of every tenth step), so 30 more take 75 + 3 x 1.5 s."""
     rows = [{"step": s, "time/step": 2.5, **({"time/eval": 1.5} if s % 10 == 0 else {})} for s in range(1, 31)]
     started = "2025-01-01T00:00:00+00:00"
-    page = progress_html({**RUNNING, "step": 30, "total_steps": 60, "phase": "training", "started_at": started},
-                         datetime(2025, 1, 1, 0, 10, tzinfo=timezone.utc), metrics=rows)
+    page = progress_html(
+        {**RUNNING, "step": 30, "total_steps": 60, "phase": "training", "started_at": started},
+        datetime(2025, 1, 1, 0, 10, tzinfo=timezone.utc),
+        metrics=rows,
+    )
     assert "elapsed 10m 00s" in page and "ETA 1m 20s" in page  # 79.5 s; elapsed / step would say 10m 00s
 
 
 def test_only_a_running_run_shows_a_phase():
     queued = progress_html({**RUNNING, "status": "queued", "started_at": None, "phase": "loading model"}, NOW)
     assert "waiting for a worker" in queued and 'class="phase"' not in queued
-    done = progress_html({**RUNNING, "status": "completed", "step": 40, "phase": "saving",
-                          "finished_at": "2025-01-01T00:01:00+00:00"}, NOW)
+    done = progress_html(
+        {**RUNNING, "status": "completed", "step": 40, "phase": "saving", "finished_at": "2025-01-01T00:01:00+00:00"},
+        NOW,
+    )
     assert 'class="phase"' not in done and "ran 1m 00s" in done
 
 
 def test_the_header_shows_the_latest_key_numbers_in_one_line():
-    metrics = [{"step": 0, "iteration": 0, "eval/accuracy": 0.25},
-               {"step": 1, "iteration": 1, "reward_mean": 0.5, "correct_frac": 0.5, "kl": 0.0012},
-               {"step": 2, "iteration": 1, "reward_mean": 0.625, "correct_frac": 0.625, "kl": 0.00311}]
+    metrics = [
+        {"step": 0, "iteration": 0, "eval/accuracy": 0.25},
+        {"step": 1, "iteration": 1, "reward_mean": 0.5, "correct_frac": 0.5, "kl": 0.0012},
+        {"step": 2, "iteration": 1, "reward_mean": 0.625, "correct_frac": 0.625, "kl": 0.00311},
+    ]
     page = progress_html({**RUNNING, "step": 2}, NOW, metrics)
     line = page.split('<div class="key-numbers">', 1)[1].split("</div>", 1)[0]
     assert line.startswith("latest, step 2: ")
@@ -70,15 +89,18 @@ def test_the_header_shows_the_latest_key_numbers_in_one_line():
     assert "key-numbers" not in progress_html(RUNNING, NOW, [])
 
 
-@pytest.mark.parametrize("run,cancel,model,adapter,adapter_shown", [
-    ({"status": "queued", "config": {"lora_rank": 0}}, True, False, False, False),
-    ({"status": "running", "config": {"lora_rank": 8}}, True, False, False, True),
-    ({"status": "running", "cancel_requested": True, "config": {}}, False, False, False, False),
-    ({"status": "completed", "config": {"lora_rank": 0}}, False, True, False, False),
-    ({"status": "completed", "config": {"lora_rank": 8}}, False, True, True, True),
-    ({"status": "cancelled", "config": {"lora_rank": 8}}, False, False, False, True),
-    ({"status": "failed", "config": {}}, False, False, False, False),
-])
+@pytest.mark.parametrize(
+    "run,cancel,model,adapter,adapter_shown",
+    [
+        ({"status": "queued", "config": {"lora_rank": 0}}, True, False, False, False),
+        ({"status": "running", "config": {"lora_rank": 8}}, True, False, False, True),
+        ({"status": "running", "cancel_requested": True, "config": {}}, False, False, False, False),
+        ({"status": "completed", "config": {"lora_rank": 0}}, False, True, False, False),
+        ({"status": "completed", "config": {"lora_rank": 8}}, False, True, True, True),
+        ({"status": "cancelled", "config": {"lora_rank": 8}}, False, False, False, True),
+        ({"status": "failed", "config": {}}, False, False, False, False),
+    ],
+)
 def test_buttons_apply_by_the_runs_state_and_config(run, cancel, model, adapter, adapter_shown):
     cancel_button, model_button, adapter_button = _button_states(run)
     assert (cancel_button.interactive, model_button.interactive, adapter_button.interactive) == (cancel, model, adapter)
@@ -93,13 +115,29 @@ def test_launch_again_proposes_a_new_name():
 
 
 def test_reward_components_in_words_and_the_tooltip():
-    samples = [{"sample_id": i, "completion": "x", "tokens": ["x"], "reward": c, "advantages": [c - 0.5],
-                "step_rewards": None, "step_end_indices": None,
-                "reward_components": {"correct": c, "formatted": c, "format": 0.1 * c, "rm_score": 0.25, "len": 3.0}}
-               for i, c in enumerate([1.0, 0.0])]
+    samples = [
+        {
+            "sample_id": i,
+            "completion": "x",
+            "tokens": ["x"],
+            "reward": c,
+            "advantages": [c - 0.5],
+            "step_rewards": None,
+            "step_end_indices": None,
+            "reward_components": {"correct": c, "formatted": c, "format": 0.1 * c, "rm_score": 0.25, "len": 3.0},
+        }
+        for i, c in enumerate([1.0, 0.0])
+    ]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
-    for words in ("verifier: correct ✓", "verifier: wrong ✗", "final answer stated (#### or \\boxed)",
-                  "no #### or \\boxed final answer", "format reward +0.1", "reward model score 0.250", ">len 3<"):
+    for words in (
+        "verifier: correct ✓",
+        "verifier: wrong ✗",
+        "final answer stated (#### or \\boxed)",
+        "no #### or \\boxed final answer",
+        "format reward +0.1",
+        "reward model score 0.250",
+        ">len 3<",
+    ):
         assert words in page, words
     span = token_span("a b", -0.5, 1.0)
     assert 'data-tip="&#x27;a b&#x27;  A = -0.5000"' in span and "title=" not in span
@@ -117,10 +155,25 @@ def test_the_banner_warns_when_most_groups_have_no_reward_spread():
 
 
 def test_the_prompt_is_shown_as_the_model_saw_it():
-    sample = {"sample_id": 1, "completion": "x", "tokens": ["x"], "reward": 1.0, "advantages": [0.0],
-              "step_rewards": None, "step_end_indices": None, "reward_components": {}}
-    group = {"group_id": 1, "run_id": 1, "step": 1, "prompt": "What is 2+2?", "reference": "4", "samples": [sample],
-             "model_prompt": "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"}
+    sample = {
+        "sample_id": 1,
+        "completion": "x",
+        "tokens": ["x"],
+        "reward": 1.0,
+        "advantages": [0.0],
+        "step_rewards": None,
+        "step_end_indices": None,
+        "reward_components": {},
+    }
+    group = {
+        "group_id": 1,
+        "run_id": 1,
+        "step": 1,
+        "prompt": "What is 2+2?",
+        "reference": "4",
+        "samples": [sample],
+        "model_prompt": "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    }
     page = group_html(group)
     assert "Prompt as the model saw it" in page and "&lt;|im_start|&gt;user" in page
     assert "the question alone" in page
@@ -132,11 +185,26 @@ def test_the_prompt_is_shown_as_the_model_saw_it():
 def test_step_marks_give_the_reward_its_source_and_the_normalised_value():
     def sample(i, rewards):  # the advantages the engine gives: each token, the normalised rewards of its step onwards
         first, second = [(r - 0.75) / 0.4330127 for r in rewards]
-        return {"sample_id": i, "completion": "a\nb", "tokens": ["a", "\n", "b", "<eos>"], "reward": sum(rewards) / 2,
-                "advantages": [first + second] * 2 + [second, 0.0], "step_rewards": rewards, "step_end_indices": [1, 2],
-                "reward_components": {}}
-    group = {"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1",
-             "samples": [sample(1, [1.0, 1.0]), sample(2, [0.0, 1.0])], "step_labels": "rollouts, N=4, hard estimate"}
+        return {
+            "sample_id": i,
+            "completion": "a\nb",
+            "tokens": ["a", "\n", "b", "<eos>"],
+            "reward": sum(rewards) / 2,
+            "advantages": [first + second] * 2 + [second, 0.0],
+            "step_rewards": rewards,
+            "step_end_indices": [1, 2],
+            "reward_components": {},
+        }
+
+    group = {
+        "group_id": 1,
+        "run_id": 1,
+        "step": 1,
+        "prompt": "q",
+        "reference": "1",
+        "samples": [sample(1, [1.0, 1.0]), sample(2, [0.0, 1.0])],
+        "step_labels": "rollouts, N=4, hard estimate",
+    }
     page = group_html(group)  # R = {1, 1, 0, 1}: mean 0.75, std 0.4330 (GRPO_SPEC's worked example)
     assert "step rewards at each step end (from rollouts, N=4, hard estimate)" in page
     assert 'data-tip="step 1: reward +1.000 from rollouts, N=4, hard estimate; normalised +0.577"' in page

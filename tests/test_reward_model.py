@@ -3,6 +3,7 @@ and short real runs with the iterative refresh, on the built-in model.
 
 The runs use fewer RM samples (run-spec key ``rm_samples``) than the default to stay fast.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,10 @@ def expected_logits(rm, ids: list[int], reads: list[int], starts: list[int]) -> 
         hidden = rm.backbone(input_ids=x).last_hidden_state[0]  # (L, H)
         logp = torch.log_softmax(rm.prior(input_ids=x).logits[0].float(), -1)  # (L, V)
         token_logp = [0.0] + [logp[t - 1, ids[t]].item() for t in range(1, len(ids))]
-        return [rm.head(hidden[r]).item() + rm.prior_weight.item() * min(token_logp[s : r + 1])
-                for s, r in zip(starts, reads)]
+        return [
+            rm.head(hidden[r]).item() + rm.prior_weight.item() * min(token_logp[s : r + 1])
+            for s, r in zip(starts, reads)
+        ]
 
 
 def run(cache_dir, **overrides):
@@ -53,6 +56,7 @@ def run(cache_dir, **overrides):
 
 
 # --- what the heads read -----------------------------------------------------------------------
+
 
 def test_orm_reads_the_last_real_token_whatever_the_padding(builtin_path):
     rm = rm_of(builtin_path, "orm").eval()
@@ -83,14 +87,16 @@ def test_prm_reads_at_each_step_end(builtin_path):
         after = ids[r + 1]  # the next token starts the next step's delimiter, or is EOS after the last step
         assert rm.tokenizer.decode([after]) == "\n" if j < len(steps) - 1 else after == rm.tokenizer.eos_token_id
     with torch.no_grad():
-        batched = rm.logits([RMExample("2+3*4", steps, []), RMExample("1+1+1", ["1+1=2"], []),
-                             RMExample("1+1+1", [], [])])
+        batched = rm.logits(
+            [RMExample("2+3*4", steps, []), RMExample("1+1+1", ["1+1=2"], []), RMExample("1+1+1", [], [])]
+        )
     assert [x.shape for x in batched] == [torch.Size([3]), torch.Size([1]), torch.Size([0])]
     assert batched[0].tolist() == pytest.approx(expected_logits(rm, ids, reads, starts), abs=1e-4)
     assert all(0.0 < s < 1.0 for s in rm.score([RMExample("2+3*4", steps, [])])[0])
 
 
 # --- labels without humans, replay, training ----------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["orm", "prm"])
 def test_labels_come_from_the_verifier_and_the_step_checker(grpo_cache_dir, kind):
@@ -118,7 +124,7 @@ def test_replay_mixes_round_ratio_times_fresh_from_history():
         mixed, n = replay_mix(fresh, history, ratio, random.Random(0))
         assert n == round(ratio * len(fresh))
         assert mixed[: len(fresh)] == fresh and len(mixed) == len(fresh) + n
-        replayed = mixed[len(fresh):]
+        replayed = mixed[len(fresh) :]
         assert all(e in history for e in replayed) and len({e.question for e in replayed}) == n
     assert replay_mix(fresh, history, 0.1, random.Random(3)) == replay_mix(fresh, history, 0.1, random.Random(3))
     assert replay_mix(fresh, history[:2], 0.5, random.Random(0))[1] == 2  # never more than the history holds
@@ -128,8 +134,12 @@ def test_replay_mixes_round_ratio_times_fresh_from_history():
 def test_fit_learns_a_separable_rule_and_accuracy_counts_steps(builtin_path):
     # a PRM told that steps with a "+" are good and steps with a "*" are bad
     rm = rm_of(builtin_path, "prm")
-    data = [RMExample("2+3*4", ["3*4=12", "2+12=14"], [0.0, 1.0]), RMExample("1+2+3", ["1+2=3", "3+3=6"], [1.0, 1.0]),
-            RMExample("2*3+1", ["2*3=6", "6+1=7"], [0.0, 1.0]), RMExample("5*5-1", ["5*5=25"], [0.0])] * 8
+    data = [
+        RMExample("2+3*4", ["3*4=12", "2+12=14"], [0.0, 1.0]),
+        RMExample("1+2+3", ["1+2=3", "3+3=6"], [1.0, 1.0]),
+        RMExample("2*3+1", ["2*3=6", "6+1=7"], [0.0, 1.0]),
+        RMExample("5*5-1", ["5*5=25"], [0.0]),
+    ] * 8
     loss = fit(rm, data, 1e-3, random.Random(0), epochs=3, batch_size=8)
     assert math.isfinite(loss) and loss < 0.3
     assert not any(p.grad is not None and p.grad.abs().sum() > 0 for p in rm.prior.parameters())  # frozen
@@ -138,6 +148,7 @@ def test_fit_learns_a_separable_rule_and_accuracy_counts_steps(builtin_path):
 
 
 # --- runs ----------------------------------------------------------------------------------------
+
 
 def by_step(recorder: MemoryRecorder) -> dict[int, dict]:
     return {m["step"]: m for m in recorder.metrics}
@@ -175,7 +186,8 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
                 assert s.reward_components["correct"] == outcome_reward(s.completion, g.reference)[0]
                 assert s.step_rewards is None
         assert steps[step]["correct_frac"] == pytest.approx(
-            sum(s.reward_components["correct"] for s in samples) / len(samples))
+            sum(s.reward_components["correct"] for s in samples) / len(samples)
+        )
         assert steps[step]["reward_mean"] == pytest.approx(sum(s.reward for s in samples) / len(samples), abs=1e-5)
 
 
@@ -196,8 +208,9 @@ def test_prm_run_gives_per_step_scores(grpo_cache_dir):
                 assert s.reward == pytest.approx(mean) and s.reward_components["rm_score"] == pytest.approx(mean)
                 assert "correct" in s.reward_components
             width = max(len(s.tokens) for s in g.samples)
-            expected = process_advantages([s.step_rewards for s in g.samples],
-                                          [s.step_end_indices for s in g.samples], width)
+            expected = process_advantages(
+                [s.step_rewards for s in g.samples], [s.step_end_indices for s in g.samples], width
+            )
             for i, s in enumerate(g.samples):
                 assert s.advantages == pytest.approx(expected[i, : len(s.tokens)].tolist(), abs=1e-4)
 
@@ -210,13 +223,17 @@ def test_a_missing_reward_model_path_fails_the_run_naming_it(grpo_cache_dir, tmp
 
 # --- the run spec ----------------------------------------------------------------------------------
 
+
 def test_reward_model_keys_validate_naming_the_key():
     spec = validate_spec({"reward": "model"})
     assert spec.reward == "model" and spec.reward_model == ""
     assert validate_spec({"reward": "model", "reward_model": " org/rm-1b "}).reward_model == "org/rm-1b"
     assert validate_spec({"reward": "rule", "reward_model": "  "}).reward_model == ""
-    for bad in ({"reward_model": "org/rm"}, {"reward": "model", "reward_model": "my model"},
-                {"reward": "model", "reward_model": 3}):
+    for bad in (
+        {"reward_model": "org/rm"},
+        {"reward": "model", "reward_model": "my model"},
+        {"reward": "model", "reward_model": 3},
+    ):
         with pytest.raises(SpecError) as info:
             validate_spec(bad)
         assert info.value.key == "reward_model" and "reward_model" in str(info.value)
@@ -252,9 +269,19 @@ def write_math_shepherd(path, n: int = 40):
 
 def test_a_prm_trains_on_math_shepherd_data(grpo_cache_dir, tmp_path):
     data = write_math_shepherd(tmp_path / "shepherd.jsonl")
-    spec = validate_spec({"supervision": "process", "reward": "model", "rm_data": str(data), "rm_samples": 16,
-                          "iterations": 2, "steps_per_iteration": 1, "batch_size": 2, "group_size": 4,
-                          "eval_every": 0})
+    spec = validate_spec(
+        {
+            "supervision": "process",
+            "reward": "model",
+            "rm_data": str(data),
+            "rm_samples": 16,
+            "iterations": 2,
+            "steps_per_iteration": 1,
+            "batch_size": 2,
+            "group_size": 4,
+            "eval_every": 0,
+        }
+    )
     recorder = MemoryRecorder()
     assert trainer.train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     assert any("40 step-labelled solutions (1 rows skipped), 4 held out" in m for m in recorder.messages)
@@ -262,7 +289,9 @@ def test_a_prm_trains_on_math_shepherd_data(grpo_cache_dir, tmp_path):
     assert first["step"] == 0 and first["rm/train_examples"] == 16 and 0.0 <= first["rm/accuracy_after"] <= 1.0
     assert refresh["rm/train_examples"] == 16 + round(0.1 * 16) and "rm/accuracy_before" in refresh
     # rm_data is the warm start; the refresh trains on the policy's own samples, as Algorithm 1 says
-    assert any("refreshed on 18 examples (the policy's samples labelled by the builtin step checker, 2 replayed)" in m
-               for m in recorder.messages)
+    assert any(
+        "refreshed on 18 examples (the policy's samples labelled by the builtin step checker, 2 replayed)" in m
+        for m in recorder.messages
+    )
     with pytest.raises(SpecError, match="rm_data: is PRM training data"):
         validate_spec({"rm_data": str(data)})

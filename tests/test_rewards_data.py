@@ -1,4 +1,5 @@
 """The verifier, the step checker, the built-in dataset and the trainer's small token helpers."""
+
 from __future__ import annotations
 
 import os
@@ -26,34 +27,41 @@ def steps_of(text: str) -> list[str]:
 
 # --- the verifier (outcome reward) -----------------------------------------------------------
 
-@pytest.mark.parametrize("completion, answer", [
-    ("3*4=12\n2+12=14\n#### 14", "14"),
-    ("#### 14", "14"),
-    ("####14", "14"),
-    ("#### 14  \n\n", "14"),  # trailing blank lines and spaces are fine
-    ("3*4=12\n2-12=-10\n#### -10", "-10"),  # negative numbers
-    ("#### 2.5", "2.5"),
-    ("#### 12\n#### 14", "14"),  # the last answer line counts
-    ("2+3*4=14", None),  # no "####" line
-    ("", None),
-    ("#### 14 apples", None),  # junk after the number
-    ("#### 14\nso the answer is 14", None),  # junk line after the answer line
-    ("#### fourteen", None),
-])
+
+@pytest.mark.parametrize(
+    "completion, answer",
+    [
+        ("3*4=12\n2+12=14\n#### 14", "14"),
+        ("#### 14", "14"),
+        ("####14", "14"),
+        ("#### 14  \n\n", "14"),  # trailing blank lines and spaces are fine
+        ("3*4=12\n2-12=-10\n#### -10", "-10"),  # negative numbers
+        ("#### 2.5", "2.5"),
+        ("#### 12\n#### 14", "14"),  # the last answer line counts
+        ("2+3*4=14", None),  # no "####" line
+        ("", None),
+        ("#### 14 apples", None),  # junk after the number
+        ("#### 14\nso the answer is 14", None),  # junk line after the answer line
+        ("#### fourteen", None),
+    ],
+)
 def test_extract_final_answer_reads_the_gsm8k_line(completion, answer):
     assert extract_final_answer(completion)[0] == answer
 
 
-@pytest.mark.parametrize("completion, reference, reward, formatted", [
-    ("3*4=12\n2+12=14\n#### 14", "14", 1.0, 1.0),  # right
-    ("2+3=5\n5*4=20\n#### 20", "14", 0.0, 1.0),  # wrong
-    ("3*4=12\n2+12=14", "14", 0.0, 0.0),  # missing "####"
-    ("#### 14 and more", "14", 0.0, 0.0),  # junk after
-    ("3*4=12\n2-12=-10\n#### -10", "-10", 1.0, 1.0),  # negative, right
-    ("#### 10", "-10", 0.0, 1.0),  # sign matters
-    ("#### 14.0", "14", 1.0, 1.0),  # compared as numbers
-    ("#### 14", "fourteen", 0.0, 1.0),  # a non-numeric reference is no error
-])
+@pytest.mark.parametrize(
+    "completion, reference, reward, formatted",
+    [
+        ("3*4=12\n2+12=14\n#### 14", "14", 1.0, 1.0),  # right
+        ("2+3=5\n5*4=20\n#### 20", "14", 0.0, 1.0),  # wrong
+        ("3*4=12\n2+12=14", "14", 0.0, 0.0),  # missing "####"
+        ("#### 14 and more", "14", 0.0, 0.0),  # junk after
+        ("3*4=12\n2-12=-10\n#### -10", "-10", 1.0, 1.0),  # negative, right
+        ("#### 10", "-10", 0.0, 1.0),  # sign matters
+        ("#### 14.0", "14", 1.0, 1.0),  # compared as numbers
+        ("#### 14", "fourteen", 0.0, 1.0),  # a non-numeric reference is no error
+    ],
+)
 def test_outcome_reward(completion, reference, reward, formatted):
     total, components = outcome_reward(completion, reference)
     assert total == reward
@@ -61,6 +69,7 @@ def test_outcome_reward(completion, reference, reward, formatted):
 
 
 # --- the step checker (process reward) -------------------------------------------------------
+
 
 def test_check_step_accepts_a_right_solution_step_by_step():
     q = "2+3*4"
@@ -100,8 +109,18 @@ def test_check_step_final_line_states_the_answer_as_a_plain_number():
     right = ["3*4=12", "2+12=14"]
     for line in ("#### 14", "####14", "#### 14  ", "#### 14.0", "#### 014"):
         assert check_step(line, q, right), line
-    for line in ("#### 15", "#### 14.5", "#### 14 apples", "#### fourteen", "14", "\\boxed{14}", "#### ", "#### 2+12",
-                 "#### 28/2", "#### x=14"):
+    for line in (
+        "#### 15",
+        "#### 14.5",
+        "#### 14 apples",
+        "#### fourteen",
+        "14",
+        "\\boxed{14}",
+        "#### ",
+        "#### 2+12",
+        "#### 28/2",
+        "#### x=14",
+    ):
         assert not check_step(line, q, right), line
     assert check_step("#### -10", "2-3*4", ["3*4=12", "2-12=-10"])
 
@@ -131,6 +150,7 @@ def test_check_step_verdicts_on_every_builtin_example_and_its_wrong_variants():
 
 
 # --- the built-in dataset --------------------------------------------------------------------
+
 
 def _is_precedence_shape(q: str) -> bool:
     return q[1] in "+-" and q[3] == "*"
@@ -214,9 +234,11 @@ def test_warmup_examples_without_wrong_share_are_all_right():
 
 # --- dataset files (read_dataset_file, and load_dataset on them) -----------------------------
 
-ROWS = [{"question": "1+2*3", "answer": "7", "solution": "2*3=6\n1+6=7\n#### 7"},
-        {"question": "2*3-1", "answer": "5", "solution": ""},
-        {"question": "4-1+2", "answer": "5", "solution": "4-1=3\n3+2=5\n#### 5"}]
+ROWS = [
+    {"question": "1+2*3", "answer": "7", "solution": "2*3=6\n1+6=7\n#### 7"},
+    {"question": "2*3-1", "answer": "5", "solution": ""},
+    {"question": "4-1+2", "answer": "5", "solution": "4-1=3\n3+2=5\n#### 5"},
+]
 
 
 def _write(path, text: str | bytes):
@@ -244,8 +266,10 @@ def test_jsonl_csv_and_parquet_files_read_the_same_rows(tmp_path):
 
 def test_numbers_are_answers_solution_is_optional_and_a_bom_is_fine(tmp_path):
     path = _write(tmp_path / "d.jsonl", '\ufeff{"question": "1+1", "answer": 2}\n{"question": 3.5, "answer": "4"}\n')
-    assert read_dataset_file(path) == [{"question": "1+1", "answer": "2", "solution": ""},
-                                       {"question": "3.5", "answer": "4", "solution": ""}]
+    assert read_dataset_file(path) == [
+        {"question": "1+1", "answer": "2", "solution": ""},
+        {"question": "3.5", "answer": "4", "solution": ""},
+    ]
     csv = _write(tmp_path / "d.csv", "answer , question\n2,1+1\n,\n4,2+2\n")  # spaces in the header; a line of empties
     assert [r["answer"] for r in read_dataset_file(csv)] == ["2", "4"]
 
@@ -263,8 +287,13 @@ def test_load_dataset_holds_out_the_last_tenth_of_a_csv_or_parquet_file(tmp_path
         load_dataset(str(tmp_path / "missing.csv"))
 
 
-GSM8K_LIKE = [{"question": f"Tom has {i} apples and buys {i + 2} more. How many?",
-               "answer": f"He has {i}+{i + 2}={2 * i + 2}.\n#### {2 * i + 2}"} for i in range(12)]
+GSM8K_LIKE = [
+    {
+        "question": f"Tom has {i} apples and buys {i + 2} more. How many?",
+        "answer": f"He has {i}+{i + 2}={2 * i + 2}.\n#### {2 * i + 2}",
+    }
+    for i in range(12)
+]
 
 
 def write_hub_style_dataset(root):
@@ -277,7 +306,8 @@ def write_hub_style_dataset(root):
         (root / "main" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "README.md").write_text(
         "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train.jsonl\n"
-        "  - split: test\n    path: main/test.jsonl\n---\n")
+        "  - split: test\n    path: main/test.jsonl\n---\n"
+    )
     return root
 
 
@@ -311,36 +341,59 @@ def test_an_unreachable_hub_dataset_fails_with_a_message_saying_so():
     import subprocess
     import sys
 
-    code = ("from grpo_engine.data import load_dataset\n"
-            "try:\n    load_dataset('nobody/no-such-dataset')\nexcept ValueError as e:\n    print(e)\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # no hub here: fail at once, not after retries
+    code = (
+        "from grpo_engine.data import load_dataset\n"
+        "try:\n    load_dataset('nobody/no-such-dataset')\nexcept ValueError as e:\n    print(e)\n"
+    )
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }  # no hub here: fail at once, not after retries
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
-    assert out.startswith("dataset 'nobody/no-such-dataset' (config 'default', split 'train') could not be loaded: "), out
+    assert out.startswith("dataset 'nobody/no-such-dataset' (config 'default', split 'train') could not be loaded: "), (
+        out
+    )
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("a.jsonl", '{"question": "1", "answer": "1"}\n{"question": \n', "line 2 is not valid JSON (Expecting value)"),
-    ("a.jsonl", '{"question": "1", "answer": "1"}\n\n"text"\n', "line 3 is not a JSON object (it is a str)"),
-    ("a.jsonl", '{"question": "1"}\n', "line 1 needs the fields 'question' and 'answer'"),
-    ("a.jsonl", '{"question": "1", "answer": "1"}\n{"question": "", "answer": "1"}\n', "line 2 has an empty 'question'"),
-    ("a.jsonl", '{"question": "1", "answer": null}\n', "line 1 has an empty 'answer'"),
-    ("a.jsonl", '{"question": "1", "answer": true}\n', "line 1: 'answer' must be text or a number, got bool"),
-    ("a.jsonl", '{"question": {"a": 1}, "answer": "1"}\n', "line 1: 'question' must be text or a number, got dict"),
-    ("a.jsonl", '{"question": "1", "answer": "1"}\n' + "[" * 100_000 + "\n", "line 2 is not valid JSON (maximum recursion"),
-    ("a.jsonl", '{"question": "1", "answer": ' + "9" * 5000 + "}\n", "line 1 is not valid JSON (Exceeds the limit"),
-    ("a.jsonl", '{"question": "1", "answer": "1"}\n', "needs at least 2 rows, found 1"),
-    ("a.jsonl", "", "the file is empty"),
-    ("a.jsonl", " \n\n", "the file is empty"),
-    ("a.jsonl", b'{"question": "1", "answer": "1"}\n\xff\xfe\x00', "line 2 is not UTF-8 text (a binary file?)"),
-    ("a.jsonl", '{"question": "1", "answer": "1"}\n\n\x00\x01', "line 3 holds a NUL byte: a binary file"),
-    ("a.csv", "question,answer\n1,1\n\"2\nstill 2\",\n", "line 4 has an empty 'answer'"),  # line of the row's end
-    ("a.csv", "question,answer\n1,1\n2,2,2\n", "line 3 has 3 fields, the header has 2"),
-    ("a.csv", "q,a\n1,1\n", "needs the columns 'question' and 'answer'; missing 'question', 'answer' (found: 'q', 'a')"),
-    ("a.csv", 'question,answer\n1,"1\n', "line 2 is not valid CSV (unexpected end of data)"),
-    ("a.parquet", "PAR1 not really", "not a valid Parquet file"),
-    ("a.txt", "question,answer\n", "unsupported file type '.txt'; a dataset file is .jsonl, .csv, .parquet"),
-    ("a", "question,answer\n", "unsupported file type '(no extension)'"),
-])
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("a.jsonl", '{"question": "1", "answer": "1"}\n{"question": \n', "line 2 is not valid JSON (Expecting value)"),
+        ("a.jsonl", '{"question": "1", "answer": "1"}\n\n"text"\n', "line 3 is not a JSON object (it is a str)"),
+        ("a.jsonl", '{"question": "1"}\n', "line 1 needs the fields 'question' and 'answer'"),
+        (
+            "a.jsonl",
+            '{"question": "1", "answer": "1"}\n{"question": "", "answer": "1"}\n',
+            "line 2 has an empty 'question'",
+        ),
+        ("a.jsonl", '{"question": "1", "answer": null}\n', "line 1 has an empty 'answer'"),
+        ("a.jsonl", '{"question": "1", "answer": true}\n', "line 1: 'answer' must be text or a number, got bool"),
+        ("a.jsonl", '{"question": {"a": 1}, "answer": "1"}\n', "line 1: 'question' must be text or a number, got dict"),
+        (
+            "a.jsonl",
+            '{"question": "1", "answer": "1"}\n' + "[" * 100_000 + "\n",
+            "line 2 is not valid JSON (maximum recursion",
+        ),
+        ("a.jsonl", '{"question": "1", "answer": ' + "9" * 5000 + "}\n", "line 1 is not valid JSON (Exceeds the limit"),
+        ("a.jsonl", '{"question": "1", "answer": "1"}\n', "needs at least 2 rows, found 1"),
+        ("a.jsonl", "", "the file is empty"),
+        ("a.jsonl", " \n\n", "the file is empty"),
+        ("a.jsonl", b'{"question": "1", "answer": "1"}\n\xff\xfe\x00', "line 2 is not UTF-8 text (a binary file?)"),
+        ("a.jsonl", '{"question": "1", "answer": "1"}\n\n\x00\x01', "line 3 holds a NUL byte: a binary file"),
+        ("a.csv", 'question,answer\n1,1\n"2\nstill 2",\n', "line 4 has an empty 'answer'"),  # line of the row's end
+        ("a.csv", "question,answer\n1,1\n2,2,2\n", "line 3 has 3 fields, the header has 2"),
+        (
+            "a.csv",
+            "q,a\n1,1\n",
+            "needs the columns 'question' and 'answer'; missing 'question', 'answer' (found: 'q', 'a')",
+        ),
+        ("a.csv", 'question,answer\n1,"1\n', "line 2 is not valid CSV (unexpected end of data)"),
+        ("a.parquet", "PAR1 not really", "not a valid Parquet file"),
+        ("a.txt", "question,answer\n", "unsupported file type '.txt'; a dataset file is .jsonl, .csv, .parquet"),
+        ("a", "question,answer\n", "unsupported file type '(no extension)'"),
+    ],
+)
 def test_a_bad_file_is_refused_naming_it_and_the_line(tmp_path, name, content, message):
     path = _write(tmp_path / name, content)
     with pytest.raises(ValueError) as caught:
@@ -371,6 +424,7 @@ def test_parquet_rows_are_counted_from_1_and_nulls_are_empty(tmp_path):
 
 # --- the trainer's token helpers -------------------------------------------------------------
 
+
 def test_step_boundaries_one_character_per_token():
     # "3*4=12" is chars 0..5, "\n" 6, "2+12=14" 7..13, "\n" 14, "#### 14" 15..21
     steps, ends = step_boundaries(list("3*4=12\n2+12=14\n#### 14"))
@@ -396,12 +450,14 @@ def test_step_boundaries_skip_blank_lines_and_trailing_spaces():
 
 def test_completion_mask():
     eos = 1
-    completions = torch.tensor([
-        [5, 6, 1, 0, 0],  # EOS at 2: tokens 0..2 are real
-        [5, 1, 1, 0, 0],  # only the first EOS counts
-        [5, 6, 7, 8, 9],  # no EOS: truncated, all real
-        [1, 0, 0, 0, 0],  # EOS first
-    ])
+    completions = torch.tensor(
+        [
+            [5, 6, 1, 0, 0],  # EOS at 2: tokens 0..2 are real
+            [5, 1, 1, 0, 0],  # only the first EOS counts
+            [5, 6, 7, 8, 9],  # no EOS: truncated, all real
+            [1, 0, 0, 0, 0],  # EOS first
+        ]
+    )
     mask, ended = completion_mask(completions, eos)
     assert mask.tolist() == [
         [1.0, 1.0, 1.0, 0.0, 0.0],

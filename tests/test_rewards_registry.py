@@ -1,6 +1,7 @@
 """Named rewards (grpo_engine.reward_functions): each built-in on hand-computed numbers, the weighted sum, the
 ``rewards`` key's refusals (each naming ``rewards``), the reward/<name> metrics and where the charts draw them, and
 the group view's words for named rewards."""
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,16 @@ from app.charts import chart_panels
 from app.render_group import _verdicts
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.recorder import METRICS
-from grpo_engine.reward_functions import (BUILTINS, accuracy_reward, format_reward, length_reward, named_rewards,
-                                          repetition_reward, reward_means, score_outputs)
+from grpo_engine.reward_functions import (
+    BUILTINS,
+    accuracy_reward,
+    format_reward,
+    length_reward,
+    named_rewards,
+    repetition_reward,
+    reward_means,
+    score_outputs,
+)
 
 
 def test_accuracy_is_the_verifier():
@@ -27,9 +36,19 @@ def test_format_rewards_a_stated_final_answer_right_or_wrong():
     assert format_reward("q", "the answer is 14", "14") == 0.0
 
 
-@pytest.mark.parametrize("tokens, right, expected", [
-    (0, True, 1.0), (8, True, 0.5 + 0.25 * (1 + math.cos(math.pi / 4))), (16, True, 0.75), (32, True, 0.5),
-    (64, True, 0.5), (0, False, -1.0), (8, False, -0.5 - 0.25 * (1 + math.cos(math.pi / 4))), (32, False, -0.5)])
+@pytest.mark.parametrize(
+    "tokens, right, expected",
+    [
+        (0, True, 1.0),
+        (8, True, 0.5 + 0.25 * (1 + math.cos(math.pi / 4))),
+        (16, True, 0.75),
+        (32, True, 0.5),
+        (64, True, 0.5),
+        (0, False, -1.0),
+        (8, False, -0.5 - 0.25 * (1 + math.cos(math.pi / 4))),
+        (32, False, -0.5),
+    ],
+)
 def test_length_is_cosine_scaled(tokens, right, expected):
     completion = "#### 14" if right else "#### 15"
     value = length_reward("q", completion, "14", completion_tokens=tokens, max_new_tokens=32)
@@ -54,10 +73,18 @@ def test_repetition_penalises_repeated_trigrams():
 
 
 def test_weighted_sum_and_unweighted_components():
-    out = {"question": "q", "completion": "a b a b a b\n#### 14", "reference": "14",
-           "row": {"completion_tokens": 16, "max_new_tokens": 32}}
-    rewards = [{"name": "accuracy", "weight": 1.0}, {"name": "length", "weight": 0.5},
-               {"name": "repetition", "weight": 2.0}, {"name": "format", "weight": 0.1}]
+    out = {
+        "question": "q",
+        "completion": "a b a b a b\n#### 14",
+        "reference": "14",
+        "row": {"completion_tokens": 16, "max_new_tokens": 32},
+    }
+    rewards = [
+        {"name": "accuracy", "weight": 1.0},
+        {"name": "length", "weight": 0.5},
+        {"name": "repetition", "weight": 2.0},
+        {"name": "format", "weight": 0.1},
+    ]
     total, parts = score_outputs(rewards, [out])[0]
     # 3-grams of "a b a b a b #### 14": aba bab aba bab ab#### b####14 -> 4 unique of 6: -(1 - 4/6) = -1/3
     assert parts == pytest.approx({"accuracy": 1.0, "length": 0.75, "repetition": -1 / 3, "format": 1.0})
@@ -85,20 +112,24 @@ def test_named_rewards_keep_the_verifier_and_add_the_named_components():
     assert r0 == pytest.approx(1.0 + 0.5 * c0["length"]) and r1 == pytest.approx(0.0 + 0.5 * -0.5)
     assert verdicts is judged.verdicts
     assert reward_means([c0, c1], spec.rewards) == pytest.approx(
-        {"reward/accuracy": 0.5, "reward/length": (c0["length"] - 0.5) / 2})
+        {"reward/accuracy": 0.5, "reward/length": (c0["length"] - 0.5) / 2}
+    )
 
 
-@pytest.mark.parametrize("rewards, words", [
-    ([{"name": "brevity"}], "unknown reward 'brevity': the built-ins are accuracy, format, length, repetition"),
-    ([{"name": "length", "weight": "heavy"}], "weight must be a finite number"),
-    ([{"name": "length", "weight": float("inf")}], "weight must be a finite number"),
-    ([{"name": "length", "weight": True}], "weight must be a finite number"),
-    ([{"name": "length"}, {"name": "length", "weight": 2}], "'length' is given twice"),
-    ([{"name": "length", "scale": 2}], "must be an object"),
-    (["length"], "must be an object"),
-    ({"name": "length"}, "must be a list"),
-    ("[{'name': 'length'}]", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "rewards, words",
+    [
+        ([{"name": "brevity"}], "unknown reward 'brevity': the built-ins are accuracy, format, length, repetition"),
+        ([{"name": "length", "weight": "heavy"}], "weight must be a finite number"),
+        ([{"name": "length", "weight": float("inf")}], "weight must be a finite number"),
+        ([{"name": "length", "weight": True}], "weight must be a finite number"),
+        ([{"name": "length"}, {"name": "length", "weight": 2}], "'length' is given twice"),
+        ([{"name": "length", "scale": 2}], "must be an object"),
+        (["length"], "must be an object"),
+        ({"name": "length"}, "must be a list"),
+        ("[{'name': 'length'}]", "not JSON"),
+    ],
+)
 def test_bad_rewards_are_refused_naming_the_key(rewards, words):
     with pytest.raises(SpecError) as refused:
         validate_spec({"rewards": rewards})
@@ -133,8 +164,9 @@ def test_reward_metrics_are_charted_in_the_reward_panel_and_not_required_every_s
 
 
 def test_group_view_shows_each_named_reward_with_its_weight_and_the_total():
-    page = _verdicts({"correct": 1.0, "formatted": 1.0, "accuracy": 1.0, "length": 0.42},
-                     {"accuracy": 1.0, "length": 0.5})
+    page = _verdicts(
+        {"correct": 1.0, "formatted": 1.0, "accuracy": 1.0, "length": 0.42}, {"accuracy": 1.0, "length": 0.5}
+    )
     assert "verifier: correct ✓" in page and "accuracy 1 × 1" in page and "length 0.42 × 0.5" in page
     assert "weighted total 1.21" in page
     assert "length 0.42" in _verdicts({"length": 0.42}) and "×" not in _verdicts({"length": 0.42})

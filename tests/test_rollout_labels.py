@@ -2,6 +2,7 @@
 continuation verdicts and on a hand-made completer (a language model whose continuations are fixed in advance), the
 labels of the built-in policy's own outputs against the exact step checker, and process-supervision runs whose rule
 reward, or whose learned PRM's training data, comes from rollouts on the built-in task."""
+
 from __future__ import annotations
 
 import sys
@@ -50,8 +51,9 @@ class ScriptedLM(torch.nn.Module):
     def __init__(self, tokenizer, right: dict[int, int]):
         super().__init__()
         self.tokenizer, self.right = tokenizer, right
-        self.scripts = [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id]
-                        for t in ("#### 14", "#### 99")]
+        self.scripts = [
+            tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in ("#### 14", "#### 99")
+        ]
         assert self.scripts[0][0] == self.scripts[1][0]  # both start alike: the first token comes before the repeat
 
     def _logits(self, tokens: list[int]) -> torch.Tensor:
@@ -84,8 +86,9 @@ def scripted_outputs(tokenizer):
     return prompt, torch.ones_like(prompt), completions, step_ends, texts, tokens
 
 
-@pytest.mark.parametrize("estimate, expected", [("hard", [[1.0, 0.0, 1.0], [1.0, 0.0]]),
-                                                ("soft", [[0.75, 0.0, 1.0], [0.75, 0.0]])])
+@pytest.mark.parametrize(
+    "estimate, expected", [("hard", [[1.0, 0.0, 1.0], [1.0, 0.0]]), ("soft", [[0.75, 0.0, 1.0], [0.75, 0.0]])]
+)
 def test_hard_and_soft_estimates_on_a_hand_made_completer(estimate, expected):
     tokenizer = build_tokenizer()
     right = {2: 3, 3: 0}  # after the question and one step, 3 of 4 continuations reach 14; after two steps, none
@@ -98,8 +101,12 @@ def test_hard_and_soft_estimates_on_a_hand_made_completer(estimate, expected):
     assert rollout_verdicts(ScriptedLM(tokenizer, right), tokenizer, *args, estimate=estimate, **kwargs) == expected
     # the same through a Completer: it reads the question with its own template and the output so far as text
     completer = Completer(ScriptedLM(tokenizer, right), tokenizer, lambda q: f"{q}\n", [tokenizer.eos_token_id])
-    assert rollout_verdicts(None, None, *args, estimate=estimate, completer=completer, questions=["2+3*4"] * 2,
-                            tokens=tokens, **kwargs) == expected
+    assert (
+        rollout_verdicts(
+            None, None, *args, estimate=estimate, completer=completer, questions=["2+3*4"] * 2, tokens=tokens, **kwargs
+        )
+        == expected
+    )
 
 
 class ProseLM(ScriptedLM):
@@ -107,20 +114,23 @@ class ProseLM(ScriptedLM):
 
     def __init__(self, tokenizer, right: dict[int, int]):
         super().__init__(tokenizer, right)
-        self.scripts = [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id]
-                        for t in ("= 14", "= 99")]
+        self.scripts = [
+            tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in ("= 14", "= 99")
+        ]
 
 
-@pytest.mark.parametrize("match, expected", [("strict", [[0.0, 0.0, 1.0], [0.0, 0.0]]),
-                                             ("flexible", [[0.75, 0.0, 1.0], [0.75, 0.0]])])
+@pytest.mark.parametrize(
+    "match, expected", [("strict", [[0.0, 0.0, 1.0], [0.0, 0.0]]), ("flexible", [[0.75, 0.0, 1.0], [0.75, 0.0]])]
+)
 def test_continuations_reach_the_answer_as_the_runs_answer_match_reads_it(match, expected):
     tokenizer = build_tokenizer()
     prompt, attn, completions, step_ends, texts, _ = scripted_outputs(tokenizer)
     kwargs = dict(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id], match=match)
     # 3 of 4 continuations after the first step end '= 14': the last number is the answer, stated without '####';
     # the last steps are the outputs' own '#### 14' (right) and '#### 5' (wrong) under both rules
-    shares = rollout_shares(ProseLM(tokenizer, {2: 3, 3: 0}), tokenizer, prompt, attn, completions, step_ends, texts,
-                            ["14", "14"], **kwargs)
+    shares = rollout_shares(
+        ProseLM(tokenizer, {2: 3, 3: 0}), tokenizer, prompt, attn, completions, step_ends, texts, ["14", "14"], **kwargs
+    )
     assert shares == expected
 
 
@@ -143,9 +153,20 @@ def test_a_process_run_rewarded_by_rollout_labels(grpo_cache_dir, completer):
     from grpo_engine.trainer import train
 
     recorder = MemoryRecorder()
-    spec = validate_spec(dict(supervision="process", step_labels="rollouts", label_rollouts=2, steps_per_iteration=2,
-                              batch_size=2, group_size=4, eval_every=0, max_new_tokens=24, label_estimate="soft",
-                              label_completer=str(builtin_model_dir(grpo_cache_dir)) if completer else ""))
+    spec = validate_spec(
+        dict(
+            supervision="process",
+            step_labels="rollouts",
+            label_rollouts=2,
+            steps_per_iteration=2,
+            batch_size=2,
+            group_size=4,
+            eval_every=0,
+            max_new_tokens=24,
+            label_estimate="soft",
+            label_completer=str(builtin_model_dir(grpo_cache_dir)) if completer else "",
+        )
+    )
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     assert any("label_completer" in m and "frozen" in m for m in recorder.messages) == bool(completer)
     steps = {m["step"]: m for m in recorder.metrics}
@@ -164,14 +185,30 @@ def test_a_prm_learns_from_rollout_labels_of_the_policys_samples(grpo_cache_dir)
     from grpo_engine.trainer import train
 
     recorder = MemoryRecorder()
-    spec = validate_spec(dict(supervision="process", reward="model", step_labels="rollouts", label_rollouts=2,
-                              iterations=2, steps_per_iteration=1, batch_size=2, group_size=4, eval_every=0,
-                              max_new_tokens=24, rm_samples=16))
+    spec = validate_spec(
+        dict(
+            supervision="process",
+            reward="model",
+            step_labels="rollouts",
+            label_rollouts=2,
+            iterations=2,
+            steps_per_iteration=1,
+            batch_size=2,
+            group_size=4,
+            eval_every=0,
+            max_new_tokens=24,
+            rm_samples=16,
+        )
+    )
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
-    assert any("trained on 16 outputs of the initial policy labelled by 2 rollouts a step by the policy, hard "
-               "estimate" in m for m in recorder.messages)
-    assert any("refreshed on 18 examples (the policy's samples labelled by 2 rollouts a step by the policy" in m
-               for m in recorder.messages)
+    assert any(
+        "trained on 16 outputs of the initial policy labelled by 2 rollouts a step by the policy, hard estimate" in m
+        for m in recorder.messages
+    )
+    assert any(
+        "refreshed on 18 examples (the policy's samples labelled by 2 rollouts a step by the policy" in m
+        for m in recorder.messages
+    )
     for groups in recorder.group_log.values():  # the PRM scores the steps; rollouts label only its training data
         for sample in (s for g in groups for s in g.samples):
             assert sample.step_labels is None and sample.step_shares is None and sample.step_rewards is not None

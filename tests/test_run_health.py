@@ -1,5 +1,6 @@
 """A run's health warnings in /get_run (app.run_health over app.health's rules, read from the store, cached
 between polls), and the reward model's timeline on the charts."""
+
 from __future__ import annotations
 
 from app import api, manage_api, store
@@ -12,8 +13,20 @@ from tests.test_store import new_run
 def record(db_url: str, run_id: int, steps: range, **metrics) -> None:
     with session_scope(db_url) as s:
         for step in steps:
-            store.record_step(s, run_id, step, 1, {"reward_mean": 0.5, "entropy": 1.0, "kl": 0.01,
-                                                   "zero_std_frac": 0.1, "truncated_frac": 0.0, **metrics})
+            store.record_step(
+                s,
+                run_id,
+                step,
+                1,
+                {
+                    "reward_mean": 0.5,
+                    "entropy": 1.0,
+                    "kl": 0.01,
+                    "zero_std_frac": 0.1,
+                    "truncated_frac": 0.0,
+                    **metrics,
+                },
+            )
 
 
 def test_get_run_lists_warnings_and_works_them_out_again_as_the_run_moves_on(db_url, monkeypatch):
@@ -57,9 +70,17 @@ def store_metrics(db_url: str, run_id: int) -> list[dict]:
 
 def test_rm_refreshes_are_drawn_on_every_panel_and_the_rm_panel_shows_the_policys_accuracy():
     metrics = [{"step": 0, "eval/accuracy": 0.3, "rm/accuracy_after": 0.9}]
-    metrics += [{"step": s, "reward_mean": 0.5, "kl": 0.01, "eval/accuracy": 0.5 if s % 5 == 0 else None,
-                 "rm/accuracy_before": 0.8 if s == 10 else None, "rm/accuracy_after": 0.9 if s == 10 else None}
-                for s in range(1, 21)]
+    metrics += [
+        {
+            "step": s,
+            "reward_mean": 0.5,
+            "kl": 0.01,
+            "eval/accuracy": 0.5 if s % 5 == 0 else None,
+            "rm/accuracy_before": 0.8 if s == 10 else None,
+            "rm/accuracy_after": 0.9 if s == 10 else None,
+        }
+        for s in range(1, 21)
+    ]
     assert rm_refresh_steps(metrics) == [10]
     panels = dict(chart_panels(metrics))
     assert panels["reward model"] == ("rm/accuracy_before", "rm/accuracy_after", "eval/accuracy")

@@ -2,6 +2,7 @@
 (app.manage_api, app.api.get_logs, launch's 'gpu' check) over a real SQLite store and broker, the run spec's
 near-key message, the Runs table's renderers, and the new endpoints through gradio_client on a live server.
 """
+
 from __future__ import annotations
 
 import threading
@@ -21,8 +22,15 @@ from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
 
 QUEUE = "grpo-manage-test"
-SPEC = {"model": "builtin-arith", "dataset": "builtin-arith", "supervision": "outcome", "iterations": 1,
-        "steps_per_iteration": 10, "name": "r", "device": "auto"}
+SPEC = {
+    "model": "builtin-arith",
+    "dataset": "builtin-arith",
+    "supervision": "outcome",
+    "iterations": 1,
+    "steps_per_iteration": 10,
+    "name": "r",
+    "device": "auto",
+}
 
 
 def _group(rewards: list[float]) -> dict:
@@ -45,11 +53,13 @@ def _seed_run(s, name: str = "r") -> int:
 def _counts(s, run_id: int) -> dict[str, int]:
     """How many rows of each table belong to the run."""
     groups = select(Group.id).where(Group.run_id == run_id)
-    return {"runs": s.scalar(select(func.count()).where(Run.id == run_id)),
-            "metrics": s.scalar(select(func.count()).where(Metric.run_id == run_id)),
-            "groups": s.scalar(select(func.count()).where(Group.run_id == run_id)),
-            "samples": s.scalar(select(func.count()).where(Sample.group_id.in_(groups))),
-            "logs": s.scalar(select(func.count()).where(RunLog.run_id == run_id))}
+    return {
+        "runs": s.scalar(select(func.count()).where(Run.id == run_id)),
+        "metrics": s.scalar(select(func.count()).where(Metric.run_id == run_id)),
+        "groups": s.scalar(select(func.count()).where(Group.run_id == run_id)),
+        "samples": s.scalar(select(func.count()).where(Sample.group_id.in_(groups))),
+        "logs": s.scalar(select(func.count()).where(RunLog.run_id == run_id)),
+    }
 
 
 # ---- the store, on both backends ------------------------------------------------------------------
@@ -120,24 +130,43 @@ def test_rename_annotate_archive(api_env):
     assert manage_api.archive_run(run_id, "false")["archived"] is False
 
 
-@pytest.mark.parametrize("call,words", [
-    (lambda r: manage_api.rename_run(r, ""), "name must not be empty"),
-    (lambda r: manage_api.rename_run(r, "x" * 201), "name must be at most 200 characters"),
-    (lambda r: manage_api.rename_run(r, "a\0b"), "name must not contain a NUL"),
-    (lambda r: manage_api.rename_run(r, 5), "name must be a string"),
-    (lambda r: manage_api.annotate_run(r, "x" * 10_001), "notes must be at most 10000"),
-    (lambda r: manage_api.annotate_run(r, None, {"a": 1}), "tags must be a list of strings"),
-    (lambda r: manage_api.annotate_run(r, None, ["x" * 41]), "a tag must be at most 40"),
-    (lambda r: manage_api.annotate_run(r, None, [str(i) for i in range(21)]), "at most 20 tags"),
-    (lambda r: manage_api.archive_run(r, "maybe"), "archived must be true or false"),
-    (lambda r: manage_api.wait_run(r, 0), "timeout must be a number of seconds from 1 to 600"),
-    (lambda r: manage_api.wait_run(r, "forever"), "timeout must be a number"),
-    (lambda r: api.get_logs(r, 0), "limit must be an integer from 1"),
-    (lambda r: api.get_logs(r, 10_001), "limit must be an integer from 1 to 10000"),
-    (lambda r: manage_api.delete_run(r + 1), "not found"),
-    (lambda r: manage_api.rename_run("abc", "x"), "run_id must be an integer"),
-], ids=["empty", "long", "nul", "not-text", "long-notes", "tags-dict", "long-tag", "many-tags", "archived",
-        "timeout-0", "timeout-text", "limit-0", "limit-big", "unknown", "bad-id"])
+@pytest.mark.parametrize(
+    "call,words",
+    [
+        (lambda r: manage_api.rename_run(r, ""), "name must not be empty"),
+        (lambda r: manage_api.rename_run(r, "x" * 201), "name must be at most 200 characters"),
+        (lambda r: manage_api.rename_run(r, "a\0b"), "name must not contain a NUL"),
+        (lambda r: manage_api.rename_run(r, 5), "name must be a string"),
+        (lambda r: manage_api.annotate_run(r, "x" * 10_001), "notes must be at most 10000"),
+        (lambda r: manage_api.annotate_run(r, None, {"a": 1}), "tags must be a list of strings"),
+        (lambda r: manage_api.annotate_run(r, None, ["x" * 41]), "a tag must be at most 40"),
+        (lambda r: manage_api.annotate_run(r, None, [str(i) for i in range(21)]), "at most 20 tags"),
+        (lambda r: manage_api.archive_run(r, "maybe"), "archived must be true or false"),
+        (lambda r: manage_api.wait_run(r, 0), "timeout must be a number of seconds from 1 to 600"),
+        (lambda r: manage_api.wait_run(r, "forever"), "timeout must be a number"),
+        (lambda r: api.get_logs(r, 0), "limit must be an integer from 1"),
+        (lambda r: api.get_logs(r, 10_001), "limit must be an integer from 1 to 10000"),
+        (lambda r: manage_api.delete_run(r + 1), "not found"),
+        (lambda r: manage_api.rename_run("abc", "x"), "run_id must be an integer"),
+    ],
+    ids=[
+        "empty",
+        "long",
+        "nul",
+        "not-text",
+        "long-notes",
+        "tags-dict",
+        "long-tag",
+        "many-tags",
+        "archived",
+        "timeout-0",
+        "timeout-text",
+        "limit-0",
+        "limit-big",
+        "unknown",
+        "bad-id",
+    ],
+)
 def test_bad_management_requests_are_refused(api_env, call, words):
     run_id = api.launch_run({"name": "kept"})["run_id"]
     with pytest.raises(api.ApiError, match=words):
@@ -215,8 +244,11 @@ def test_headline_metrics_keep_the_newest_value_of_each(api_env):
     assert run["headline"] == {"eval/accuracy": 0.25, "reward_mean": 0.5, "correct_frac": 0.25}
     with session_scope() as s:
         store.record_step(s, run_id, 2, 1, {"reward_mean": 0.75, "correct_frac": 0.5})
-    assert manage_api.runs_overview()[0]["headline"] == {"eval/accuracy": 0.25, "reward_mean": 0.75,
-                                                         "correct_frac": 0.5}
+    assert manage_api.runs_overview()[0]["headline"] == {
+        "eval/accuracy": 0.25,
+        "reward_mean": 0.75,
+        "correct_frac": 0.5,
+    }
     with session_scope() as s:
         store.truncate_after(s, run_id, 0)  # resumed from step 0: the later steps are forgotten
     assert manage_api.runs_overview()[0]["headline"] == {"eval/accuracy": 0.25}
@@ -246,9 +278,11 @@ def test_gpu_run_is_refused_when_the_workers_that_take_it_have_no_gpu(api_env, m
     monkeypatch.setenv("GRPO_EMBEDDED_WORKER", "1")
     with pytest.raises(api.ApiError) as refused:
         api.launch_run({"device": "gpu"})
-    assert str(refused.value) == ("device: 'gpu' but no live worker has a GPU (the embedded worker runs on this "
-                                  "machine's CPU); use device 'auto' or 'cpu', or start `grpo-dashboard worker` "
-                                  "on a GPU machine")
+    assert str(refused.value) == (
+        "device: 'gpu' but no live worker has a GPU (the embedded worker runs on this "
+        "machine's CPU); use device 'auto' or 'cpu', or start `grpo-dashboard worker` "
+        "on a GPU machine"
+    )
     assert api.launch_run({"device": "auto"})["status"] == "queued"
     monkeypatch.setenv("GRPO_EMBEDDED_WORKER", "0")
     with pytest.raises(api.ApiError, match="the workers that take 'gpu' runs have none: here:1"):
@@ -263,16 +297,33 @@ def test_gpu_run_is_refused_when_the_workers_that_take_it_have_no_gpu(api_env, m
 
 def _summary(**values) -> dict:
     """A run as runs_overview gives it."""
-    return {"run_id": 3, "name": "sweep <a>", "status": "completed", "model": "org/Model-1B", "dataset": "gsm8k",
-            "supervision": "outcome", "step": 10, "total_steps": 10, "created_at": "2026-01-02T03:04:05+00:00",
-            "started_at": "2026-01-02T03:05:00+00:00", "finished_at": "2026-01-02T04:07:30+00:00", "phase": None,
-            "phase_done": None, "phase_total": None, "notes": "", "tags": ["lr", "base"], "archived": False,
-            "headline": {"reward_mean": 0.625, "correct_frac": 0.5}, **values}
+    return {
+        "run_id": 3,
+        "name": "sweep <a>",
+        "status": "completed",
+        "model": "org/Model-1B",
+        "dataset": "gsm8k",
+        "supervision": "outcome",
+        "step": 10,
+        "total_steps": 10,
+        "created_at": "2026-01-02T03:04:05+00:00",
+        "started_at": "2026-01-02T03:05:00+00:00",
+        "finished_at": "2026-01-02T04:07:30+00:00",
+        "phase": None,
+        "phase_done": None,
+        "phase_total": None,
+        "notes": "",
+        "tags": ["lr", "base"],
+        "archived": False,
+        "headline": {"reward_mean": 0.625, "correct_frac": 0.5},
+        **values,
+    }
 
 
 def test_runs_table_shows_status_phase_metrics_duration_and_tags():
-    running = _summary(run_id=4, status="running", finished_at=None, phase="building built-in model",
-                       phase_done=400, phase_total=900)
+    running = _summary(
+        run_id=4, status="running", finished_at=None, phase="building built-in model", phase_done=400, phase_total=900
+    )
     page = runs_table_html([running, _summary()], [running, _summary()], selected=3)
     assert '<span class="badge running">running</span><div class="run-phase">building built-in model 400/900' in page
     assert '<span class="badge completed">completed</span>' in page and "sweep &lt;a&gt;" in page
@@ -309,8 +360,9 @@ def test_a_tick_that_read_the_pickers_before_a_launch_keeps_the_launched_run_sho
         assert "value" not in picker.constructor_args, picker.constructor_args
     with session_scope(sqlite_url) as s:
         store.delete_run(s, launched)
-    _, run, groups, compared, manage, _ = _refresh_runs(seen, launched, launched, [first, launched], launched,
-                                                         "all", "", False)
+    _, run, groups, compared, manage, _ = _refresh_runs(
+        seen, launched, launched, [first, launched], launched, "all", "", False
+    )
     assert (run.constructor_args["value"], groups.constructor_args["value"]) == (first, first)
     assert compared.constructor_args["value"] == [first] and manage.constructor_args["value"] is None
 
@@ -349,8 +401,11 @@ def test_endpoints_wait_logs_rename_annotate_archive_delete(live):
     assert (run["notes"], run["tags"]) == ("why", ["c", "d"])
     assert client.predict(run_id, True, api_name="/archive_run")["archived"] is True
     (checkpoints / f"run-{run_id}").mkdir(parents=True)
-    assert client.predict(run_id, api_name="/delete_run") == {"run_id": run_id, "deleted": True,
-                                                              "checkpoints": "removed"}
+    assert client.predict(run_id, api_name="/delete_run") == {
+        "run_id": run_id,
+        "deleted": True,
+        "checkpoints": "removed",
+    }
     with pytest.raises(AppError, match=f"run {run_id} not found"):
         client.predict(run_id, api_name="/get_run")
     with pytest.raises(AppError, match="name must not be empty"):

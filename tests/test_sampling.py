@@ -1,4 +1,5 @@
 """The lean decode loop (grpo_engine/sampling.py) against transformers' own generate and hand numbers."""
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,14 @@ def test_greedy_decoding_matches_transformers_generate(policy):
     assert (prompts["attention_mask"] == 0).any()  # prompts of different lengths: left padding is exercised
     ours = generate(model, tokenizer, prompts, repeat=1, max_new_tokens=40, greedy=True)
     ids, attn = prompts["input_ids"], prompts["attention_mask"]
-    theirs = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=40, do_sample=False,
-                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)[:, ids.shape[1]:]
+    theirs = model.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        max_new_tokens=40,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )[:, ids.shape[1] :]
     assert torch.equal(ours, theirs)
 
 
@@ -96,8 +103,14 @@ def test_greedy_decoding_is_the_same_when_the_cache_grows_block_by_block(policy,
     ours = generate(model, tokenizer, prompts, repeat=2, max_new_tokens=30, greedy=True)
     ids = prompts["input_ids"].repeat_interleave(2, dim=0)
     attn = prompts["attention_mask"].repeat_interleave(2, dim=0)
-    theirs = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=30, do_sample=False,
-                            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)[:, ids.shape[1]:]
+    theirs = model.generate(
+        input_ids=ids,
+        attention_mask=attn,
+        max_new_tokens=30,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )[:, ids.shape[1] :]
     assert torch.equal(ours, theirs)
 
 
@@ -110,8 +123,9 @@ def test_the_static_decode_gives_the_dynamic_decodes_greedy_outputs(policy, repe
     prompts = _encode_prompts(tokenizer, [e["question"] for e in heldout[:10]] + ["3+4", "5-2+7*3-1"], "cpu")
     assert (prompts["attention_mask"] == 0).any()
     dynamic = generate(model, tokenizer, prompts, repeat=repeat, max_new_tokens=max_new_tokens, greedy=True)
-    static = generate(model, tokenizer, prompts, repeat=repeat, max_new_tokens=max_new_tokens, greedy=True,
-                      decode="static")
+    static = generate(
+        model, tokenizer, prompts, repeat=repeat, max_new_tokens=max_new_tokens, greedy=True, decode="static"
+    )
     assert torch.equal(static, dynamic)
     assert completion_mask(dynamic, tokenizer.eos_token_id)[1].any() == (max_new_tokens == 40)
 

@@ -4,6 +4,7 @@
 Run A records three steps of hand-made groups whose rewards, verdicts, lengths and truncation are known, so each
 filter's answer is written out below by the completions it must return (every completion is unique in run A).
 """
+
 from __future__ import annotations
 
 import re
@@ -24,12 +25,21 @@ from tests.test_store import new_run
 TWO = "What is 2+2?"
 # per step: (question, [(completion, reward, correct, answer found, length, truncated), ...]) for each group
 STEPS = {
-    1: [(TWO, [("The answer is 4", 1.0, True, True, 3, False), ("50% sure: 5", 0.0, False, True, 5, False),
-               ("no idea at all", 0.0, False, False, 8, True)]),  # mixed, std 0.471
-        ("What is 1+1?", [("2 it is", 1.0, True, True, 3, False), ("two: 2", 1.0, True, True, 4, False)])],  # 0
-    2: [(TWO, [("4 again", 1.0, True, True, 2, False), ("5_x wrong", 0.2, False, True, 4, False)]),  # mixed, 0.4
-        ("What is 3+3?", [("7 maybe", 0.0, False, True, 6, False),
-                          ("back\\slash", 0.5, False, False, 7, True)])],  # all_wrong, std 0.25
+    1: [
+        (
+            TWO,
+            [
+                ("The answer is 4", 1.0, True, True, 3, False),
+                ("50% sure: 5", 0.0, False, True, 5, False),
+                ("no idea at all", 0.0, False, False, 8, True),
+            ],
+        ),  # mixed, std 0.471
+        ("What is 1+1?", [("2 it is", 1.0, True, True, 3, False), ("two: 2", 1.0, True, True, 4, False)]),
+    ],  # 0
+    2: [
+        (TWO, [("4 again", 1.0, True, True, 2, False), ("5_x wrong", 0.2, False, True, 4, False)]),  # mixed, 0.4
+        ("What is 3+3?", [("7 maybe", 0.0, False, True, 6, False), ("back\\slash", 0.5, False, False, 7, True)]),
+    ],  # all_wrong, std 0.25
     3: [(TWO, [("4 at last", 1.0, True, True, 2, False), ("four is 4", 1.0, True, True, 3, False)])],  # all_right
 }
 ALL = [x[0] for step in STEPS.values() for _, samples in step for x in samples]  # by sample id
@@ -37,10 +47,21 @@ ALL = [x[0] for step in STEPS.values() for _, samples in step for x in samples] 
 
 def group(question: str, samples: list[tuple]) -> dict:
     """A GroupRecord dict of hand-made samples: each verdict in reward_components, ``length`` tokens."""
-    return GroupRecord(question, "4", [
-        SampleRecord(completion=text, tokens=["t"] * length, reward=reward, advantages=[0.0] * length,
-                     reward_components={"correct": float(correct), "formatted": float(found)}, truncated=truncated)
-        for text, reward, correct, found, length, truncated in samples]).to_dict()
+    return GroupRecord(
+        question,
+        "4",
+        [
+            SampleRecord(
+                completion=text,
+                tokens=["t"] * length,
+                reward=reward,
+                advantages=[0.0] * length,
+                reward_components={"correct": float(correct), "formatted": float(found)},
+                truncated=truncated,
+            )
+            for text, reward, correct, found, length, truncated in samples
+        ],
+    ).to_dict()
 
 
 def record(url: str, run_id: int, steps: dict[int, list]) -> None:
@@ -94,8 +115,10 @@ FILTER_CASES = [  # (filters, the completions found, in order)
     ({"outcome": "correct", "step_min": 2}, ["4 again", "4 at last", "four is 4"]),
     ({"outcome": "wrong", "kind": "mixed", "contains": "5"}, ["50% sure: 5", "5_x wrong"]),
     ({"kind": "mixed", "step_min": 2, "length_max": 3}, ["4 again"]),
-    ({"spread_min": 0.01, "sort": "spread", "descending": True},
-     ["no idea at all", "50% sure: 5", "The answer is 4", "5_x wrong", "4 again", "back\\slash", "7 maybe"]),
+    (
+        {"spread_min": 0.01, "sort": "spread", "descending": True},
+        ["no idea at all", "50% sure: 5", "The answer is 4", "5_x wrong", "4 again", "back\\slash", "7 maybe"],
+    ),
 ]
 
 
@@ -109,15 +132,27 @@ def test_a_row_says_what_the_sample_and_its_group_were(run_a):
     with session_scope(url) as s:
         [row] = store.search_samples(s, run_id, contains="50%")["rows"]
         group_id = store.list_groups(s, run_id, 1)[0]["group_id"]
-    assert row == {"sample_id": row["sample_id"], "group_id": group_id, "step": 1, "question": TWO,
-                   "completion": "50% sure: 5", "reward": 0.0, "correct": False, "answer_found": True,
-                   "truncated": False, "length": 5, "spread": pytest.approx((2 / 9) ** 0.5), "kind": "mixed"}
+    assert row == {
+        "sample_id": row["sample_id"],
+        "group_id": group_id,
+        "step": 1,
+        "question": TWO,
+        "completion": "50% sure: 5",
+        "reward": 0.0,
+        "correct": False,
+        "answer_found": True,
+        "truncated": False,
+        "length": 5,
+        "spread": pytest.approx((2 / 9) ** 0.5),
+        "kind": "mixed",
+    }
 
 
 def test_each_sort_with_the_sample_id_breaking_ties(run_a):
     url, run_id = run_a
-    for sort, descending in [(sort, descending) for sort in ("step", "reward", "length", "spread")
-                             for descending in (False, True)]:
+    for sort, descending in [
+        (sort, descending) for sort in ("step", "reward", "length", "spread") for descending in (False, True)
+    ]:
         with session_scope(url) as s:
             rows = store.search_samples(s, run_id, sort=sort, descending=descending)["rows"]
         keys = [(r[sort], r["sample_id"]) for r in rows]
@@ -131,7 +166,11 @@ def test_pages_cover_every_match_once(run_a):
         pages = [store.search_samples(s, run_id, sort="reward", page=p, page_size=4) for p in (1, 2, 3, 4)]
         empty = store.search_samples(s, run_id, contains="nowhere")
     assert [(p["total"], p["pages"], p["page"], len(p["rows"])) for p in pages] == [
-        (11, 3, 1, 4), (11, 3, 2, 4), (11, 3, 3, 3), (11, 3, 4, 0)]
+        (11, 3, 1, 4),
+        (11, 3, 2, 4),
+        (11, 3, 3, 3),
+        (11, 3, 4, 0),
+    ]
     ids = [r["sample_id"] for p in pages for r in p["rows"]]
     assert len(set(ids)) == len(ALL)
     assert (empty["total"], empty["pages"], empty["rows"]) == (0, 1, [])
@@ -172,11 +211,19 @@ def test_question_history_in_this_run_and_others_on_its_dataset(run_a):
     assert [g["correct_share"] for g in this["groups"]] == [pytest.approx(1 / 3), 0.5, 1.0]
     assert [g["kind"] for g in this["groups"]] == ["mixed", "mixed", "all_right"]
     assert (this["correct_share_first"], this["correct_share_last"]) == (pytest.approx(1 / 3), 1.0)
-    assert [x["completion"] for x in this["groups"][0]["samples"]] == ["The answer is 4", "50% sure: 5",
-                                                                      "no idea at all"]
-    assert this["groups"][0]["samples"][2] == {"sample_id": this["groups"][0]["samples"][2]["sample_id"],
-                                               "completion": "no idea at all", "reward": 0.0, "correct": False,
-                                               "truncated": True, "length": 8}
+    assert [x["completion"] for x in this["groups"][0]["samples"]] == [
+        "The answer is 4",
+        "50% sure: 5",
+        "no idea at all",
+    ]
+    assert this["groups"][0]["samples"][2] == {
+        "sample_id": this["groups"][0]["samples"][2]["sample_id"],
+        "completion": "no idea at all",
+        "reward": 0.0,
+        "correct": False,
+        "truncated": True,
+        "length": 8,
+    }
     assert [g["step"] for g in there["groups"]] == [4] and there["correct_share_last"] == 0.5
     assert [r["run_id"] for r in alone["runs"]] == [a]
     assert [g["step"] for g in latest["runs"][0]["groups"]] == [2, 3] and latest["runs"][0]["groups_total"] == 3
@@ -210,9 +257,19 @@ def api_run(run_a, monkeypatch):
 
 
 def test_the_api_takes_numbers_as_text_and_empty_bounds(api_run):
-    got = diagnose_api.search_samples(str(api_run), reward_min="0.1", reward_max=" 0.6 ", step_min="", step_max=None,
-                                      outcome="", kind=None, sort="reward", descending="true", page="1",
-                                      page_size="10")
+    got = diagnose_api.search_samples(
+        str(api_run),
+        reward_min="0.1",
+        reward_max=" 0.6 ",
+        step_min="",
+        step_max=None,
+        outcome="",
+        kind=None,
+        sort="reward",
+        descending="true",
+        page="1",
+        page_size="10",
+    )
     assert [r["completion"] for r in got["rows"]] == ["back\\slash", "5_x wrong"]
     assert diagnose_api.search_samples(api_run, length_min=4.0, length_max="4")["total"] == 2
 
@@ -280,15 +337,23 @@ def test_migration_0006_backfills_what_a_search_filters_on(run_a):
     assert found(url, run_id, outcome="wrong") == ["50% sure: 5", "5_x wrong", "7 maybe"]
     assert found(url, run_id, outcome="no_answer") == ["no idea at all", "back\\slash"]
     assert found(url, run_id, outcome="truncated") == []  # not recorded before the revision
-    assert found(url, run_id, kind="mixed") == ["The answer is 4", "50% sure: 5", "no idea at all", "4 again",
-                                                "5_x wrong"]
+    assert found(url, run_id, kind="mixed") == [
+        "The answer is 4",
+        "50% sure: 5",
+        "no idea at all",
+        "4 again",
+        "5_x wrong",
+    ]
     assert found(url, run_id, step_min=3) == ["4 at last", "four is 4"]
     assert found(url, run_id, length_min=7) == ["no idea at all", "back\\slash"]
     with session_scope(url) as s:
         rows = store.search_samples(s, run_id, page_size=200)["rows"]
         history = store.question_history(s, run_id, TWO)
     assert [(r["step"], r["length"], r["correct"], r["answer_found"]) for r in rows][:3] == [
-        (1, 3, True, True), (1, 5, False, True), (1, 8, False, False)]
+        (1, 3, True, True),
+        (1, 5, False, True),
+        (1, 8, False, False),
+    ]
     assert [g["kind"] for g in history["runs"][0]["groups"]] == ["mixed", "mixed", "all_right"]
 
 

@@ -36,6 +36,7 @@ Where each other threat is tested (all against live servers or real workers unle
   test_every_answer_forbids_framing_and_sniffing, test_logout_is_a_post_that_ends_only_its_own_session,
   test_an_idle_session_ends.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,13 +52,28 @@ from gradio_client.exceptions import AppError
 from sqlalchemy.engine import make_url
 
 from app import auth
-from app.auth import AuthConfigError, check, hash_password, load_users, mask_secrets, mask_url, parse_hash, verify_password
+from app.auth import (
+    AuthConfigError,
+    check,
+    hash_password,
+    load_users,
+    mask_secrets,
+    mask_url,
+    parse_hash,
+    verify_password,
+)
 from app.settings import get_settings
 from tests.servers import ROOT, free_port, running_server, server_env
 
 FAST = auth.MIN_ITERATIONS  # hashes made in tests: the fewest iterations allowed, so logins are quick
-API_ROUTES = ("/gradio_api/call/list_runs", "/gradio_api/call/launch_run", "/gradio_api/run/list_runs",
-              "/gradio_api/queue/join", "/gradio_api/upload", "/gradio_api/call/v2/list_runs")
+API_ROUTES = (
+    "/gradio_api/call/list_runs",
+    "/gradio_api/call/launch_run",
+    "/gradio_api/run/list_runs",
+    "/gradio_api/queue/join",
+    "/gradio_api/upload",
+    "/gradio_api/call/v2/list_runs",
+)
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -65,8 +81,11 @@ def write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
-GOOD_ROWS = [{"question": "1+2*3", "answer": "7"}, {"question": "2*3-1", "answer": 5, "solution": "2*3=6\n#### 5"},
-             {"question": "4-1+2", "answer": "5"}]
+GOOD_ROWS = [
+    {"question": "1+2*3", "answer": "7"},
+    {"question": "2*3-1", "answer": 5, "solution": "2*3=6\n#### 5"},
+    {"question": "4-1+2", "answer": "5"},
+]
 
 
 # ---- password hashes -----------------------------------------------------------------------------
@@ -87,14 +106,22 @@ def test_a_tampered_or_malformed_hash_never_verifies():
     encoded = hash_password("pw", iterations=FAST)
     scheme, iterations, salt, key = encoded.split("$")
     other_key = hash_password("other", iterations=FAST).split("$")[3]
-    for bad in (f"{scheme}${iterations}${salt}${other_key}", f"{scheme}${int(iterations) + 1}${salt}${key}",
-                f"md5${iterations}${salt}${key}", f"{scheme}$1000${salt}${key}", f"{scheme}${iterations}$!!${key}",
-                f"{scheme}${iterations}${salt}", "", "pw"):
+    for bad in (
+        f"{scheme}${iterations}${salt}${other_key}",
+        f"{scheme}${int(iterations) + 1}${salt}${key}",
+        f"md5${iterations}${salt}${key}",
+        f"{scheme}$1000${salt}${key}",
+        f"{scheme}${iterations}$!!${key}",
+        f"{scheme}${iterations}${salt}",
+        "",
+        "pw",
+    ):
         assert not verify_password("pw", bad)
 
 
-@pytest.mark.parametrize("password,iterations,words", [("", FAST, "must not be empty"),
-                                                       ("pw", 1000, "iterations must be from")])
+@pytest.mark.parametrize(
+    "password,iterations,words", [("", FAST, "must not be empty"), ("pw", 1000, "iterations must be from")]
+)
 def test_hash_password_refuses_an_empty_password_and_too_few_iterations(password, iterations, words):
     with pytest.raises(ValueError, match=words):
         hash_password(password, iterations=iterations)
@@ -129,20 +156,37 @@ def _bad_entries(tmp: Path) -> list[tuple[dict, str]]:
     return [
         ({"GRPO_AUTH_USERS": f"alice{good}"}, "GRPO_AUTH_USERS entry 1: expected user:hash"),
         ({"GRPO_AUTH_USERS": f"alice:{good},bob:md5$x{key}"}, "GRPO_AUTH_USERS entry 2 (user 'bob'): the hash is not"),
-        ({"GRPO_AUTH_USERS": f"alice:pbkdf2_sha256$999${salt}${key}"}, "GRPO_AUTH_USERS entry 1 (user 'alice'): the hash's iteration count"),
-        ({"GRPO_AUTH_USERS": f"alice:pbkdf2_sha256${iterations}${salt}${key[:-8]}"}, "(user 'alice'): the hash's salt or key"),
+        (
+            {"GRPO_AUTH_USERS": f"alice:pbkdf2_sha256$999${salt}${key}"},
+            "GRPO_AUTH_USERS entry 1 (user 'alice'): the hash's iteration count",
+        ),
+        (
+            {"GRPO_AUTH_USERS": f"alice:pbkdf2_sha256${iterations}${salt}${key[:-8]}"},
+            "(user 'alice'): the hash's salt or key",
+        ),
         ({"GRPO_AUTH_USERS": f"al ice:{good}"}, "GRPO_AUTH_USERS entry 1: expected user:hash"),
         ({"GRPO_AUTH_USERS": " , "}, "GRPO_AUTH_USERS is set but holds no user:hash entry"),
-        ({"GRPO_AUTH_USERS": f"alice:{good},alice:{good}"}, "GRPO_AUTH_USERS entry 2: user 'alice' is already given at "
-                                                           "GRPO_AUTH_USERS entry 1"),
-        ({"GRPO_AUTH_FILE": str(users_file), "file": f"# users\nalice:{good}\nbob {good}\n"},
-         f"GRPO_AUTH_FILE {users_file} line 3: expected user:hash"),
-        ({"GRPO_AUTH_FILE": str(users_file), "file": f"alice:{good}\nbob:{good}x\n"},
-         f"GRPO_AUTH_FILE {users_file} line 2 (user 'bob'): the hash"),
-        ({"GRPO_AUTH_FILE": str(users_file), "file": "# nobody yet\n\n"}, f"GRPO_AUTH_FILE {users_file}: holds no user"),
+        (
+            {"GRPO_AUTH_USERS": f"alice:{good},alice:{good}"},
+            "GRPO_AUTH_USERS entry 2: user 'alice' is already given at GRPO_AUTH_USERS entry 1",
+        ),
+        (
+            {"GRPO_AUTH_FILE": str(users_file), "file": f"# users\nalice:{good}\nbob {good}\n"},
+            f"GRPO_AUTH_FILE {users_file} line 3: expected user:hash",
+        ),
+        (
+            {"GRPO_AUTH_FILE": str(users_file), "file": f"alice:{good}\nbob:{good}x\n"},
+            f"GRPO_AUTH_FILE {users_file} line 2 (user 'bob'): the hash",
+        ),
+        (
+            {"GRPO_AUTH_FILE": str(users_file), "file": "# nobody yet\n\n"},
+            f"GRPO_AUTH_FILE {users_file}: holds no user",
+        ),
         ({"GRPO_AUTH_FILE": str(tmp / "missing")}, f"GRPO_AUTH_FILE {tmp / 'missing'}: cannot read it"),
-        ({"GRPO_AUTH_USERS": f"alice:{good}", "GRPO_AUTH_FILE": str(users_file), "file": f"alice:{good}\n"},
-         f"GRPO_AUTH_FILE {users_file} line 1: user 'alice' is already given at GRPO_AUTH_USERS entry 1"),
+        (
+            {"GRPO_AUTH_USERS": f"alice:{good}", "GRPO_AUTH_FILE": str(users_file), "file": f"alice:{good}\n"},
+            f"GRPO_AUTH_FILE {users_file} line 1: user 'alice' is already given at GRPO_AUTH_USERS entry 1",
+        ),
     ]
 
 
@@ -158,9 +202,12 @@ def test_a_malformed_entry_names_where_it_is_but_never_the_hash(settings_env, mo
         load_users(get_settings())
     message = str(caught.value)
     assert where in message
-    secrets_in_config = [part for text in (env.get("GRPO_AUTH_USERS", ""), env.get("file", ""))
-                         for part in text.replace(",", "$").replace(":", "$").replace("\n", "$").split("$")
-                         if len(part) >= 16]  # salts and keys
+    secrets_in_config = [
+        part
+        for text in (env.get("GRPO_AUTH_USERS", ""), env.get("file", ""))
+        for part in text.replace(",", "$").replace(":", "$").replace("\n", "$").split("$")
+        if len(part) >= 16
+    ]  # salts and keys
     assert not any(part in message for part in secrets_in_config)
 
 
@@ -182,13 +229,18 @@ def test_check_reads_the_users_at_each_login(settings_env, monkeypatch, capsys):
 
 
 def test_urls_are_shown_with_their_passwords_masked(settings_env, monkeypatch):
-    assert mask_url("postgresql+psycopg://postgres:S3cretPw@db:5432/grpo") == "postgresql+psycopg://postgres:**@db:5432/grpo"
+    assert (
+        mask_url("postgresql+psycopg://postgres:S3cretPw@db:5432/grpo")
+        == "postgresql+psycopg://postgres:**@db:5432/grpo"
+    )
     assert mask_url("redis://:S3cretPw@cache:6379/0") == "redis://:**@cache:6379/0"
     assert mask_url("sqlite:////data/grpo.sqlite") == "sqlite:////data/grpo.sqlite"
     monkeypatch.setenv("GRPO_DATABASE_URL", "postgresql+psycopg://grpo:p%40ssW0rd@db/grpo")
     monkeypatch.setenv("GRPO_BROKER_URL", "amqp://grpo:BrokerPw1@mq//")
-    text = ("connect to postgresql://grpo:p%40ssW0rd@db/grpo failed; password 'p@ssW0rd' rejected; "
-            "amqp://other:Else123@mq// and BrokerPw1")
+    text = (
+        "connect to postgresql://grpo:p%40ssW0rd@db/grpo failed; password 'p@ssW0rd' rejected; "
+        "amqp://other:Else123@mq// and BrokerPw1"
+    )
     masked = mask_secrets(text)
     for secret in ("p%40ssW0rd", "p@ssW0rd", "Else123", "BrokerPw1"):
         assert secret not in masked
@@ -220,8 +272,15 @@ def test_upload_limit_setting(settings_env, monkeypatch):
 
 
 def _cli(args: list[str], stdin: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grpo_dashboard.cli", *args], cwd=ROOT, input=stdin, capture_output=True,
-                          text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_dashboard.cli", *args],
+        cwd=ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_hash_password_prints_a_hash_that_verifies():
@@ -233,8 +292,10 @@ def test_hash_password_prints_a_hash_that_verifies():
     assert verify_password("pw with spaces ", alone)
 
 
-@pytest.mark.parametrize("args,stdin,words", [(["hash-password"], "\n", "must not be empty"),
-                                              (["hash-password", "a:b"], "pw\n", "a user name is")])
+@pytest.mark.parametrize(
+    "args,stdin,words",
+    [(["hash-password"], "\n", "must not be empty"), (["hash-password", "a:b"], "pw\n", "a user name is")],
+)
 def test_hash_password_refuses_an_empty_password_or_a_bad_user(args, stdin, words):
     result = _cli(args, stdin)
     assert result.returncode == 2 and words in result.stderr and result.stdout == ""
@@ -242,7 +303,9 @@ def test_hash_password_refuses_an_empty_password_or_a_bad_user(args, stdin, word
 
 def test_serve_refuses_to_start_with_a_malformed_entry(tmp_path):
     secret = "pbkdf2_sha256$600000$c2FsdHNhbHRzYWx0$notakeynotakeynotakey"
-    result = _cli(["serve", "--port", str(free_port())], "", env=server_env(tmp_path, GRPO_AUTH_USERS=f"alice:{secret}"))
+    result = _cli(
+        ["serve", "--port", str(free_port())], "", env=server_env(tmp_path, GRPO_AUTH_USERS=f"alice:{secret}")
+    )
     assert result.returncode == 2
     assert "GRPO_AUTH_USERS entry 1 (user 'alice'): the hash's salt or key" in result.stderr
     assert "notakey" not in result.stdout + result.stderr and "c2FsdHNhbHRzYWx0" not in result.stdout + result.stderr
@@ -259,8 +322,12 @@ def auth_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("auth")
     hashes = {user: hash_password(pw, iterations=FAST) for user, pw in USERS.items()}
     (tmp / "users").write_text(f"# dashboard users\nbob:{hashes['bob']}\n")
-    env = server_env(tmp, GRPO_AUTH_USERS=f"alice:{hashes['alice']}", GRPO_AUTH_FILE=str(tmp / "users"),
-                     GRPO_LOGIN_FREE_ATTEMPTS="1000")  # its wrong logins are many; the throttle: test_web_security.py
+    env = server_env(
+        tmp,
+        GRPO_AUTH_USERS=f"alice:{hashes['alice']}",
+        GRPO_AUTH_FILE=str(tmp / "users"),
+        GRPO_LOGIN_FREE_ATTEMPTS="1000",
+    )  # its wrong logins are many; the throttle: test_web_security.py
     with running_server(tmp, env) as (url, _, log_path):
         yield url, hashes, log_path
 
@@ -278,8 +345,9 @@ def test_without_a_login_no_route_answers(auth_server):
         assert _post(url + route.lstrip("/")).status_code == 401, route
     for route in ("config", "gradio_api/info", "gradio_api/openapi.json", f"gradio_api/file={ROOT / 'README.md'}"):
         assert httpx.get(url + route, timeout=10).status_code == 401, route
-    upload = httpx.post(url + "gradio_api/upload", files=[("files", ("d.jsonl", b'{"question": "1", "answer": "1"}\n'))],
-                        timeout=10)
+    upload = httpx.post(
+        url + "gradio_api/upload", files=[("files", ("d.jsonl", b'{"question": "1", "answer": "1"}\n'))], timeout=10
+    )
     assert upload.status_code == 401
 
 
@@ -293,8 +361,9 @@ def test_the_page_is_a_login_form(auth_server):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("user,password", [("alice", "wrong"), ("alice", USERS["bob"]), ("ALICE", USERS["alice"]),
-                                           ("carol", USERS["alice"])])
+@pytest.mark.parametrize(
+    "user,password", [("alice", "wrong"), ("alice", USERS["bob"]), ("ALICE", USERS["alice"]), ("carol", USERS["alice"])]
+)
 def test_a_wrong_password_or_user_is_refused(auth_server, user, password):
     url, _, _ = auth_server
     with pytest.raises(ValueError, match="Could not login"):
@@ -348,8 +417,13 @@ def test_no_password_or_hash_appears_in_output_or_answers(postgres_url, tmp_path
     database_url = make_url(postgres_url).set(password=db_password).render_as_string(hide_password=False)
     broker_url = f"redis://:{broker_password}@127.0.0.1:1/0"  # nothing listens on port 1
     hashed = hash_password(USERS["alice"], iterations=FAST)
-    env = server_env(tmp_path, GRPO_DATABASE_URL=database_url, GRPO_BROKER_URL=broker_url, GRPO_EMBEDDED_WORKER="0",
-                     GRPO_AUTH_USERS=f"alice:{hashed}")
+    env = server_env(
+        tmp_path,
+        GRPO_DATABASE_URL=database_url,
+        GRPO_BROKER_URL=broker_url,
+        GRPO_EMBEDDED_WORKER="0",
+        GRPO_AUTH_USERS=f"alice:{hashed}",
+    )
     secrets = [db_password, broker_password, hashed, hashed.split("$")[3], USERS["alice"]]
     command = [sys.executable, "-m", "grpo_dashboard.cli", "serve", "--data-dir", str(tmp_path)]
     with running_server(tmp_path, env, command) as (url, _, log_path):
@@ -359,8 +433,12 @@ def test_no_password_or_hash_appears_in_output_or_answers(postgres_url, tmp_path
         answers = [str(caught.value)]
         assert "could not reach the broker at redis://:**@127.0.0.1:1/0" in answers[0]
         [run] = client.predict(api_name="/list_runs")
-        answers += [json.dumps(run), json.dumps(client.predict(run["run_id"], api_name="/get_run")),
-                    json.dumps(client.view_api(print_info=False, return_format="dict")), httpx.get(url, timeout=10).text]
+        answers += [
+            json.dumps(run),
+            json.dumps(client.predict(run["run_id"], api_name="/get_run")),
+            json.dumps(client.view_api(print_info=False, return_format="dict")),
+            httpx.get(url, timeout=10).text,
+        ]
         assert run["status"] == "failed"
     output = log_path.read_text()
     assert f"store {mask_url(database_url)}" in output and "redis://:**@127.0.0.1:1/0" in output

@@ -1,5 +1,6 @@
 """outputs.logits_to_logprobs (the chunked SelectedLogSoftmax) against log_softmax over the whole vocabulary:
 the same log-probabilities, entropies and gradients, at any temperature and for bf16 logits."""
+
 import pytest
 import torch
 import torch.nn.functional as F

@@ -3,6 +3,7 @@
 every parameter, within 1e-5 in fp32, with left padding, prompts of unequal lengths, completions of uneven
 lengths, LoRA, micro-batches (in sampling order and sorted by length) and 2 processes (gloo, DDP).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,16 @@ COMPLETION_LENGTHS = (7, 2, 5, 1, 3, 3, 7, 6, 1, 4, 2, 5)  # real tokens of each
 
 def tiny_model(arch: str = "llama", seed: int = 0):
     """A 2-layer causal LM of ``arch`` with random weights (Qwen2: tied embeddings, 2 KV heads for 4 heads)."""
-    size = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0)
+    size = dict(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    )
     config = LlamaConfig(**size) if arch == "llama" else Qwen2Config(**size, tie_word_embeddings=True)
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config).float()
@@ -95,16 +104,19 @@ def test_shared_prompts_give_the_flat_logprobs_and_gradients(arch, size):
 def test_shared_prompts_under_lora_give_the_flat_gradients_of_the_adapter():
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"],
-                                                    init_lora_weights=False))
+    model = get_peft_model(
+        tiny_model(),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False),
+    )
     tensors = batch()
     want = logprobs_and_grads(model, lambda: flat(model, tensors), tensors)
     got = logprobs_and_grads(model, lambda: shared(model, tensors, 5), tensors)
     assert all("lora_" in name for name in want[2])
     assert_same(got, want)
     with model.disable_adapter(), torch.no_grad():  # the reference: the base model, the adapter off
-        torch.testing.assert_close(shared(model, tensors, 0)[0] * tensors[3], flat(model, tensors)[0] * tensors[3],
-                                   rtol=0, atol=TOL)
+        torch.testing.assert_close(
+            shared(model, tensors, 0)[0] * tensors[3], flat(model, tensors)[0] * tensors[3], rtol=0, atol=TOL
+        )
 
 
 def _ddp_process(rank: int, port: int, out_dir: str) -> None:

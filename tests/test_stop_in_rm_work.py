@@ -1,6 +1,7 @@
 """Cancel and shutdown are heeded inside the reward model's work (sampling, labelling and training, which can
 take minutes with a large rm_samples), not only at step boundaries: the engine with a recorder that asks it to
 stop, and the worker's runner on a real store, cancelled through the store and paused as SIGTERM does."""
+
 from __future__ import annotations
 
 import threading
@@ -15,8 +16,16 @@ from grpo_engine.recorder import MemoryRecorder
 from grpo_engine.trainer import train
 
 # a reward model whose first training samples 50,000 + 12,500 outputs, 8 at a time: many minutes unless stopped
-LONG_RM = {"reward": "model", "rm_samples": 50_000, "batch_size": 2, "group_size": 4, "max_new_tokens": 16,
-           "iterations": 1, "steps_per_iteration": 2, "eval_every": 0}
+LONG_RM = {
+    "reward": "model",
+    "rm_samples": 50_000,
+    "batch_size": 2,
+    "group_size": 4,
+    "max_new_tokens": 16,
+    "iterations": 1,
+    "steps_per_iteration": 2,
+    "eval_every": 0,
+}
 
 
 class StopAfter(MemoryRecorder):

@@ -2,6 +2,7 @@
 
 Every test runs on both backends through the ``db_url`` fixture (tests/conftest.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -45,19 +46,22 @@ def group(prompt: str, rewards: list[float], process: bool = False) -> dict:
     for i, reward in enumerate(rewards):
         tokens = ["  ", "é", "\n", "", "<|endoftext|>", f"t{i}"]
         advantages = [0.1 + 0.2, 1 / 3, -2.5e-300, 1e300, -0.0, float(i) - math.pi]
-        samples.append(SampleRecord(
-            completion="".join(tokens),
-            tokens=tokens,
-            reward=reward,
-            advantages=advantages,
-            step_rewards=[reward / 2, reward / 2] if process else None,
-            step_end_indices=[2, 5] if process else None,
-            reward_components={"correct": reward, "format": 1.0},
-        ))
+        samples.append(
+            SampleRecord(
+                completion="".join(tokens),
+                tokens=tokens,
+                reward=reward,
+                advantages=advantages,
+                step_rewards=[reward / 2, reward / 2] if process else None,
+                step_end_indices=[2, 5] if process else None,
+                reward_components={"correct": reward, "format": 1.0},
+            )
+        )
     return GroupRecord(prompt=prompt, reference="42", samples=samples).to_dict()
 
 
 # ---- runs -----------------------------------------------------------------------------------
+
 
 def test_a_run_id_is_never_reused_after_a_delete(db_url):
     """A service holding a deleted run's id must never read another run under it: on SQLite (which numbers a
@@ -83,17 +87,34 @@ def test_create_get_and_list_runs(db_url):
         assert store.get_run(s, 10_000) is None
 
     assert run["run_id"] == first and run["name"] == "first" and run["status"] == "queued"
-    assert run["config"] == validate_spec({"name": "first", "supervision": "process", "iterations": 2,
-                                           "steps_per_iteration": 3}).to_dict()
+    assert (
+        run["config"]
+        == validate_spec(
+            {"name": "first", "supervision": "process", "iterations": 2, "steps_per_iteration": 3}
+        ).to_dict()
+    )
     assert (run["step"], run["total_steps"], run["error"], run["cancel_requested"]) == (0, 6, None, False)
     assert recent(run["created_at"]) and run["started_at"] is None and run["finished_at"] is None
 
     assert [r["run_id"] for r in runs] == [second, first]  # newest first
     assert runs[1] == {
-        "run_id": first, "name": "first", "status": "queued", "model": "builtin-arith", "dataset": "builtin-arith",
-        "supervision": "process", "step": 0, "total_steps": 6, "created_at": run["created_at"],
-        "started_at": None, "finished_at": None, "phase": None, "phase_done": None, "phase_total": None,
-        "notes": "", "tags": [], "archived": False,
+        "run_id": first,
+        "name": "first",
+        "status": "queued",
+        "model": "builtin-arith",
+        "dataset": "builtin-arith",
+        "supervision": "process",
+        "step": 0,
+        "total_steps": 6,
+        "created_at": run["created_at"],
+        "started_at": None,
+        "finished_at": None,
+        "phase": None,
+        "phase_done": None,
+        "phase_total": None,
+        "notes": "",
+        "tags": [],
+        "archived": False,
     }
 
 
@@ -270,8 +291,15 @@ def test_get_group_round_trips_samples_exactly(db_url):
         assert len(received["samples"]) == len(sent["samples"])
         for a, b in zip(sent["samples"], received["samples"]):
             assert isinstance(b["sample_id"], int)
-            for key in ("completion", "tokens", "reward", "advantages", "step_rewards", "step_end_indices",
-                        "reward_components"):
+            for key in (
+                "completion",
+                "tokens",
+                "reward",
+                "advantages",
+                "step_rewards",
+                "step_end_indices",
+                "reward_components",
+            ):
                 assert b[key] == a[key], key
             assert [x.hex() for x in b["advantages"]] == [x.hex() for x in a["advantages"]]  # bit for bit
             assert all(type(x) is float for x in b["advantages"])
@@ -337,8 +365,9 @@ def test_a_stale_lease_is_requeued_once_and_taken_over(db_url):
     with session_scope(db_url) as s:
         store.claim_run(s, run_id, "a:1", lease_seconds=60)
         store.record_step(s, run_id, 1, 1, {"loss": 0.5}, worker="a:1")
-        s.execute(update(Run).where(Run.id == run_id).values(
-            heartbeat_at=datetime.now(timezone.utc) - timedelta(seconds=120)))  # a died two minutes ago
+        s.execute(
+            update(Run).where(Run.id == run_id).values(heartbeat_at=datetime.now(timezone.utc) - timedelta(seconds=120))
+        )  # a died two minutes ago
     with session_scope(db_url) as s:
         assert [r["run_id"] for r in store.requeue_stale_runs(s, lease_seconds=300)] == []  # not stale for 300 s
         assert [r["run_id"] for r in store.requeue_stale_runs(s, lease_seconds=60)] == [run_id]

@@ -1,5 +1,6 @@
 """What a step records for diagnosis: each token's log-probs, ratio, KL and clip flag (one typed array per sample
 per quantity in the store), and where the step's gradient came from (the groups/* and tokens/* metrics)."""
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,12 @@ def test_grpo_loss_gives_each_tokens_ratio_kl_and_clip():
 def run_groups(cache_dir, **spec) -> tuple[list[GroupRecord], dict]:
     """The groups and the metrics of step 2 of a short run on the built-in model."""
     recorder = MemoryRecorder()
-    train(validate_spec({"steps_per_iteration": 2, "batch_size": 4, "group_size": 4, "eval_every": 0, **spec}),
-          recorder, cache_dir, device="cpu")
+    train(
+        validate_spec({"steps_per_iteration": 2, "batch_size": 4, "group_size": 4, "eval_every": 0, **spec}),
+        recorder,
+        cache_dir,
+        device="cpu",
+    )
     return recorder.group_log[2], recorder.metrics[-1]
 
 
@@ -89,14 +94,19 @@ class OneProcess:
 def test_gradient_sources_count_groups_and_token_signs():
     G = 2
     correct = [1, 1, 0, 0, 1, 0, 0, 0]  # groups: all right, all wrong, mixed, all wrong
-    scored = SimpleNamespace(components=[{"correct": float(c)} for c in correct],
-                             group_rewards=[[1, 1], [0, 0], [1, 0], [0.5, 0.2]],  # the last: wrong but rewards differ
-                             advantages=torch.tensor([[0.0, 0.0]] * 4 + [[1.0, 1.0], [-1.0, 0.0]] + [[1.0, 0.0],
-                                                                                                 [-1.0, 0.0]]))
+    scored = SimpleNamespace(
+        components=[{"correct": float(c)} for c in correct],
+        group_rewards=[[1, 1], [0, 0], [1, 0], [0.5, 0.2]],  # the last: wrong but rewards differ
+        advantages=torch.tensor([[0.0, 0.0]] * 4 + [[1.0, 1.0], [-1.0, 0.0]] + [[1.0, 0.0], [-1.0, 0.0]]),
+    )
     sampled = SimpleNamespace(mask=torch.tensor([[1.0, 1.0]] * 5 + [[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]]))
     got = gradient_sources(OneProcess(), sampled, scored, G)
     assert (got["groups/all_right"], got["groups/all_wrong"], got["groups/mixed"], got["groups/zero_spread"]) == (
-        1.0, 2.0, 1.0, 2.0)
+        1.0,
+        2.0,
+        1.0,
+        2.0,
+    )
     # 14 real tokens: positive 3 (both of sample 5, the first of sample 7), negative 2 (the first of samples 6
     # and 8), zero 9 (the 8 of the first two groups, the second of sample 7)
     assert (got["tokens/adv_pos"], got["tokens/adv_neg"]) == (pytest.approx(3 / 14), pytest.approx(2 / 14))
@@ -118,12 +128,27 @@ def test_pack_is_float32_little_endian():
 def test_recorded_token_arrays_and_columns_read_back(db_url, monkeypatch):
     monkeypatch.setenv("GRPO_DATABASE_URL", db_url)
     run_id = new_run(db_url)
-    sample = SampleRecord(completion="3 #### 4", tokens=["3", " ####", " 4", "</s>"], reward=1.0,
-                          advantages=[0.5, 0.5, 0.5, 0.5], reward_components={"correct": 1.0, "formatted": 1.0},
-                          truncated=False, logprobs=[-0.1, -2.25, -0.5, -0.01], ref_logprobs=[-0.2, -2.0, -0.5, 0.0],
-                          ratios=[1.0, 1.3, 0.7, 1.0], kls=[0.005, 0.03, 0.0, 0.0], clipped=[False, True, True, False])
-    cut = SampleRecord(completion="3 3 3", tokens=["3", " 3", " 3"], reward=0.0, advantages=[-0.5] * 3,
-                       reward_components={"correct": 0.0, "formatted": 0.0}, truncated=True)
+    sample = SampleRecord(
+        completion="3 #### 4",
+        tokens=["3", " ####", " 4", "</s>"],
+        reward=1.0,
+        advantages=[0.5, 0.5, 0.5, 0.5],
+        reward_components={"correct": 1.0, "formatted": 1.0},
+        truncated=False,
+        logprobs=[-0.1, -2.25, -0.5, -0.01],
+        ref_logprobs=[-0.2, -2.0, -0.5, 0.0],
+        ratios=[1.0, 1.3, 0.7, 1.0],
+        kls=[0.005, 0.03, 0.0, 0.0],
+        clipped=[False, True, True, False],
+    )
+    cut = SampleRecord(
+        completion="3 3 3",
+        tokens=["3", " 3", " 3"],
+        reward=0.0,
+        advantages=[-0.5] * 3,
+        reward_components={"correct": 0.0, "formatted": 0.0},
+        truncated=True,
+    )
     with session_scope(db_url) as s:
         store.record_groups(s, run_id, 1, [GroupRecord("2+2", "4", [sample, cut]).to_dict()])
         group_id = store.list_groups(s, run_id, 1)[0]["group_id"]

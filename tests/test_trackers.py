@@ -5,6 +5,7 @@ TensorBoard is read with its EventAccumulator, MLflow with MlflowClient, and W&B
 file: a LevelDB-style log of the protobuf ``Record``s W&B ships (wandb.proto.wandb_internal_pb2), whose ``history``
 records hold each step's values (W&B has no reader of its own for it any more).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,8 +22,15 @@ from grpo_engine.recorder import MemoryRecorder
 from grpo_engine.trackers import COLUMNS, TrackerRecorder
 from grpo_engine.trainer import train
 
-RUN = dict(name="mirrored", batch_size=2, group_size=4, steps_per_iteration=3, max_new_tokens=16, eval_every=0,
-           report_to=["tensorboard", "mlflow", "wandb"])
+RUN = dict(
+    name="mirrored",
+    batch_size=2,
+    group_size=4,
+    steps_per_iteration=3,
+    max_new_tokens=16,
+    eval_every=0,
+    report_to=["tensorboard", "mlflow", "wandb"],
+)
 WANDB_BLOCK = 32768  # a .wandb file's records are in blocks of this many bytes, each record with a 7-byte header
 
 
@@ -78,8 +86,8 @@ def wandb_history(run_dir) -> dict[int, dict]:
         if WANDB_BLOCK - pos % WANDB_BLOCK < 7:  # a block's tail too short for a header is padding
             pos += WANDB_BLOCK - pos % WANDB_BLOCK
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        pending += data[pos + 7:pos + 7 + length]
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # a whole record, or the last piece of one
             record = wandb_internal_pb2.Record()
@@ -103,7 +111,8 @@ def test_a_run_mirrors_every_metric_and_its_groups_to_each_tracker(data_dir, grp
     uri = f"sqlite:///{data_dir / 'mlflow.db'}"
     assert [m for m in memory.messages if m.startswith("report_to")] == [
         f"report_to: tensorboard -> {data_dir / 'tensorboard' / 'run-7'}, mlflow -> {uri}, "
-        "wandb -> grpo-dashboard (offline)"]
+        "wandb -> grpo-dashboard (offline)"
+    ]
 
     # TensorBoard: every metric, and a text table of the groups at each recorded step
     scalars = tensorboard_scalars(data_dir / "tensorboard" / "run-7", "reward_mean")
@@ -133,8 +142,9 @@ def test_a_run_mirrors_every_metric_and_its_groups_to_each_tracker(data_dir, grp
     run_dir = next((data_dir / "wandb" / "wandb").glob("offline-run-*"))
     rows = wandb_history(run_dir)
     assert {step: row["reward_mean"] for step, row in rows.items()} == pytest.approx(expected)
-    assert all(rows[s]["sampled_groups/_type"] == "table-file" and rows[s]["sampled_groups/nrows"] == 8
-               for s in (1, 2, 3))
+    assert all(
+        rows[s]["sampled_groups/_type"] == "table-file" and rows[s]["sampled_groups/nrows"] == 8 for s in (1, 2, 3)
+    )
     saved = json.loads((run_dir / "files" / rows[3]["sampled_groups/path"]).read_text())
     assert saved["columns"] == list(COLUMNS) and len(saved["data"]) == 8
 
@@ -144,9 +154,13 @@ def test_report_to_takes_known_installed_trackers_as_a_list_or_comma_separated_t
     assert validate_spec({"report_to": "tensorboard, wandb"}).report_to == ["tensorboard", "wandb"]
     assert validate_spec({"report_to": '["mlflow"]'}).report_to == ["mlflow"]
     assert validate_spec({"report_to": ""}).report_to == []
-    for bad, says in [(["neptune"], "unknown tracker 'neptune'; the trackers are 'tensorboard', 'mlflow', 'wandb'"),
-                      ("tensorboard, comet", "unknown tracker 'comet'"), (["wandb", "wandb"], "names 'wandb' twice"),
-                      (3, "must be a list of tracker names"), ({"wandb": 1}, "must be a list of tracker names")]:
+    for bad, says in [
+        (["neptune"], "unknown tracker 'neptune'; the trackers are 'tensorboard', 'mlflow', 'wandb'"),
+        ("tensorboard, comet", "unknown tracker 'comet'"),
+        (["wandb", "wandb"], "names 'wandb' twice"),
+        (3, "must be a list of tracker names"),
+        ({"wandb": 1}, "must be a list of tracker names"),
+    ]:
         with pytest.raises(SpecError, match="^report_to: " + says) as refused:
             validate_spec({"report_to": bad})
         assert refused.value.key == "report_to"
@@ -173,8 +187,9 @@ class DeletesTheMlflowRun(MemoryRecorder):
             mlflow.client.delete_run(mlflow.run_id)
 
 
-def test_a_tracker_that_fails_mid_run_is_dropped_with_one_line_and_the_run_completes(data_dir, grpo_cache_dir,
-                                                                                      tracker_env):
+def test_a_tracker_that_fails_mid_run_is_dropped_with_one_line_and_the_run_completes(
+    data_dir, grpo_cache_dir, tracker_env
+):
     inner = DeletesTheMlflowRun()
     spec = validate_spec({**RUN, "report_to": ["tensorboard", "mlflow"]})
     with TrackerRecorder.open(inner, spec.report_to, data_dir, 8, spec.name, spec.to_dict()) as recorder:

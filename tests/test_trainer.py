@@ -2,6 +2,7 @@
 
 The built-in model is built once per session in the ``grpo_cache_dir`` fixture (tests/conftest.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,6 +43,7 @@ def by_step(recorder: MemoryRecorder) -> dict[int, dict]:
 
 
 # --- outcome supervision ---------------------------------------------------------------------
+
 
 def test_outcome_run_completes_and_records_every_metric(outcome_run):
     result, rec = outcome_run
@@ -91,6 +93,7 @@ def test_outcome_groups_carry_group_normalised_advantages(outcome_run):
 
 # --- answer_match: the reward's rule, and evaluation under both -----------------------------
 
+
 def check_evaluations(rec: MemoryRecorder, match: str) -> None:
     """Step 0 and every evaluation step hold the four evaluation metrics, each a share, consistent with the rules:
     strict <= flexible, the two differ only on outputs without a strict answer (flexible - strict <= 1 - format),
@@ -127,13 +130,18 @@ def test_eval_scores_on_hand_outputs():
     texts = ["Tom has 3 + 5 = 8 apples.", "#### 14", "#### 9", "so \\boxed{6}", "It is 1,000.", "no idea"]
     answers = ["8", "14", "7", "6", "1000", "3"]
     strict = eval_scores(texts, answers)
-    assert strict == {"eval/accuracy": 2 / 6, "eval/accuracy_strict": 2 / 6, "eval/accuracy_flexible": 4 / 6,
-                      "eval/format": 3 / 6}
+    assert strict == {
+        "eval/accuracy": 2 / 6,
+        "eval/accuracy_strict": 2 / 6,
+        "eval/accuracy_flexible": 4 / 6,
+        "eval/format": 3 / 6,
+    }
     assert eval_scores(texts, answers, "flexible") == {**strict, "eval/accuracy": 4 / 6}
     assert eval_scores([], []) == dict.fromkeys(EVAL_METRICS, 0.0)
 
 
 # --- process supervision ---------------------------------------------------------------------
+
 
 def test_process_run_records_steps_and_their_advantages(process_run):
     result, rec = process_run
@@ -150,8 +158,9 @@ def test_process_run_records_steps_and_their_advantages(process_run):
                 assert all(0 <= e < len(s.tokens) for e in ends)
                 assert set(s.step_rewards) <= {0.0, 1.0}
             width = max(len(s.tokens) for s in samples)
-            expected = process_advantages([s.step_rewards for s in samples],
-                                          [s.step_end_indices for s in samples], width)
+            expected = process_advantages(
+                [s.step_rewards for s in samples], [s.step_end_indices for s in samples], width
+            )
             for i, s in enumerate(samples):
                 assert s.advantages == pytest.approx(expected[i, : len(s.tokens)].tolist(), abs=1e-5)
 
@@ -169,6 +178,7 @@ def test_process_step_rewards_judge_the_completion_steps(process_run):
 
 
 # --- cancellation and mu > 1 -----------------------------------------------------------------
+
 
 class StopAfter(MemoryRecorder):
     """Asks to stop once ``n`` training steps have been recorded."""
@@ -243,8 +253,15 @@ def test_process_supervision_splits_steps_at_the_configured_delimiter(grpo_cache
 def test_micro_batches_accumulate_the_same_update(grpo_cache_dir):
     """B x G = 8 outputs in micro-batches of 3, 3 and 2: step 1 (the same samples) gives the same loss, KL,
     clip share, entropy and gradient norm as one batch of 8, with mu = 2 so the clip and old log-probs count."""
-    common = dict(steps_per_iteration=1, batch_size=2, group_size=4, eval_every=0, policy_updates_per_batch=2,
-                  max_new_tokens=32, precision="fp32")  # bf16 scoring rounds each micro-batch's sums its own way
+    common = dict(
+        steps_per_iteration=1,
+        batch_size=2,
+        group_size=4,
+        eval_every=0,
+        policy_updates_per_batch=2,
+        max_new_tokens=32,
+        precision="fp32",
+    )  # bf16 scoring rounds each micro-batch's sums its own way
     _, whole = run(grpo_cache_dir, **common)
     _, micro = run(grpo_cache_dir, micro_batch_size=3, **common)
     a, b = whole.metrics[0], micro.metrics[0]

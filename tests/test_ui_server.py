@@ -4,6 +4,7 @@ One server for the module, on a free port, with its store (SQLite) and broker
 (``sqla+sqlite``) in a temporary directory. Data the endpoints read back is seeded
 through app.store from this process, the way a worker writes it.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,10 +30,29 @@ from app.broker import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
-ENDPOINTS = {"/launch_run", "/list_runs", "/get_run", "/get_metrics", "/get_logs", "/wait_run", "/list_groups",
-             "/get_group", "/cancel_run", "/compare_runs", "/export_run", "/upload_dataset", "/preview_dataset",
-             "/preview_rewards", "/preview_prompt", "/rename_run", "/annotate_run", "/archive_run", "/delete_run",
-             "/search_samples", "/question_history"}
+ENDPOINTS = {
+    "/launch_run",
+    "/list_runs",
+    "/get_run",
+    "/get_metrics",
+    "/get_logs",
+    "/wait_run",
+    "/list_groups",
+    "/get_group",
+    "/cancel_run",
+    "/compare_runs",
+    "/export_run",
+    "/upload_dataset",
+    "/preview_dataset",
+    "/preview_rewards",
+    "/preview_prompt",
+    "/rename_run",
+    "/annotate_run",
+    "/archive_run",
+    "/delete_run",
+    "/search_samples",
+    "/question_history",
+}
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +102,30 @@ def test_launch_list_get_cancel(server, client):
 
     runs = client.predict(api_name="/list_runs")
     assert isinstance(runs, list) and runs[0]["run_id"] == run_id
-    assert set(runs[0]) == {"run_id", "name", "status", "model", "dataset", "supervision", "step",
-                            "total_steps", "created_at", "started_at", "finished_at", "phase", "phase_done",
-                            "phase_total", "notes", "tags", "archived"}
+    assert set(runs[0]) == {
+        "run_id",
+        "name",
+        "status",
+        "model",
+        "dataset",
+        "supervision",
+        "step",
+        "total_steps",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "phase",
+        "phase_done",
+        "phase_total",
+        "notes",
+        "tags",
+        "archived",
+    }
 
     run = client.predict(run_id, api_name="/get_run")
-    assert {"run_id", "name", "status", "config", "step", "total_steps", "error", "started_at",
-            "finished_at"} <= set(run)
+    assert {"run_id", "name", "status", "config", "step", "total_steps", "error", "started_at", "finished_at"} <= set(
+        run
+    )
     assert run["name"] == "ui-run" and run["status"] == "queued" and run["config"]["group_size"] == 4
 
     assert client.predict(run_id, api_name="/cancel_run") == {"run_id": run_id, "status": "cancelled"}
@@ -96,11 +133,14 @@ def test_launch_list_get_cancel(server, client):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec,message", [
-    ({"group_size": 1}, "group_size: must be at least 2, got 1"),
-    ({"supervision": "both"}, "supervision: must be one of 'outcome', 'process', got 'both'"),
-    ({"grop_size": 8}, "grop_size: unknown key"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"group_size": 1}, "group_size: must be at least 2, got 1"),
+        ({"supervision": "both"}, "supervision: must be one of 'outcome', 'process', got 'both'"),
+        ({"grop_size": 8}, "grop_size: unknown key"),
+    ],
+)
 def test_bad_spec_error_names_the_key(client, spec, message):
     with pytest.raises(AppError, match=message):
         client.predict(spec, api_name="/launch_run")
@@ -117,8 +157,17 @@ def test_metrics_and_groups(server, client):
     _, db_url, _, _ = server
     run_id = client.predict({"name": "seeded"}, api_name="/launch_run")["run_id"]
     tokens = ["<b>", " 4", "\n"]
-    samples = [SampleRecord(completion="".join(tokens), tokens=tokens, reward=r, advantages=[2 * r - 1] * 3,
-                            step_rewards=[r], step_end_indices=[2]) for r in (0.0, 1.0)]
+    samples = [
+        SampleRecord(
+            completion="".join(tokens),
+            tokens=tokens,
+            reward=r,
+            advantages=[2 * r - 1] * 3,
+            step_rewards=[r],
+            step_end_indices=[2],
+        )
+        for r in (0.0, 1.0)
+    ]
     with session_scope(db_url) as s:
         store.mark_running(s, run_id, total_steps=40)
         store.record_step(s, run_id, 1, 0, {"reward_mean": 0.5, "kl": 0.0, "loss": 0.2, "eval/accuracy": 0.25})
@@ -130,8 +179,14 @@ def test_metrics_and_groups(server, client):
     assert client.predict(run_id, api_name="/get_run")["step"] == 2
 
     [group_row] = client.predict(run_id, None, api_name="/list_groups")
-    assert group_row == {"group_id": group_row["group_id"], "step": 2, "prompt": "2+2=",
-                         "reward_mean": 0.5, "reward_std": 0.5, "kind": "all_wrong"}  # no verdicts recorded
+    assert group_row == {
+        "group_id": group_row["group_id"],
+        "step": 2,
+        "prompt": "2+2=",
+        "reward_mean": 0.5,
+        "reward_std": 0.5,
+        "kind": "all_wrong",
+    }  # no verdicts recorded
     assert client.predict(run_id, 2, api_name="/list_groups") == [group_row]
     assert client.predict(run_id, 1, api_name="/list_groups") == []
 
@@ -151,8 +206,16 @@ def test_metrics_and_groups(server, client):
 def _seed_groups(db_url: str, run_id: int, step: int, rewards_per_group: list[list[float]]) -> None:
     groups = []
     for b, rewards in enumerate(rewards_per_group):
-        samples = [SampleRecord(completion=f"{b}-{i}", tokens=[f"{b}", "-", f"{i}"], reward=r, advantages=[r] * 3,
-                                reward_components={"correct": r}) for i, r in enumerate(rewards)]
+        samples = [
+            SampleRecord(
+                completion=f"{b}-{i}",
+                tokens=[f"{b}", "-", f"{i}"],
+                reward=r,
+                advantages=[r] * 3,
+                reward_components={"correct": r},
+            )
+            for i, r in enumerate(rewards)
+        ]
         groups.append(GroupRecord(f"q{b}", "1", samples).to_dict())
     with session_scope(db_url) as s:
         store.record_groups(s, run_id, step, groups)
@@ -224,8 +287,9 @@ def test_server_process_has_not_loaded_torch(server, client):
     client.predict("builtin-arith", api_name="/preview_dataset")  # the engine's pure-Python data module, no torch
     maps = Path(f"/proc/{server[3].pid}/maps").read_text()
     assert "libtorch" not in maps
-    check = ("import sys, app.ui, app.endpoints, app.render; "
-             "assert 'torch' not in sys.modules, 'the web app imported torch'")
+    check = (
+        "import sys, app.ui, app.endpoints, app.render; assert 'torch' not in sys.modules, 'the web app imported torch'"
+    )
     subprocess.run([sys.executable, "-c", check], cwd=ROOT, check=True)
 
 
@@ -246,23 +310,56 @@ def test_token_span_escapes_and_colours_by_advantage():
 
 
 def test_group_html_shows_every_sample_and_step_marks():
-    group = {"group_id": 3, "run_id": 1, "step": 4, "prompt": "1+1=<?>", "reference": "2", "samples": [
-        {"sample_id": 10, "completion": "2\n", "tokens": ["2", "\n"], "reward": 1.0, "advantages": [0.5, 0.5],
-         "step_rewards": [1.0], "step_end_indices": [1], "reward_components": {"correct": 1.0}},
-        {"sample_id": 11, "completion": "3", "tokens": ["3"], "reward": 0.0, "advantages": [-0.5],
-         "step_rewards": None, "step_end_indices": None, "reward_components": {}},
-    ]}
+    group = {
+        "group_id": 3,
+        "run_id": 1,
+        "step": 4,
+        "prompt": "1+1=<?>",
+        "reference": "2",
+        "samples": [
+            {
+                "sample_id": 10,
+                "completion": "2\n",
+                "tokens": ["2", "\n"],
+                "reward": 1.0,
+                "advantages": [0.5, 0.5],
+                "step_rewards": [1.0],
+                "step_end_indices": [1],
+                "reward_components": {"correct": 1.0},
+            },
+            {
+                "sample_id": 11,
+                "completion": "3",
+                "tokens": ["3"],
+                "reward": 0.0,
+                "advantages": [-0.5],
+                "step_rewards": None,
+                "step_end_indices": None,
+                "reward_components": {},
+            },
+        ],
+    }
     page = group_html(group)
-    assert page.count('class="sample"') == 2 and page.count(' data-adv=') == 3
+    assert page.count('class="sample"') == 2 and page.count(" data-adv=") == 3
     assert "1+1=&lt;?&gt;" in page and 'data-sample-id="11"' in page
     # the step mark sits after the step's last token, before the line break
-    assert re.search(r'<span class="step-end" data-tip="step 1: reward \+1\.000; normalised [^"]+">step 1 r=\+1\.00</span><br>',
-                     page)
+    assert re.search(
+        r'<span class="step-end" data-tip="step 1: reward \+1\.000; normalised [^"]+">step 1 r=\+1\.00</span><br>', page
+    )
 
 
 def test_progress_html_eta_and_error():
-    run = {"run_id": 7, "name": "r<1>", "status": "running", "step": 10, "total_steps": 40, "error": None,
-           "started_at": "2025-01-01T00:00:00+00:00", "finished_at": None, "cancel_requested": False}
+    run = {
+        "run_id": 7,
+        "name": "r<1>",
+        "status": "running",
+        "step": 10,
+        "total_steps": 40,
+        "error": None,
+        "started_at": "2025-01-01T00:00:00+00:00",
+        "finished_at": None,
+        "cancel_requested": False,
+    }
     now = datetime(2025, 1, 1, 0, 1, 40, tzinfo=timezone.utc)  # 100 s for 10 steps: 300 s left
     page = progress_html(run, now)
     assert "width:25.0%" in page and "step 10 / 40 · 25%" in page
@@ -273,14 +370,35 @@ def test_progress_html_eta_and_error():
 
 
 def test_progress_html_names_the_iteration():
-    run = {"run_id": 7, "name": "it", "status": "running", "step": 250, "total_steps": 600, "error": None,
-           "config": {"iterations": 3, "steps_per_iteration": 200}, "started_at": None, "finished_at": None}
+    run = {
+        "run_id": 7,
+        "name": "it",
+        "status": "running",
+        "step": 250,
+        "total_steps": 600,
+        "error": None,
+        "config": {"iterations": 3, "steps_per_iteration": 200},
+        "started_at": None,
+        "finished_at": None,
+    }
     assert "iteration 2 / 3 · step 250 / 600" in progress_html(run)
 
 
 def test_progress_html_shows_the_worker_the_attempt_and_the_checkpoint():
-    run = {"run_id": 7, "name": "r", "status": "running", "step": 25, "total_steps": 40, "error": None, "config": {},
-           "started_at": None, "finished_at": None, "worker": "gpu-3:811", "attempts": 2, "checkpoint_step": 21}
+    run = {
+        "run_id": 7,
+        "name": "r",
+        "status": "running",
+        "step": 25,
+        "total_steps": 40,
+        "error": None,
+        "config": {},
+        "started_at": None,
+        "finished_at": None,
+        "worker": "gpu-3:811",
+        "attempts": 2,
+        "checkpoint_step": 21,
+    }
     assert "on gpu-3:811 (attempt 2) · checkpoint at step 21" in progress_html(run)
     paused = {**run, "status": "queued", "worker": None}
     assert "waiting for a worker to resume it from step 21" in progress_html(paused)
@@ -288,24 +406,46 @@ def test_progress_html_shows_the_worker_the_attempt_and_the_checkpoint():
 
 
 def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
-    metrics = [{"step": 1, "iteration": 1, "reward_mean": 0.5, "kl": 0.01, "time/step": 0.3, "custom/x": 2.0},
-               {"step": 2, "iteration": 1, "reward_mean": 0.6, "kl": 0.02, "time/step": 0.3, "custom/x": 3.0}]
+    metrics = [
+        {"step": 1, "iteration": 1, "reward_mean": 0.5, "kl": 0.01, "time/step": 0.3, "custom/x": 2.0},
+        {"step": 2, "iteration": 1, "reward_mean": 0.6, "kl": 0.02, "time/step": 0.3, "custom/x": 3.0},
+    ]
     fig = metrics_figure(metrics)
     names = {trace.name for trace in fig.data}
     assert names == {"reward_mean", "kl", "time/step", "custom/x"}
     titles = [a.text for a in fig.layout.annotations]
     assert titles == ["reward", "KL and loss", "timing (s)", "other"]  # the panels with something recorded
-    assert [title for title, _ in PANELS] == ["reward", "accuracy", "fractions", "KL and loss", "entropy (nats)",
-                                              "completion length (tokens)", "gradient sources", "token advantages",
-                                              "gradient norm", "learning rate", "groups per step", "timing (s)",
-                                              "reward model"]
+    assert [title for title, _ in PANELS] == [
+        "reward",
+        "accuracy",
+        "fractions",
+        "KL and loss",
+        "entropy (nats)",
+        "completion length (tokens)",
+        "gradient sources",
+        "token advantages",
+        "gradient norm",
+        "learning rate",
+        "groups per step",
+        "timing (s)",
+        "reward model",
+    ]
 
 
 def test_rm_refresh_table_has_one_row_per_training():
-    metrics = [{"step": 0, "iteration": 0, "rm/loss": 0.5, "rm/accuracy_after": 0.8, "rm/train_examples": 64.0},
-               {"step": 1, "iteration": 1, "reward_mean": 0.2},
-               {"step": 2, "iteration": 1, "rm/loss": 0.4, "rm/accuracy_before": 0.75, "rm/accuracy_after": 0.85,
-                "rm/train_examples": 70.0, "rm/replayed": 6.0}]
+    metrics = [
+        {"step": 0, "iteration": 0, "rm/loss": 0.5, "rm/accuracy_after": 0.8, "rm/train_examples": 64.0},
+        {"step": 1, "iteration": 1, "reward_mean": 0.2},
+        {
+            "step": 2,
+            "iteration": 1,
+            "rm/loss": 0.4,
+            "rm/accuracy_before": 0.75,
+            "rm/accuracy_after": 0.85,
+            "rm/train_examples": 70.0,
+            "rm/replayed": 6.0,
+        },
+    ]
     frame = rm_refresh_frame(metrics)
     assert frame["step"].tolist() == [0, 2]
     assert frame.iloc[1]["change"] == pytest.approx(0.1) and frame.iloc[1]["replayed"] == 6.0
@@ -315,18 +455,32 @@ def test_rm_refresh_table_has_one_row_per_training():
 
 
 def test_group_html_shows_the_advantage_as_the_normalised_reward():
-    samples = [{"sample_id": i, "completion": "x", "tokens": ["x", "<eos>"][:n], "reward": 0.5,
-                "advantages": [0.25] * n, "step_rewards": None, "step_end_indices": None, "reward_components": {}}
-               for i, n in enumerate([2, 0])]
+    samples = [
+        {
+            "sample_id": i,
+            "completion": "x",
+            "tokens": ["x", "<eos>"][:n],
+            "reward": 0.5,
+            "advantages": [0.25] * n,
+            "step_rewards": None,
+            "step_end_indices": None,
+            "reward_components": {},
+        }
+        for i, n in enumerate([2, 0])
+    ]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
     assert 'class="norm">+0.250<' in page and 'class="norm">n/a<' in page  # the engine's value, not recomputed
 
 
 def test_config_diff_marks_the_differing_keys_and_compare_figure_draws_each_run():
-    compared = {"runs": [{"run_id": 1, "name": "a", "config": {"kl_coef": 0.04, "seed": 0}},
-                         {"run_id": 2, "name": "b<", "config": {"kl_coef": 0.0, "seed": 0}}],
-                "differing_keys": ["kl_coef"],
-                "metrics": {"1": [{"step": 1, "kl": 0.1}], "2": [{"step": 1, "kl": 0.0}]}}
+    compared = {
+        "runs": [
+            {"run_id": 1, "name": "a", "config": {"kl_coef": 0.04, "seed": 0}},
+            {"run_id": 2, "name": "b<", "config": {"kl_coef": 0.0, "seed": 0}},
+        ],
+        "differing_keys": ["kl_coef"],
+        "metrics": {"1": [{"step": 1, "kl": 0.1}], "2": [{"step": 1, "kl": 0.0}]},
+    }
     page = config_diff_html(compared)
     assert '<tr class="diff" data-key="kl_coef">' in page and '<tr data-key="seed">' in page
     assert "b&lt;" in page and "1 key differs: kl_coef" in page
@@ -339,8 +493,11 @@ def test_config_diff_marks_the_differing_keys_and_compare_figure_draws_each_run(
 
 def test_compare_smooths_long_runs_and_draws_short_ones_raw():
     long = [{"step": s, "kl": float(s % 2)} for s in range(1, 101)]
-    compared = {"runs": [{"run_id": 1, "name": "long", "config": {}}, {"run_id": 2, "name": "short", "config": {}}],
-                "differing_keys": [], "metrics": {"1": long, "2": long[:8]}}
+    compared = {
+        "runs": [{"run_id": 1, "name": "long", "config": {}}, {"run_id": 2, "name": "short", "config": {}}],
+        "differing_keys": [],
+        "metrics": {"1": long, "2": long[:8]},
+    }
     fig = compare_figure(compared, ["kl"], smoothing=0.6)
     assert [t.name for t in fig.data] == ["#1 long (raw)", "#1 long", "#2 short"]
     assert fig.data[1].y[-1] == pytest.approx(ema([float(s % 2) for s in range(1, 101)], 0.6)[-1])
@@ -349,9 +506,19 @@ def test_compare_smooths_long_runs_and_draws_short_ones_raw():
 
 def test_group_html_shows_normalised_rewards_and_the_rm_score_beside_the_verifier():
     norm = 0.4 / (0.4 + 1e-4)  # rewards 0.9 and 0.1: (r - mean) / (std + eps'), the engine's outcome advantage
-    samples = [{"sample_id": i, "completion": "x", "tokens": ["x"], "reward": r, "advantages": [a],
-                "step_rewards": None, "step_end_indices": None, "reward_components": {"correct": c, "rm_score": r}}
-               for i, (r, a, c) in enumerate([(0.9, norm, 1.0), (0.1, -norm, 0.0)])]
+    samples = [
+        {
+            "sample_id": i,
+            "completion": "x",
+            "tokens": ["x"],
+            "reward": r,
+            "advantages": [a],
+            "step_rewards": None,
+            "step_end_indices": None,
+            "reward_components": {"correct": c, "rm_score": r},
+        }
+        for i, (r, a, c) in enumerate([(0.9, norm, 1.0), (0.1, -norm, 0.0)])
+    ]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
     assert page.count('class="norm">+1.000<') == 1 and page.count('class="norm">-1.000<') == 1
     assert "verifier: correct ✓" in page and "verifier: wrong ✗" in page
@@ -388,7 +555,6 @@ def test_preview_dataset_shows_the_first_rows_of_each_format(server, client, tmp
         client.predict(str(outside), api_name="/preview_dataset")
     with pytest.raises(AppError, match="not a local file"):
         client.predict("openai/gsm8k", api_name="/preview_dataset")
-
 
 
 @pytest.mark.slow

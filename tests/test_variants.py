@@ -1,5 +1,6 @@
 """The GRPO variants practitioners know from TRL and verl (loss_type, scale_rewards, clip_eps_high, ratio_level) on
 hand-computed numbers (docs/ALGORITHM.md, Variants), their refusals, and short real runs with each choice."""
+
 from __future__ import annotations
 
 import math
@@ -29,6 +30,7 @@ def close(actual: torch.Tensor, expected, tol: float = 1e-5) -> None:
 
 # --- scale_rewards: what advantages are divided by ---------------------------------------------
 
+
 def test_advantage_divisor_for_each_scale():
     std = torch.tensor([[0.5], [0.25]])
     close(advantage_divisor("group", std, None), [[0.5 + ADV_EPS], [0.25 + ADV_EPS]])
@@ -49,8 +51,10 @@ def test_outcome_batch_scale_divides_by_the_std_of_every_reward_of_the_batch():
     close(adv, [[0.75 / d] + [-0.25 / d] * 3, [0.5 / d] * 2 + [-0.5 / d] * 2])
     close(adv, [[1.5489, -0.5163, -0.5163, -0.5163], [1.0326, 1.0326, -1.0326, -1.0326]], tol=1e-4)
     # with several processes the std is that of every process's rewards, passed in
-    close(outcome_advantages(REWARDS, scale="batch", batch_std=0.5),
-          [[0.75 / 0.5001] + [-0.25 / 0.5001] * 3, [0.5 / 0.5001] * 2 + [-0.5 / 0.5001] * 2])
+    close(
+        outcome_advantages(REWARDS, scale="batch", batch_std=0.5),
+        [[0.75 / 0.5001] + [-0.25 / 0.5001] * 3, [0.5 / 0.5001] * 2 + [-0.5 / 0.5001] * 2],
+    )
 
 
 def test_outcome_no_scale_is_the_reward_minus_the_group_mean():
@@ -83,11 +87,13 @@ def test_process_batch_and_no_scale():
     close(adv[0], [0.5] * 11 + [0.25] * 9 + [0.0] * 4, tol=1e-7)
     close(adv[1], [-0.5] * 10 + [0.25] * 9 + [0.0] * 5, tol=1e-7)
     # all-equal step rewards still give exactly zero
-    assert torch.equal(process_advantages([[0.1, 0.1], [0.1]], [[1, 3], [2]], 5, scale="batch", batch_std=0.3),
-                       torch.zeros(2, 5))
+    assert torch.equal(
+        process_advantages([[0.1, 0.1], [0.1]], [[1, 3], [2]], 5, scale="batch", batch_std=0.3), torch.zeros(2, 5)
+    )
 
 
 # --- clip_eps_high: DAPO's clip-higher ---------------------------------------------------------
+
 
 def test_clip_eps_high_binds_only_above():
     # eps .2, eps_high .28: the ratio is clipped to [.8, 1.28]
@@ -177,12 +183,15 @@ VALUES = torch.tensor([[2.0, 4.0, 6.0, 99.0], [1.0, 3.0, 99.0, 99.0]])
 VMASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
 
 
-@pytest.mark.parametrize("loss_type,denominator,expected", [
-    ("grpo", 2, 3.0),  # token means 12/3 = 4 and 4/2 = 2; their mean over N = 2 outputs: 3
-    ("bnpo", 5, 3.2),  # token sum 12 + 4 = 16 over 5 real tokens
-    ("dapo", 5, 3.2),  # the same with one process
-    ("dr_grpo", 8, 2.0),  # 16 / (N = 2 x max_new_tokens = 4)
-])
+@pytest.mark.parametrize(
+    "loss_type,denominator,expected",
+    [
+        ("grpo", 2, 3.0),  # token means 12/3 = 4 and 4/2 = 2; their mean over N = 2 outputs: 3
+        ("bnpo", 5, 3.2),  # token sum 12 + 4 = 16 over 5 real tokens
+        ("dapo", 5, 3.2),  # the same with one process
+        ("dr_grpo", 8, 2.0),  # 16 / (N = 2 x max_new_tokens = 4)
+    ],
+)
 def test_aggregations_on_hand_numbers(loss_type, denominator, expected):
     assert loss_denominator(loss_type, 2, 5.0, 5.0, 1, 4) == denominator
     assert aggregate(VALUES, VMASK, loss_type, denominator).item() == pytest.approx(expected)
@@ -206,8 +215,10 @@ def test_each_process_denominator_averages_to_the_whole_batch():
     expected = {"grpo": 3.25, "dapo": 3.5, "dr_grpo": 2.625, "bnpo": (16 / 5 + 26 / 7) / 2}
     assert loss_denominator("dapo", 2, 5.0, 12.0, 2, 4) == 6.0 and loss_denominator("bnpo", 2, 7.0, 12.0, 2, 4) == 7.0
     for loss_type, want in expected.items():
-        parts = [aggregate(v, m, loss_type, loss_denominator(loss_type, 2, m.sum().item(), 12.0, 2, 4)).item()
-                 for v, m in ((VALUES, VMASK), (b_values, b_mask))]
+        parts = [
+            aggregate(v, m, loss_type, loss_denominator(loss_type, 2, m.sum().item(), 12.0, 2, 4)).item()
+            for v, m in ((VALUES, VMASK), (b_values, b_mask))
+        ]
         assert sum(parts) / 2 == pytest.approx(want), loss_type
     assert expected["bnpo"] == pytest.approx(3.4571, abs=1e-4)
 
@@ -218,7 +229,9 @@ class LinearPolicy(torch.nn.Module):
     def __init__(self, features: torch.Tensor, vocab: int):
         super().__init__()
         self.features = features  # (N, T, D)
-        self.weight = torch.nn.Parameter(0.3 * torch.randn(features.shape[-1], vocab, generator=torch.Generator().manual_seed(1)))
+        self.weight = torch.nn.Parameter(
+            0.3 * torch.randn(features.shape[-1], vocab, generator=torch.Generator().manual_seed(1))
+        )
 
     def logprobs(self, rows: slice, tokens: torch.Tensor) -> torch.Tensor:
         logits = self.features[rows] @ self.weight  # (n, T, V)
@@ -246,9 +259,19 @@ def test_micro_batches_give_exactly_the_whole_batch_gradient(loss_type, ratio_le
         policy.zero_grad()
         total = 0.0
         for c in chunks:
-            loss, _ = grpo_loss(policy.logprobs(c, tokens), old[c], ref[c], adv[c], mask[c], 0.2, 0.04,
-                                clip_eps_high=0.28, ratio_level=ratio_level, loss_type=loss_type,
-                                denominator=denominator)
+            loss, _ = grpo_loss(
+                policy.logprobs(c, tokens),
+                old[c],
+                ref[c],
+                adv[c],
+                mask[c],
+                0.2,
+                0.04,
+                clip_eps_high=0.28,
+                ratio_level=ratio_level,
+                loss_type=loss_type,
+                denominator=denominator,
+            )
             loss.backward()
             total += loss.item()
         return total, policy.weight.grad.clone()
@@ -262,6 +285,7 @@ def test_micro_batches_give_exactly_the_whole_batch_gradient(loss_type, ratio_le
 
 # --- the run spec ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("scale", ["group", "batch"])
 def test_dr_grpo_without_scale_none_is_refused_on_scale_rewards(scale):
     with pytest.raises(SpecError) as info:
@@ -273,13 +297,16 @@ def test_dr_grpo_without_scale_none_is_refused_on_scale_rewards(scale):
     assert (spec.loss_type, spec.scale_rewards) == ("dr_grpo", "none")
 
 
-@pytest.mark.parametrize("spec,key,words", [
-    ({"clip_eps_high": -0.1}, "clip_eps_high", "at least 0"),
-    ({"clip_eps_high": 1.5}, "clip_eps_high", "at most 1"),
-    ({"loss_type": "token-mean"}, "loss_type", "must be one of 'grpo', 'bnpo', 'dapo', 'dr_grpo'"),
-    ({"scale_rewards": "std"}, "scale_rewards", "must be one of 'group', 'batch', 'none'"),
-    ({"ratio_level": "seq"}, "ratio_level", "must be one of 'token', 'sequence'"),
-])
+@pytest.mark.parametrize(
+    "spec,key,words",
+    [
+        ({"clip_eps_high": -0.1}, "clip_eps_high", "at least 0"),
+        ({"clip_eps_high": 1.5}, "clip_eps_high", "at most 1"),
+        ({"loss_type": "token-mean"}, "loss_type", "must be one of 'grpo', 'bnpo', 'dapo', 'dr_grpo'"),
+        ({"scale_rewards": "std"}, "scale_rewards", "must be one of 'group', 'batch', 'none'"),
+        ({"ratio_level": "seq"}, "ratio_level", "must be one of 'token', 'sequence'"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_key(spec, key, words):
     with pytest.raises(SpecError) as info:
         validate_spec(spec)
@@ -295,24 +322,30 @@ def test_the_defaults_are_the_paper_and_clip_eps_high_zero_means_clip_eps():
 
 # --- short real runs, one per new choice -----------------------------------------------------
 
-@pytest.mark.parametrize("overrides", [
-    {"loss_type": "bnpo"},
-    {"loss_type": "dapo"},
-    {"loss_type": "dr_grpo", "scale_rewards": "none"},
-    {"scale_rewards": "batch"},
-    {"scale_rewards": "none"},
-    {"scale_rewards": "batch", "supervision": "process"},
-    {"clip_eps_high": 0.28, "policy_updates_per_batch": 2},
-    {"ratio_level": "sequence", "policy_updates_per_batch": 2},
-    {"decode": "static", "micro_batch_size": 3},
-], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"loss_type": "bnpo"},
+        {"loss_type": "dapo"},
+        {"loss_type": "dr_grpo", "scale_rewards": "none"},
+        {"scale_rewards": "batch"},
+        {"scale_rewards": "none"},
+        {"scale_rewards": "batch", "supervision": "process"},
+        {"clip_eps_high": 0.28, "policy_updates_per_batch": 2},
+        {"ratio_level": "sequence", "policy_updates_per_batch": 2},
+        {"decode": "static", "micro_batch_size": 3},
+    ],
+    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
+)
 def test_a_run_with_each_choice_completes(grpo_cache_dir, overrides):
     from grpo_engine.recorder import MemoryRecorder
     from grpo_engine.trainer import train
 
     rec = MemoryRecorder()
-    spec = validate_spec({"steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "max_new_tokens": 16,
-                          "eval_every": 0, **overrides})
+    spec = validate_spec(
+        {"steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "max_new_tokens": 16, "eval_every": 0, **overrides}
+    )
     result = train(spec, rec, grpo_cache_dir, device="cpu")
     assert result["status"] == "completed" and [m["step"] for m in rec.metrics] == [1, 2]
     assert all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in rec.metrics)
@@ -322,7 +355,8 @@ def test_a_run_with_each_choice_completes(grpo_cache_dir, overrides):
         every = torch.tensor([s.reward for g in groups for s in g.samples])
         for g in groups:
             rewards = torch.tensor([s.reward for s in g.samples])
-            expected = outcome_advantages(rewards.view(1, -1), scale=spec.scale_rewards,
-                                          batch_std=every.std(unbiased=False).item())[0]
+            expected = outcome_advantages(
+                rewards.view(1, -1), scale=spec.scale_rewards, batch_std=every.std(unbiased=False).item()
+            )[0]
             for s, a in zip(g.samples, expected.tolist()):
                 assert s.advantages == pytest.approx([a] * len(s.tokens), abs=1e-5)

@@ -2,6 +2,7 @@
 a page on another origin using a logged-in session (in a real browser), framing, cookies, sessions that never
 end, logout by a link, the API described before login, password guessing, and unknown users told apart by timing.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -111,7 +112,10 @@ def test_another_origins_page_cannot_use_a_logged_in_session(guarded, attacker):
     runs = Client(url, auth=(USER, PASSWORD), verbose=False).predict(api_name="/list_runs")
     assert all(r["name"] != "forged" for r in runs)  # and nothing was launched
     log = log_path.read_text()  # the browser's preflight, or the request itself, was refused
-    assert "refused OPTIONS /gradio_api/call/launch_run from origin" in log or "refused POST /gradio_api/call/launch_run" in log
+    assert (
+        "refused OPTIONS /gradio_api/call/launch_run from origin" in log
+        or "refused POST /gradio_api/call/launch_run" in log
+    )
 
 
 @pytest.mark.slow
@@ -128,8 +132,9 @@ def test_only_the_own_and_the_allowed_origins_get_answers(guarded, attacker):
         refused = _call(session, "launch_run", [{"name": "forged"}], Origin=other)
         assert refused.status_code == 403 and "access-control-allow-origin" not in refused.headers, other
         assert session.get("gradio_api/info", headers={"Origin": other}).status_code == 403
-        preflight = session.options("gradio_api/call/launch_run",
-                                    headers={"Origin": other, "Access-Control-Request-Method": "POST"})
+        preflight = session.options(
+            "gradio_api/call/launch_run", headers={"Origin": other, "Access-Control-Request-Method": "POST"}
+        )
         assert "access-control-allow-origin" not in preflight.headers
 
 
@@ -138,8 +143,12 @@ def test_every_answer_forbids_framing_and_sniffing(guarded):
     """Threat: the dashboard framed by another site (clickjacking) or a response read as another content type."""
     url, _, _ = guarded
     session = _session(url)
-    for response in (httpx.get(url, timeout=10), session.get("config"), session.get("gradio_api/info"),
-                     httpx.get(url + "config", timeout=10)):
+    for response in (
+        httpx.get(url, timeout=10),
+        session.get("config"),
+        session.get("gradio_api/info"),
+        httpx.get(url + "config", timeout=10),
+    ):
         assert response.headers["x-frame-options"] == "SAMEORIGIN"
         assert response.headers["content-security-policy"] == "frame-ancestors 'self'"
         assert response.headers["x-content-type-options"] == "nosniff"
@@ -191,8 +200,18 @@ def test_nothing_but_the_login_form_answers_before_login(guarded):
     page = httpx.get(url, timeout=10)
     assert page.status_code == 200 and '"auth_required":true' in page.text.replace(" ", "")
     assert "launch_run" not in page.text and "window.gradio_api_info = {};" in page.text
-    for path in ("config", "gradio_api/info", "openapi.json", "docs", "gradio_api/heartbeat/abc", "gradio_api/reset",
-                 "gradio_api/cancel", "gradio_api/queue/join", "gradio_api/upload", "gradio_api/openapi.json"):
+    for path in (
+        "config",
+        "gradio_api/info",
+        "openapi.json",
+        "docs",
+        "gradio_api/heartbeat/abc",
+        "gradio_api/reset",
+        "gradio_api/cancel",
+        "gradio_api/queue/join",
+        "gradio_api/upload",
+        "gradio_api/openapi.json",
+    ):
         for method in ("GET", "POST"):
             answer = httpx.request(method, url + path, timeout=10)
             assert answer.status_code in (401, 404, 405), (method, path, answer.status_code)
@@ -225,8 +244,10 @@ def test_guessing_passwords_is_throttled_and_the_user_still_gets_in(short_sessio
     """Threat: guessing a password at the server's speed (about 12 guesses a second with 8 threads, unthrottled).
     After 5 failures each attempt must wait, doubling; the right password works once the guessing stops."""
     url, log_path = short_sessions
-    codes = [httpx.post(url + "login", data={"username": USER, "password": f"guess {i}"}, timeout=10).status_code
-             for i in range(12)]
+    codes = [
+        httpx.post(url + "login", data={"username": USER, "password": f"guess {i}"}, timeout=10).status_code
+        for i in range(12)
+    ]
     assert codes[:6] == [400] * 6 and 429 in codes[6:], codes
     refused = httpx.post(url + "login", data={"username": USER, "password": PASSWORD}, timeout=10)
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1  # not even the right one, yet
@@ -240,8 +261,11 @@ def test_guessing_passwords_is_throttled_and_the_user_still_gets_in(short_sessio
 def test_unknown_users_cost_as_much_as_known_ones():
     """Threat: telling unknown user names from known ones by how long a wrong login takes (a decoy hash cheaper
     or dearer than the configured ones)."""
-    users = {"a": hash_password("x", iterations=auth.MIN_ITERATIONS), "b": hash_password("y", iterations=20_000),
-             "c": hash_password("z", iterations=auth.MIN_ITERATIONS)}
+    users = {
+        "a": hash_password("x", iterations=auth.MIN_ITERATIONS),
+        "b": hash_password("y", iterations=20_000),
+        "c": hash_password("z", iterations=auth.MIN_ITERATIONS),
+    }
     assert auth.parse_hash(auth.decoy_hash(users))[0] == auth.MIN_ITERATIONS  # what most users' hashes cost
     assert auth.parse_hash(auth.decoy_hash({"b": users["b"]}))[0] == 20_000
     assert auth.parse_hash(auth.decoy_hash({}))[0] == auth.ITERATIONS
@@ -267,9 +291,11 @@ def test_bad_ids_and_strings_are_refused_without_database_errors(guarded):
     with pytest.raises(AppError) as caught:
         client.predict(2**70, api_name="/get_group")
     answers.append(str(caught.value))
-    for spec, words in (({"name": "a\x00b"}, "name: must not contain a NUL character"),
-                        ({"name": "n" * 5_000_000}, "name: must be at most 200 characters, got 5000000"),
-                        ({"dataset": "/etc/passwd.jsonl"}, "is outside the directories runs may read")):
+    for spec, words in (
+        ({"name": "a\x00b"}, "name: must not contain a NUL character"),
+        ({"name": "n" * 5_000_000}, "name: must be at most 200 characters, got 5000000"),
+        ({"dataset": "/etc/passwd.jsonl"}, "is outside the directories runs may read"),
+    ):
         started = time.monotonic()
         with pytest.raises(AppError) as caught:
             client.predict(spec, api_name="/launch_run")
@@ -316,14 +342,24 @@ def test_a_run_beyond_the_budget_is_refused_at_launch_naming_the_keys(guarded):
     url, _, _ = guarded
     client = Client(url, auth=(USER, PASSWORD), verbose=False)
     for spec, words in (
-            ({"group_size": 1024, "batch_size": 4096, "max_new_tokens": 32768},
-             "batch_size x group_size x max_new_tokens: 4096 x 1024 x 32768 = 137,438,953,472 tokens a step, more "
-             "than this dashboard's budget of 1,048,576 (GRPO_MAX_TOKENS_PER_STEP)"),
-            ({"iterations": 1000, "steps_per_iteration": 1_000_000},
-             "steps_per_iteration: iterations x steps_per_iteration = 1,000,000,000 steps, more than 1,000,000"),
-            ({"reward": "model", "rm_samples": 1_000_000, "max_new_tokens": 512}, "rm_samples: 1000000 samples")):
+        (
+            {"group_size": 1024, "batch_size": 4096, "max_new_tokens": 32768},
+            "batch_size x group_size x max_new_tokens: 4096 x 1024 x 32768 = 137,438,953,472 tokens a step, more "
+            "than this dashboard's budget of 1,048,576 (GRPO_MAX_TOKENS_PER_STEP)",
+        ),
+        (
+            {"iterations": 1000, "steps_per_iteration": 1_000_000},
+            "steps_per_iteration: iterations x steps_per_iteration = 1,000,000,000 steps, more than 1,000,000",
+        ),
+        ({"reward": "model", "rm_samples": 1_000_000, "max_new_tokens": 512}, "rm_samples: 1000000 samples"),
+    ):
         with pytest.raises(AppError) as caught:
             client.predict(spec, api_name="/launch_run")
         assert words in str(caught.value), str(caught.value)
-    assert client.predict({"batch_size": 16, "group_size": 16, "max_new_tokens": 4096, "steps_per_iteration": 1},
-                          api_name="/launch_run")["status"] == "queued"  # within the budget
+    assert (
+        client.predict(
+            {"batch_size": 16, "group_size": 16, "max_new_tokens": 4096, "steps_per_iteration": 1},
+            api_name="/launch_run",
+        )["status"]
+        == "queued"
+    )  # within the budget

@@ -9,6 +9,7 @@ A Redis server that does not answer fails the Redis tests; they are never skippe
 The built-in model is built once per test session in one cache directory (the ``grpo_cache_dir``
 fixture of conftest.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -168,12 +169,24 @@ class Worker:
 def running_worker(sqlite_url: str, broker_url: str, cache_dir: Path, tmp_path: Path, **settings: str):
     """A real `grpo-dashboard worker` process consuming its own queue, with extra GRPO_* ``settings``."""
     queue = f"grpo-test-{uuid.uuid4().hex[:12]}"
-    env = {**os.environ, "GRPO_DATA_DIR": str(tmp_path), "GRPO_DATABASE_URL": sqlite_url,
-           "GRPO_BROKER_URL": broker_url, "GRPO_QUEUE": queue, "GRPO_CACHE_DIR": str(cache_dir), **settings}
+    env = {
+        **os.environ,
+        "GRPO_DATA_DIR": str(tmp_path),
+        "GRPO_DATABASE_URL": sqlite_url,
+        "GRPO_BROKER_URL": broker_url,
+        "GRPO_QUEUE": queue,
+        "GRPO_CACHE_DIR": str(cache_dir),
+        **settings,
+    }
     handle = Worker(broker_url, queue, tmp_path / "worker.log")
     with open(handle.log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "grpo_dashboard.cli", "worker"], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grpo_dashboard.cli", "worker"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 60
         while "ready." not in handle.log():
@@ -273,8 +286,17 @@ def test_a_worker_memory_cap_fails_a_run_cleanly(sqlite_url, broker_url, grpo_ca
     message naming the cap, and the same worker then runs a small run (~0.5 GB)."""
     with running_worker(sqlite_url, broker_url, grpo_cache_dir, tmp_path, GRPO_WORKER_MEMORY_GB="1.2") as worker:
         assert "memory capped at 1.2 GB" in worker.log()
-        big = _create_run(sqlite_url, {**TINY_SPEC, "batch_size": 32, "group_size": 64, "max_new_tokens": 32,
-                                       "steps_per_iteration": 1, "eval_every": 0})
+        big = _create_run(
+            sqlite_url,
+            {
+                **TINY_SPEC,
+                "batch_size": 32,
+                "group_size": 64,
+                "max_new_tokens": 32,
+                "steps_per_iteration": 1,
+                "eval_every": 0,
+            },
+        )
         worker.send(big)
         run = _wait_finished(sqlite_url, big, worker)
         assert run["status"] == "failed", f"{run}\n{worker.log()}"
@@ -290,10 +312,14 @@ def test_out_of_memory_errors_say_what_to_lower():
 
     from workers.errors import one_line
 
-    for exc in (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
-                RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
-                             "you tried to allocate 1099511627776 bytes"),
-                MemoryError()):
+    for exc in (
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 1099511627776 bytes"
+        ),
+        MemoryError(),
+    ):
         message = one_line(exc)
         assert message.startswith("Out of memory") and "batch_size" in message and "lora_rank" in message, message
         assert "micro_batch_size" in message and "gradient_checkpointing" in message

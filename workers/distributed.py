@@ -22,6 +22,7 @@ The worker and the processes talk through a control directory:
 The main process also stops (as "lost") when the worker that launched it is gone, so a killed worker
 leaves no process behind that keeps its lease alive.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,17 +100,40 @@ def on_cpu(spec: RunSpec) -> bool:
     if run_device(spec.device) == "cpu" or not torch.cuda.is_available():
         return True
     if torch.cuda.device_count() < spec.devices:
-        raise ValueError(f"devices: the run asks for {spec.devices} GPUs but this worker has "
-                         f"{torch.cuda.device_count()}")
+        raise ValueError(
+            f"devices: the run asks for {spec.devices} GPUs but this worker has {torch.cuda.device_count()}"
+        )
     return False
 
 
 def launch_command(run_id: int, spec: RunSpec, worker: str, control_dir: Path, cpu: bool) -> list[str]:
     """The ``accelerate launch`` command line that starts the run's ``spec.devices`` processes."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(spec.devices),
-            "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
-            "--dynamo_backend", "no", "-m", "workers.distributed", str(run_id), "--worker", worker,
-            "--control-dir", str(control_dir), "--parent-pid", str(os.getpid()), *(["--cpu"] if cpu else [])]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(spec.devices),
+        "--num_machines",
+        "1",
+        "--main_process_port",
+        str(free_port()),
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "workers.distributed",
+        str(run_id),
+        "--worker",
+        worker,
+        "--control-dir",
+        str(control_dir),
+        "--parent-pid",
+        str(os.getpid()),
+        *(["--cpu"] if cpu else []),
+    ]
 
 
 def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder) -> dict:
@@ -129,8 +153,13 @@ def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder)
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.devices))
     stop_file = control / "stop"
     with open(control / "launch.log", "wb") as log:
-        proc = subprocess.Popen(launch_command(run_id, spec, worker, control, cpu), stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            launch_command(run_id, spec, worker, control, cpu),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         show, shown = getattr(recorder, "show", None), 0
         show_phase, shown_phase = getattr(recorder, "show_phase", None), None
         try:
@@ -199,20 +228,30 @@ def main(argv: list[str] | None = None) -> int:
             spec = validate_spec(config)
             mirror = with_trackers(recorder, args.run_id, spec) if rank == 0 else contextlib.nullcontext(recorder)
             with mirror as reporting:  # report_to: the main process mirrors what it records; closed however train ends
-                result = train(spec, reporting, settings.cache_dir, device="cpu" if args.cpu else None,
-                               checkpoint_dir=settings.run_dir(args.run_id))
+                result = train(
+                    spec,
+                    reporting,
+                    settings.cache_dir,
+                    device="cpu" if args.cpu else None,
+                    checkpoint_dir=settings.run_dir(args.run_id),
+                )
         finally:
             if isinstance(recorder, DBRecorder):
                 recorder.close()
-        outcome = {"status": result["status"], "step": result["step"],
-                   "stop_reason": getattr(recorder, "stop_reason", None)}
+        outcome = {
+            "status": result["status"],
+            "step": result["step"],
+            "stop_reason": getattr(recorder, "stop_reason", None),
+        }
     except store.LeaseLost:  # the main process left the loop alone: no process waits for the others
-        (args.control_dir / "result.json").write_text(json.dumps({"status": "stopped", "step": None,
-                                                                  "stop_reason": "lost"}))
+        (args.control_dir / "result.json").write_text(
+            json.dumps({"status": "stopped", "step": None, "stop_reason": "lost"})
+        )
         return 3  # non-zero: the launcher stops the other processes at once
     except Exception as exc:
         (args.control_dir / f"error-{rank}.json").write_text(
-            json.dumps({"error": one_line(exc), "traceback": traceback.format_exc()}))
+            json.dumps({"error": one_line(exc), "traceback": traceback.format_exc()})
+        )
         traceback.print_exc()
         return 1  # the launcher stops the other processes
     if rank == 0:

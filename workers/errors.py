@@ -1,4 +1,5 @@
 """How a failed run's error reads in its error field: one line, and for out-of-memory what to change."""
+
 from __future__ import annotations
 
 from grpo_engine.memory import memory_limit
@@ -13,9 +14,11 @@ def one_line(exc: BaseException) -> str:
     if is_out_of_memory(exc):
         limit = memory_limit()
         cap = f" This worker caps its memory at {limit / 2**30:.1f} GB (GRPO_WORKER_MEMORY_GB)." if limit else ""
-        return (f"Out of memory ({first[:200]}). Set micro_batch_size (outputs per forward pass) or "
-                "gradient_checkpointing, lower batch_size, group_size or max_new_tokens, or train a LoRA adapter "
-                f"(lora_rank > 0).{cap}")
+        return (
+            f"Out of memory ({first[:200]}). Set micro_batch_size (outputs per forward pass) or "
+            "gradient_checkpointing, lower batch_size, group_size or max_new_tokens, or train a LoRA adapter "
+            f"(lora_rank > 0).{cap}"
+        )
     return first
 
 
@@ -36,4 +39,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     allocator's RuntimeError."""
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
-    return isinstance(exc, RuntimeError) and ("out of memory" in str(exc).lower() or "can't allocate memory" in str(exc))
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in str(exc).lower() or "can't allocate memory" in str(exc)
+    )

@@ -16,6 +16,7 @@ once; new counts of the same phase at most every PHASE_WRITE_SECONDS (a warm sta
 batches report many per second): the newest count held back is written with the next count after that
 interval, or by ``flush()`` / ``close()``, and a new phase replaces it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,14 @@ class DBRecorder(Recorder):
     ``background``: write on a writer thread (see the module's docstring); call ``close()`` at the end.
     """
 
-    def __init__(self, run_id: int, database_url: str | None = None, worker: str | None = None,
-                 lease_lost: threading.Event | None = None, background: bool = False):
+    def __init__(
+        self,
+        run_id: int,
+        database_url: str | None = None,
+        worker: str | None = None,
+        lease_lost: threading.Event | None = None,
+        background: bool = False,
+    ):
         self.run_id = run_id
         self.database_url = database_url
         self.worker = worker
@@ -165,8 +172,9 @@ def with_trackers(recorder: Recorder, run_id: int, spec: RunSpec) -> contextlib.
     the data directory), whose trackers are closed when the block ends, however it ends."""
     if not spec.report_to:
         return contextlib.nullcontext(recorder)
-    return TrackerRecorder.open(recorder, spec.report_to, get_settings().data_dir, run_id,
-                                spec.name or f"run-{run_id}", spec.to_dict())
+    return TrackerRecorder.open(
+        recorder, spec.report_to, get_settings().data_dir, run_id, spec.name or f"run-{run_id}", spec.to_dict()
+    )
 
 
 class _Writer:

@@ -7,6 +7,7 @@ its last checkpoint. A job stops at a step boundary when it is cancelled (status
 when its worker shuts down (it pauses: back to ``queued``, and re-sent to the queue), or when its
 lease was taken over by another worker (it leaves the run to that worker).
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,9 @@ logger = logging.getLogger("grpo.worker")
 WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"  # this process, as the lease names it
 
 
-def _finish(run_id: int, status: str, error: str | None = None, log: str | None = None,
-            worker: str | None = None) -> str:
+def _finish(
+    run_id: int, status: str, error: str | None = None, log: str | None = None, worker: str | None = None
+) -> str:
     """Record the end of a run. ``log`` (a failure's traceback, with this machine's paths) goes to this worker's
     own log; the run's log, which users read, says where it is."""
     if log:
@@ -52,8 +54,12 @@ def requeue_stale_runs(lease_seconds: float | None = None) -> list[int]:
     with session_scope() as s:  # the send happens inside the transaction: if the broker fails, nothing changes
         requeued = store.requeue_stale_runs(s, lease)
         for run in requeued:
-            store.append_log(s, run["run_id"], f"worker {run['worker']} stopped renewing its lease; the run is "
-                                               "back in the queue and resumes from its last checkpoint")
+            store.append_log(
+                s,
+                run["run_id"],
+                f"worker {run['worker']} stopped renewing its lease; the run is "
+                "back in the queue and resumes from its last checkpoint",
+            )
             broker.send_run(run["run_id"], run["config"].get("device", "auto"))
     for run in requeued:
         logger.warning("run %s: worker %s is gone; run requeued", run["run_id"], run["worker"])
@@ -78,8 +84,7 @@ def report_worker(queues: list[str], gpus: list[dict], worker: str = WORKER_NAME
         store.report_worker(s, worker, queues, gpus)
 
 
-def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecorder,
-                worker: str = WORKER_NAME) -> str:
+def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecorder, worker: str = WORKER_NAME) -> str:
     """Run the stored run ``run_id`` until it ends or pauses, and return what happened:
     completed / failed / cancelled (final), paused (back in the queue), held (another worker has it),
     lost (another worker took it over while it ran), deferred (this worker is shutting down: sent to
@@ -128,8 +133,7 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
                     recorder.stop_reason = result.get("stop_reason")
                 else:
                     with with_trackers(recorder, run_id, spec) as reporting:  # report_to: closed however train ends
-                        result = train(spec, reporting, settings.cache_dir,
-                                       checkpoint_dir=settings.run_dir(run_id))
+                        result = train(spec, reporting, settings.cache_dir, checkpoint_dir=settings.run_dir(run_id))
             finally:
                 recorder.close()  # everything recorded is in the store before the run's status changes
             if result["status"] == "failed":  # a data-parallel run's processes failed
@@ -153,8 +157,11 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
         return _finish(run_id, "cancelled", worker=worker)
     if result["status"] == "paused":
         with session_scope() as s:
-            store.append_log(s, run_id, f"the worker is shutting down: paused after step {result['step']}; "
-                                        "the run is back in the queue")
+            store.append_log(
+                s,
+                run_id,
+                f"the worker is shutting down: paused after step {result['step']}; the run is back in the queue",
+            )
             if store.requeue_run(s, run_id, worker):
                 broker.send_run(run_id, run["config"].get("device", "auto"))
         logger.info("run %s paused after step %s and requeued", run_id, result["step"])

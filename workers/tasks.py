@@ -3,6 +3,7 @@
 The message carries only the run id; the task re-reads everything else from the store. ``acks_late``:
 the message is acknowledged when the run has ended, so a job whose worker died is delivered again.
 """
+
 from __future__ import annotations
 
 from app.broker import RUN_TASK, celery_app

@@ -5,6 +5,7 @@ Checks of the values (lengths, NUL characters, tag syntax) are the caller's (app
 store what they are given. Deleting a run deletes every row under it through the foreign keys' ON DELETE
 CASCADE (SQLite enforces it: app.db turns ``foreign_keys`` on for every connection).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -71,9 +72,14 @@ def metrics_after(s: Session, after: dict[int, int]) -> list[tuple[int, int, dic
     found = []
     items = sorted(after.items())
     for start in range(0, len(items), RUNS_PER_QUERY):
-        wanted = or_(*(and_(Metric.run_id == run_id, Metric.step >= step)
-                       for run_id, step in items[start:start + RUNS_PER_QUERY]))
-        rows = s.execute(select(Metric.run_id, Metric.step, Metric.values).where(wanted)
-                         .order_by(Metric.run_id, Metric.step))
+        wanted = or_(
+            *(
+                and_(Metric.run_id == run_id, Metric.step >= step)
+                for run_id, step in items[start : start + RUNS_PER_QUERY]
+            )
+        )
+        rows = s.execute(
+            select(Metric.run_id, Metric.step, Metric.values).where(wanted).order_by(Metric.run_id, Metric.step)
+        )
         found += [(row.run_id, row.step, row.values or {}) for row in rows]
     return found

@@ -5,6 +5,7 @@ taking a Session, returning plain JSON-able values. One mapping per table turns 
 Writes of a worker go through its lease (``runs.renew_lease``): a worker that lost the run's lease
 records nothing more (``LeaseLost``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,8 +42,9 @@ def truncate_after(s: Session, run_id: int, step: int) -> None:
 # ---- metrics --------------------------------------------------------------------------------
 
 
-def record_step(s: Session, run_id: int, step: int, iteration: int, metrics: dict[str, float],
-                worker: str | None = None) -> None:
+def record_step(
+    s: Session, run_id: int, step: int, iteration: int, metrics: dict[str, float], worker: str | None = None
+) -> None:
     """Store the metrics of one step (replacing that step's row if a resumed job repeats it).
 
     ``worker`` given: the write also renews that worker's lease, and raises LeaseLost (the caller's
@@ -51,8 +53,10 @@ def record_step(s: Session, run_id: int, step: int, iteration: int, metrics: dic
     if worker is not None and not renew_lease(s, run_id, worker):
         raise LeaseLost(f"run {run_id}: worker {worker} no longer holds the lease; step {step} not recorded")
     values = {key: _finite_or_none(value) for key, value in metrics.items()}
-    s.execute(_metrics_upsert(s.get_bind().dialect.name),
-              {"run_id": run_id, "step": step, "iteration": iteration, "values": values})
+    s.execute(
+        _metrics_upsert(s.get_bind().dialect.name),
+        {"run_id": run_id, "step": step, "iteration": iteration, "values": values},
+    )
     s.execute(_RUN_STEP, {"run_id": run_id, "step": step})
 
 
@@ -60,8 +64,9 @@ def record_step(s: Session, run_id: int, step: int, iteration: int, metrics: dic
 def _metrics_upsert(dialect: str):
     """INSERT ... ON CONFLICT DO UPDATE of one metrics row, built once per dialect (a worker runs it every step;
     building a statement costs more than running it)."""
-    statement = UPSERT[dialect](METRICS).values(run_id=bindparam("run_id"), step=bindparam("step"),
-                                                iteration=bindparam("iteration"), values=bindparam("values"))
+    statement = UPSERT[dialect](METRICS).values(
+        run_id=bindparam("run_id"), step=bindparam("step"), iteration=bindparam("iteration"), values=bindparam("values")
+    )
     return statement.on_conflict_do_update(
         index_elements=[METRICS.c.run_id, METRICS.c.step],
         set_={"iteration": statement.excluded.iteration, "values": statement.excluded["values"]},
@@ -96,14 +101,26 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
     for position, group in enumerate(groups):
         steps = [float(r) for sample in group["samples"] for r in (sample.get("step_rewards") or [])]
         mean, std = mean_std(steps or [float(sample["reward"]) for sample in group["samples"]])
-        rows.append(dict(run_id=run_id, step=step, position=position, prompt=group["prompt"],
-                         model_prompt=group.get("model_prompt") or None, reference=group["reference"],
-                         reward_mean=mean, reward_std=std,
-                         kind=group_kind([_correct(sample) for sample in group["samples"]]),
-                         question_key=question_key(group["prompt"])))
+        rows.append(
+            dict(
+                run_id=run_id,
+                step=step,
+                position=position,
+                prompt=group["prompt"],
+                model_prompt=group.get("model_prompt") or None,
+                reference=group["reference"],
+                reward_mean=mean,
+                reward_std=std,
+                kind=group_kind([_correct(sample) for sample in group["samples"]]),
+                question_key=question_key(group["prompt"]),
+            )
+        )
     ids = s.execute(insert(GROUPS).returning(GROUPS.c.id, sort_by_parameter_order=True), rows).scalars().all()
-    samples = [_sample(group_id, run_id, step, i, sample)
-               for group_id, group in zip(ids, groups) for i, sample in enumerate(group["samples"])]
+    samples = [
+        _sample(group_id, run_id, step, i, sample)
+        for group_id, group in zip(ids, groups)
+        for i, sample in enumerate(group["samples"])
+    ]
     if samples:
         s.connection().exec_driver_sql(_samples_insert(s.get_bind().dialect.paramstyle), samples)
 
@@ -179,13 +196,36 @@ def unpack(data: bytes | None, typecode: str = "f", digits: int = 5) -> list | N
 
 
 _BIG_ENDIAN = array("H", [1]).tobytes() == b"\x00\x01"
-TOKEN_ARRAYS = ("logprobs", "ref_logprobs", "ratios", "kls")  # float32 per token; "clipped" is uint8, "advantages" float64
+TOKEN_ARRAYS = (
+    "logprobs",
+    "ref_logprobs",
+    "ratios",
+    "kls",
+)  # float32 per token; "clipped" is uint8, "advantages" float64
 
 
 # The samples columns record_groups fills, in the order of _sample's tuples (all but the id)
-SAMPLE_COLUMNS = ("group_id", "run_id", "step", "position", "completion", "tokens", "advantages", "reward",
-                  "step_rewards", "step_end_indices", "step_labels", "step_shares", "reward_components", "length",
-                  "correct", "answer_found", "truncated", *TOKEN_ARRAYS, "clipped")
+SAMPLE_COLUMNS = (
+    "group_id",
+    "run_id",
+    "step",
+    "position",
+    "completion",
+    "tokens",
+    "advantages",
+    "reward",
+    "step_rewards",
+    "step_end_indices",
+    "step_labels",
+    "step_shares",
+    "reward_components",
+    "length",
+    "correct",
+    "answer_found",
+    "truncated",
+    *TOKEN_ARRAYS,
+    "clipped",
+)
 PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}  # a positional parameter, by the driver's style
 
 
@@ -205,24 +245,42 @@ def _sample(group_id: int, run_id: int, step: int, position: int, sample: dict[s
     components = {key: float(v) for key, v in (sample.get("reward_components") or {}).items()}
     ends = sample.get("step_end_indices")
     advantages = sample["advantages"]
-    return (group_id, run_id, step, position, sample["completion"], json.dumps(list(map(str, sample["tokens"]))),
-            pack(advantages, "d"), float(sample["reward"]), _floats(sample.get("step_rewards")),
-            _json(None if ends is None else [int(i) for i in ends]), _floats(sample.get("step_labels")),
-            _floats(sample.get("step_shares")), json.dumps(components), len(advantages),
-            components.get("correct", 0.0) > 0, components.get("formatted", 1.0) > 0, sample.get("truncated"),
-            *(pack(sample.get(name)) for name in TOKEN_ARRAYS), pack(sample.get("clipped"), "B"))
+    return (
+        group_id,
+        run_id,
+        step,
+        position,
+        sample["completion"],
+        json.dumps(list(map(str, sample["tokens"]))),
+        pack(advantages, "d"),
+        float(sample["reward"]),
+        _floats(sample.get("step_rewards")),
+        _json(None if ends is None else [int(i) for i in ends]),
+        _floats(sample.get("step_labels")),
+        _floats(sample.get("step_shares")),
+        json.dumps(components),
+        len(advantages),
+        components.get("correct", 0.0) > 0,
+        components.get("formatted", 1.0) > 0,
+        sample.get("truncated"),
+        *(pack(sample.get(name)) for name in TOKEN_ARRAYS),
+        pack(sample.get("clipped"), "B"),
+    )
 
 
 def recent_lengths_rewards(s: Session, run_id: int, steps: int = 5, limit: int = 5000) -> list[tuple[int, float]]:
     """(completion length, reward) of the samples recorded in a run's last ``steps`` recorded steps (at most
     ``limit``; samples recorded before lengths were kept are left out); read through the (run_id, step) index."""
-    recent = list(s.scalars(select(Group.step).where(Group.run_id == run_id).distinct()
-                            .order_by(Group.step.desc()).limit(steps)))
+    recent = list(
+        s.scalars(select(Group.step).where(Group.run_id == run_id).distinct().order_by(Group.step.desc()).limit(steps))
+    )
     if not recent:
         return []
-    rows = s.execute(select(Sample.length, Sample.reward)
-                     .where(Sample.run_id == run_id, Sample.step >= min(recent), Sample.length.is_not(None))
-                     .limit(limit))
+    rows = s.execute(
+        select(Sample.length, Sample.reward)
+        .where(Sample.run_id == run_id, Sample.step >= min(recent), Sample.length.is_not(None))
+        .limit(limit)
+    )
     return [(int(n), float(r)) for n, r in rows]
 
 
@@ -257,20 +315,37 @@ def list_groups(s: Session, run_id: int, step: int | None = None, order: str = "
 
 def sample_dict(sample: Sample) -> dict[str, Any]:
     """A samples row as the API returns it (``/get_group``) and exports it."""
-    return {"sample_id": sample.id, "sample_position": sample.position, "completion": sample.completion,
-            "tokens": sample.tokens, "reward": sample.reward, "step_rewards": sample.step_rewards,
-            "step_end_indices": sample.step_end_indices, "step_labels": sample.step_labels,
-            "step_shares": sample.step_shares, "advantages": unpack(sample.advantages, "d"),
-            "reward_components": sample.reward_components, "length": sample.length, "correct": sample.correct,
-            "answer_found": sample.answer_found, "truncated": sample.truncated,
-            **{name: unpack(getattr(sample, name)) for name in TOKEN_ARRAYS},
-            "clipped": unpack(sample.clipped, "B")}
+    return {
+        "sample_id": sample.id,
+        "sample_position": sample.position,
+        "completion": sample.completion,
+        "tokens": sample.tokens,
+        "reward": sample.reward,
+        "step_rewards": sample.step_rewards,
+        "step_end_indices": sample.step_end_indices,
+        "step_labels": sample.step_labels,
+        "step_shares": sample.step_shares,
+        "advantages": unpack(sample.advantages, "d"),
+        "reward_components": sample.reward_components,
+        "length": sample.length,
+        "correct": sample.correct,
+        "answer_found": sample.answer_found,
+        "truncated": sample.truncated,
+        **{name: unpack(getattr(sample, name)) for name in TOKEN_ARRAYS},
+        "clipped": unpack(sample.clipped, "B"),
+    }
 
 
 def group_summary(row) -> dict[str, Any]:
     """A groups row as ``list_groups`` shows it (a Group, or a row with those columns)."""
-    return {"group_id": row.id, "step": row.step, "prompt": row.prompt, "reward_mean": row.reward_mean,
-            "reward_std": row.reward_std, "kind": row.kind}
+    return {
+        "group_id": row.id,
+        "step": row.step,
+        "prompt": row.prompt,
+        "reward_mean": row.reward_mean,
+        "reward_std": row.reward_std,
+        "kind": row.kind,
+    }
 
 
 def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
@@ -278,15 +353,42 @@ def get_group(s: Session, group_id: int) -> dict[str, Any] | None:
     group = s.get(Group, group_id)
     if group is None:
         return None
-    return {**group_summary(group), "run_id": group.run_id, "reference": group.reference,
-            "model_prompt": group.model_prompt, "samples": [sample_dict(sample) for sample in group.samples]}
+    return {
+        **group_summary(group),
+        "run_id": group.run_id,
+        "reference": group.reference,
+        "model_prompt": group.model_prompt,
+        "samples": [sample_dict(sample) for sample in group.samples],
+    }
 
 
-EXPORT_COLUMNS = ("run_id", "step", "group_id", "group_position", "prompt", "reference", "group_reward_mean",
-                  "group_reward_std", "sample_id", "sample_position", "completion", "reward", "reward_components",
-                  "tokens", "advantages", "step_rewards", "step_end_indices", "step_labels",
-                  "step_shares", "length", "correct", "answer_found", "truncated", *TOKEN_ARRAYS,
-                  "clipped")  # an export's columns, in order
+EXPORT_COLUMNS = (
+    "run_id",
+    "step",
+    "group_id",
+    "group_position",
+    "prompt",
+    "reference",
+    "group_reward_mean",
+    "group_reward_std",
+    "sample_id",
+    "sample_position",
+    "completion",
+    "reward",
+    "reward_components",
+    "tokens",
+    "advantages",
+    "step_rewards",
+    "step_end_indices",
+    "step_labels",
+    "step_shares",
+    "length",
+    "correct",
+    "answer_found",
+    "truncated",
+    *TOKEN_ARRAYS,
+    "clipped",
+)  # an export's columns, in order
 
 
 def iter_sample_rows(s: Session, run_id: int, chunk: int = 200):
@@ -297,18 +399,32 @@ def iter_sample_rows(s: Session, run_id: int, chunk: int = 200):
     """
     last = (-1, -1)  # (step, position) of the last group read
     while True:
-        groups = list(s.scalars(
-            select(Group).where(Group.run_id == run_id,
-                                (Group.step > last[0]) | ((Group.step == last[0]) & (Group.position > last[1])))
-            .order_by(Group.step, Group.position).limit(chunk)
-        ))
+        groups = list(
+            s.scalars(
+                select(Group)
+                .where(
+                    Group.run_id == run_id,
+                    (Group.step > last[0]) | ((Group.step == last[0]) & (Group.position > last[1])),
+                )
+                .order_by(Group.step, Group.position)
+                .limit(chunk)
+            )
+        )
         if not groups:
             return
         for g in groups:
             for sample in g.samples:
-                yield {"run_id": run_id, "step": g.step, "group_id": g.id, "group_position": g.position,
-                       "prompt": g.prompt, "reference": g.reference, "group_reward_mean": g.reward_mean,
-                       "group_reward_std": g.reward_std, **sample_dict(sample)}
+                yield {
+                    "run_id": run_id,
+                    "step": g.step,
+                    "group_id": g.id,
+                    "group_position": g.position,
+                    "prompt": g.prompt,
+                    "reference": g.reference,
+                    "group_reward_mean": g.reward_mean,
+                    "group_reward_std": g.reward_std,
+                    **sample_dict(sample),
+                }
         last = (groups[-1].step, groups[-1].position)
         s.expunge_all()  # keep the session small
 

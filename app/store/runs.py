@@ -22,6 +22,7 @@ Workers: each worker process reports its queues and GPUs (``report_worker``) whe
 of its stale-lease checks; ``live_workers`` are those seen recently, whose GPUs launch checks a run's
 memory against.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -93,23 +94,57 @@ def _next_run_id():
 def raise_high_water(s: Session, run_id: int) -> None:
     """Run ``run_id`` is being deleted: keep its id in the high-water mark (SQLite), so no later run takes it."""
     if _numbers_rows_itself(s):
-        s.execute(UPSERT["sqlite"](IdHighWater).values(name="runs", value=run_id).on_conflict_do_update(
-            index_elements=[IdHighWater.name], set_={"value": func.max(IdHighWater.value, run_id)}))
+        s.execute(
+            UPSERT["sqlite"](IdHighWater)
+            .values(name="runs", value=run_id)
+            .on_conflict_do_update(
+                index_elements=[IdHighWater.name], set_={"value": func.max(IdHighWater.value, run_id)}
+            )
+        )
 
 
-SUMMARY_COLUMNS = (Run.id, Run.name, Run.status, Run.model, Run.dataset, Run.supervision, Run.step,
-                   Run.total_steps, Run.created_at, Run.started_at, Run.finished_at, Run.phase, Run.phase_done,
-                   Run.phase_total, Run.notes, Run.tags, Run.archived)
+SUMMARY_COLUMNS = (
+    Run.id,
+    Run.name,
+    Run.status,
+    Run.model,
+    Run.dataset,
+    Run.supervision,
+    Run.step,
+    Run.total_steps,
+    Run.created_at,
+    Run.started_at,
+    Run.finished_at,
+    Run.phase,
+    Run.phase_done,
+    Run.phase_total,
+    Run.notes,
+    Run.tags,
+    Run.archived,
+)
 
 
 def run_summary(row) -> dict[str, Any]:
     """A run as ``list_runs`` shows it, from a row with SUMMARY_COLUMNS (or a Run)."""
-    return {"run_id": row.id, "name": row.name, "status": row.status, "model": row.model, "dataset": row.dataset,
-            "supervision": row.supervision, "step": row.step, "total_steps": row.total_steps,
-            "created_at": iso(row.created_at), "started_at": iso(row.started_at), "finished_at": iso(row.finished_at),
-            "phase": row.phase, "phase_done": row.phase_done, "phase_total": row.phase_total,
-            "notes": row.notes or "", "tags": [t for t in (row.tags or "").split(",") if t],
-            "archived": bool(row.archived)}
+    return {
+        "run_id": row.id,
+        "name": row.name,
+        "status": row.status,
+        "model": row.model,
+        "dataset": row.dataset,
+        "supervision": row.supervision,
+        "step": row.step,
+        "total_steps": row.total_steps,
+        "created_at": iso(row.created_at),
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
+        "phase": row.phase,
+        "phase_done": row.phase_done,
+        "phase_total": row.phase_total,
+        "notes": row.notes or "",
+        "tags": [t for t in (row.tags or "").split(",") if t],
+        "archived": bool(row.archived),
+    }
 
 
 def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
@@ -117,9 +152,16 @@ def get_run(s: Session, run_id: int) -> dict[str, Any] | None:
     run = s.get(Run, run_id)
     if run is None:
         return None
-    return {**run_summary(run), "config": run.config, "error": run.error, "cancel_requested": run.cancel_requested,
-            "worker": run.worker, "heartbeat_at": iso(run.heartbeat_at), "attempts": run.attempts,
-            "checkpoint_step": run.checkpoint_step}
+    return {
+        **run_summary(run),
+        "config": run.config,
+        "error": run.error,
+        "cancel_requested": run.cancel_requested,
+        "worker": run.worker,
+        "heartbeat_at": iso(run.heartbeat_at),
+        "attempts": run.attempts,
+        "checkpoint_step": run.checkpoint_step,
+    }
 
 
 def list_runs(s: Session) -> list[dict[str, Any]]:
@@ -148,12 +190,18 @@ def claim_run(s: Session, run_id: int, worker: str, lease_seconds: float) -> boo
     now = utcnow()
     stale = now - timedelta(seconds=lease_seconds)
     claimable = (Run.status == "queued") | (
-        (Run.status == "running") & (Run.heartbeat_at.is_(None) | (Run.heartbeat_at < stale)))
+        (Run.status == "running") & (Run.heartbeat_at.is_(None) | (Run.heartbeat_at < stale))
+    )
     result = s.execute(
         update(Run)
         .where(Run.id == run_id, Run.cancel_requested.is_(False), claimable)
-        .values(status="running", worker=worker, heartbeat_at=now, attempts=Run.attempts + 1,
-                started_at=func.coalesce(Run.started_at, now))
+        .values(
+            status="running",
+            worker=worker,
+            heartbeat_at=now,
+            attempts=Run.attempts + 1,
+            started_at=func.coalesce(Run.started_at, now),
+        )
     )
     return result.rowcount == 1
 
@@ -162,8 +210,11 @@ def renew_lease(s: Session, run_id: int, worker: str) -> bool:
     """``worker`` is still training the run: renew its lease. False when it no longer holds it. (On the table,
     not through the ORM: a worker renews with every step it records.)"""
     runs = Run.__table__
-    result = s.execute(update(runs).where(runs.c.id == run_id, runs.c.worker == worker, runs.c.status == "running")
-                       .values(heartbeat_at=utcnow()))
+    result = s.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.worker == worker, runs.c.status == "running")
+        .values(heartbeat_at=utcnow())
+    )
     return result.rowcount == 1
 
 
@@ -173,8 +224,9 @@ def requeue_run(s: Session, run_id: int, worker: str | None = None) -> bool:
     condition = [Run.id == run_id, Run.status == "running"]
     if worker is not None:
         condition.append(Run.worker == worker)
-    result = s.execute(update(Run).where(*condition).values(status="queued", worker=None, heartbeat_at=None,
-                                                            **NO_PHASE))
+    result = s.execute(
+        update(Run).where(*condition).values(status="queued", worker=None, heartbeat_at=None, **NO_PHASE)
+    )
     return result.rowcount == 1
 
 
@@ -187,8 +239,11 @@ def requeue_stale_runs(s: Session, lease_seconds: float) -> list[dict[str, Any]]
     rows = s.execute(select(Run.id, Run.worker, Run.config).where(Run.status == "running", is_stale)).all()
     requeued = []
     for row in rows:
-        result = s.execute(update(Run).where(Run.id == row.id, Run.status == "running", is_stale)
-                           .values(status="queued", worker=None, heartbeat_at=None, **NO_PHASE))
+        result = s.execute(
+            update(Run)
+            .where(Run.id == row.id, Run.status == "running", is_stale)
+            .values(status="queued", worker=None, heartbeat_at=None, **NO_PHASE)
+        )
         if result.rowcount == 1:
             requeued.append({"run_id": row.id, "worker": row.worker, "config": row.config})
     return requeued
@@ -197,8 +252,9 @@ def requeue_stale_runs(s: Session, lease_seconds: float) -> list[dict[str, Any]]
 NO_PHASE = {"phase": None, "phase_done": None, "phase_total": None}  # a run that is not running has no phase
 
 
-def set_phase(s: Session, run_id: int, name: str, done: int | None = None, total: int | None = None,
-              worker: str | None = None) -> bool:
+def set_phase(
+    s: Session, run_id: int, name: str, done: int | None = None, total: int | None = None, worker: str | None = None
+) -> bool:
     """What a running run is doing now (``name``, e.g. "loading model", "training") and how far (``done`` of
     ``total`` in the phase's own units, None without a count). Only a running run has a phase, and with
     ``worker`` given only while that worker holds its lease; returns whether the run was changed."""
@@ -221,8 +277,11 @@ def finish_run(s: Session, run_id: int, status: str, error: str | None = None, w
     if status not in FINISHED_STATUSES:
         raise ValueError(f"finish_run: status must be one of {FINISHED_STATUSES}, got {status!r}")
     condition = [Run.id == run_id] + ([Run.worker == worker] if worker is not None else [])
-    result = s.execute(update(Run).where(*condition).values(status=status, error=error, finished_at=utcnow(),
-                                                            worker=None, heartbeat_at=None, **NO_PHASE))
+    result = s.execute(
+        update(Run)
+        .where(*condition)
+        .values(status=status, error=error, finished_at=utcnow(), worker=None, heartbeat_at=None, **NO_PHASE)
+    )
     return result.rowcount == 1
 
 
@@ -259,8 +318,11 @@ def report_worker(s: Session, name: str, queues: list[str], gpus: list[dict[str,
     statement = upsert(Worker).values(name=name, queues=",".join(queues), gpus=gpus, seen_at=utcnow())
     statement = statement.on_conflict_do_update(
         index_elements=[Worker.name],
-        set_={"queues": statement.excluded.queues, "gpus": statement.excluded.gpus,
-              "seen_at": statement.excluded.seen_at},
+        set_={
+            "queues": statement.excluded.queues,
+            "gpus": statement.excluded.gpus,
+            "seen_at": statement.excluded.seen_at,
+        },
     )
     s.execute(statement)
 
@@ -270,5 +332,7 @@ def live_workers(s: Session, within_seconds: float) -> list[dict[str, Any]]:
     seen_at}``."""
     since = utcnow() - timedelta(seconds=within_seconds)
     rows = s.scalars(select(Worker).where(Worker.seen_at >= since).order_by(Worker.name))
-    return [{"name": w.name, "queues": [q for q in w.queues.split(",") if q], "gpus": w.gpus,
-             "seen_at": iso(w.seen_at)} for w in rows]
+    return [
+        {"name": w.name, "queues": [q for q in w.queues.split(",") if q], "gpus": w.gpus, "seen_at": iso(w.seen_at)}
+        for w in rows
+    ]

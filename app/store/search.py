@@ -9,6 +9,7 @@ question, in this run and in other runs on the same dataset. Both filter on inde
 how many rows a run has, as PostgreSQL does before its tables are analysed); one question's groups by
 ``groups.question_key``.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,11 +49,13 @@ def _shown_completion():
 
 def _outcome_filter(outcome: str) -> list:
     """The WHERE terms of an ``outcome``: correct, wrong (an answer found, but wrong), no_answer, truncated."""
-    return {"any": [],
-            "correct": [Sample.correct.is_(True)],
-            "wrong": [Sample.answer_found.is_(True), Sample.correct.is_(False)],
-            "no_answer": [Sample.answer_found.is_(False)],
-            "truncated": [Sample.truncated.is_(True)]}[outcome]
+    return {
+        "any": [],
+        "correct": [Sample.correct.is_(True)],
+        "wrong": [Sample.answer_found.is_(True), Sample.correct.is_(False)],
+        "no_answer": [Sample.answer_found.is_(False)],
+        "truncated": [Sample.truncated.is_(True)],
+    }[outcome]
 
 
 def _kind_filter(kind: str) -> list:
@@ -74,11 +77,26 @@ def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
 
 
-def search_samples(s: Session, run_id: int, *, reward_min: float | None = None, reward_max: float | None = None,
-                   outcome: str = "any", spread_min: float | None = None, spread_max: float | None = None,
-                   length_min: int | None = None, length_max: int | None = None, step_min: int | None = None,
-                   step_max: int | None = None, contains: str = "", kind: str = "any", sort: str = "step",
-                   descending: bool = False, page: int = 1, page_size: int = 50) -> dict[str, Any]:
+def search_samples(
+    s: Session,
+    run_id: int,
+    *,
+    reward_min: float | None = None,
+    reward_max: float | None = None,
+    outcome: str = "any",
+    spread_min: float | None = None,
+    spread_max: float | None = None,
+    length_min: int | None = None,
+    length_max: int | None = None,
+    step_min: int | None = None,
+    step_max: int | None = None,
+    contains: str = "",
+    kind: str = "any",
+    sort: str = "step",
+    descending: bool = False,
+    page: int = 1,
+    page_size: int = 50,
+) -> dict[str, Any]:
     """One page of a run's samples that pass every filter, sorted by ``sort`` (then by sample id).
 
     Bounds are inclusive, None leaves one out; ``spread`` is the group's reward std; ``contains`` a
@@ -91,8 +109,12 @@ def search_samples(s: Session, run_id: int, *, reward_min: float | None = None, 
     _check_choice("sort", sort, SORTS)
     if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
         raise ValueError(f"page must be at least 1 and page_size from 1 to {MAX_PAGE_SIZE}")
-    on_sample = [*_outcome_filter(outcome), *_between(Sample.reward, reward_min, reward_max),
-                 *_between(Sample.length, length_min, length_max), *_between(Sample.step, step_min, step_max)]
+    on_sample = [
+        *_outcome_filter(outcome),
+        *_between(Sample.reward, reward_min, reward_max),
+        *_between(Sample.length, length_min, length_max),
+        *_between(Sample.step, step_min, step_max),
+    ]
     if contains:
         on_sample.append(Sample.completion.icontains(contains, autoescape=True))
     on_group = [*_kind_filter(kind), *_between(Group.reward_std, spread_min, spread_max)]
@@ -104,26 +126,59 @@ def search_samples(s: Session, run_id: int, *, reward_min: float | None = None, 
         matches = select(Sample.id).where(*where)
     total = s.scalar(select(func.count()).select_from(matches.subquery()))
     rows = s.execute(_page_select(where, sort, descending, page, page_size))
-    return {"run_id": run_id, "total": total, "page": page, "page_size": page_size,
-            "pages": max(1, math.ceil(total / page_size)), "rows": [_search_row(r) for r in rows]}
+    return {
+        "run_id": run_id,
+        "total": total,
+        "page": page,
+        "page_size": page_size,
+        "pages": max(1, math.ceil(total / page_size)),
+        "rows": [_search_row(r) for r in rows],
+    }
 
 
 def _page_select(where: list, sort: str, descending: bool, page: int, page_size: int) -> Select:
     """The rows of one page: the filtered samples joined with their groups, in order, from the page's offset."""
     key = {"step": Sample.step, "reward": Sample.reward, "length": Sample.length, "spread": Group.reward_std}[sort]
     order = (key.desc(), Sample.id.desc()) if descending else (key, Sample.id)
-    return (select(Sample.id, Sample.group_id, Sample.step, Group.prompt, _shown_completion(), Sample.reward,
-                   Sample.correct, Sample.answer_found, Sample.truncated, Sample.length, Group.reward_std, Group.kind)
-            .join(Group, Group.id == Sample.group_id).where(*where)
-            .order_by(*order).offset((page - 1) * page_size).limit(page_size))
+    return (
+        select(
+            Sample.id,
+            Sample.group_id,
+            Sample.step,
+            Group.prompt,
+            _shown_completion(),
+            Sample.reward,
+            Sample.correct,
+            Sample.answer_found,
+            Sample.truncated,
+            Sample.length,
+            Group.reward_std,
+            Group.kind,
+        )
+        .join(Group, Group.id == Sample.group_id)
+        .where(*where)
+        .order_by(*order)
+        .offset((page - 1) * page_size)
+        .limit(page_size)
+    )
 
 
 def _search_row(row) -> dict[str, Any]:
     """One result row of search_samples."""
-    return {"sample_id": row.id, "group_id": row.group_id, "step": row.step, "question": row.prompt,
-            "completion": shorten(row.completion), "reward": row.reward, "correct": row.correct,
-            "answer_found": row.answer_found, "truncated": row.truncated, "length": row.length,
-            "spread": row.reward_std, "kind": row.kind}
+    return {
+        "sample_id": row.id,
+        "group_id": row.group_id,
+        "step": row.step,
+        "question": row.prompt,
+        "completion": shorten(row.completion),
+        "reward": row.reward,
+        "correct": row.correct,
+        "answer_found": row.answer_found,
+        "truncated": row.truncated,
+        "length": row.length,
+        "spread": row.reward_std,
+        "kind": row.kind,
+    }
 
 
 # ---- one question through time --------------------------------------------------------------
@@ -134,8 +189,9 @@ def group_question(s: Session, group_id: int) -> str | None:
     return s.scalar(select(Group.prompt).where(Group.id == group_id))
 
 
-def question_history(s: Session, run_id: int, question: str, *, other_runs: bool = True, max_runs: int = 10,
-                     max_groups: int = 200) -> dict[str, Any] | None:
+def question_history(
+    s: Session, run_id: int, question: str, *, other_runs: bool = True, max_runs: int = 10, max_groups: int = 200
+) -> dict[str, Any] | None:
     """Every group sampled for ``question`` in run ``run_id``, by step, and (``other_runs``) in up to ``max_runs``
     other runs on the same dataset that sampled it, newest first, archived ones too (marked); None when there is no
     such run.
@@ -152,22 +208,33 @@ def question_history(s: Session, run_id: int, question: str, *, other_runs: bool
     if other_runs:
         runs += s.execute(
             select(Run.id, Run.name, Run.status, Run.archived, Run.dataset)
-            .where(Run.dataset == this.dataset, Run.id != run_id,
-                   Run.id.in_(select(Group.run_id).where(Group.question_key == key)))
-            .order_by(Run.id.desc()).limit(max_runs)).all()
+            .where(
+                Run.dataset == this.dataset,
+                Run.id != run_id,
+                Run.id.in_(select(Group.run_id).where(Group.question_key == key)),
+            )
+            .order_by(Run.id.desc())
+            .limit(max_runs)
+        ).all()
     groups = _groups_of(s, key, [r.id for r in runs])
     kept = {r.id: groups.get(r.id, [])[-max_groups:] for r in runs}
     samples = _samples_of(s, [g.id for shown in kept.values() for g in shown])
-    return {"question": question, "question_key": key, "dataset": this.dataset,
-            "runs": [_history_run(r, kept[r.id], len(groups.get(r.id, [])), samples) for r in runs]}
+    return {
+        "question": question,
+        "question_key": key,
+        "dataset": this.dataset,
+        "runs": [_history_run(r, kept[r.id], len(groups.get(r.id, [])), samples) for r in runs],
+    }
 
 
 def _groups_of(s: Session, key: str, run_ids: list[int]) -> dict[int, list]:
     """The groups of question ``key`` in these runs, by step and position, per run id."""
     per_run: dict[int, list] = {}
-    rows = s.execute(select(Group.id, Group.run_id, Group.step, Group.reward_mean, Group.reward_std, Group.kind)
-                     .where(Group.question_key == key, Group.run_id.in_(run_ids))
-                     .order_by(Group.run_id, Group.step, Group.position))
+    rows = s.execute(
+        select(Group.id, Group.run_id, Group.step, Group.reward_mean, Group.reward_std, Group.kind)
+        .where(Group.question_key == key, Group.run_id.in_(run_ids))
+        .order_by(Group.run_id, Group.step, Group.position)
+    )
     for row in rows:
         per_run.setdefault(row.run_id, []).append(row)
     return per_run
@@ -178,13 +245,30 @@ def _samples_of(s: Session, group_ids: list[int]) -> dict[int, list[dict[str, An
     per_group: dict[int, list[dict[str, Any]]] = {}
     if not group_ids:
         return per_group
-    rows = s.execute(select(Sample.id, Sample.group_id, _shown_completion(), Sample.reward, Sample.correct,
-                            Sample.truncated, Sample.length)
-                     .where(Sample.group_id.in_(group_ids)).order_by(Sample.group_id, Sample.position))
+    rows = s.execute(
+        select(
+            Sample.id,
+            Sample.group_id,
+            _shown_completion(),
+            Sample.reward,
+            Sample.correct,
+            Sample.truncated,
+            Sample.length,
+        )
+        .where(Sample.group_id.in_(group_ids))
+        .order_by(Sample.group_id, Sample.position)
+    )
     for r in rows:
         per_group.setdefault(r.group_id, []).append(
-            {"sample_id": r.id, "completion": shorten(r.completion), "reward": r.reward, "correct": r.correct,
-             "truncated": r.truncated, "length": r.length})
+            {
+                "sample_id": r.id,
+                "completion": shorten(r.completion),
+                "reward": r.reward,
+                "correct": r.correct,
+                "truncated": r.truncated,
+                "length": r.length,
+            }
+        )
     return per_group
 
 
@@ -193,10 +277,24 @@ def _history_run(run, groups: list, groups_total: int, samples: dict[int, list[d
     shown = []
     for g in groups:
         own = samples.get(g.id, [])
-        shown.append({"group_id": g.id, "step": g.step, "reward_mean": g.reward_mean, "reward_std": g.reward_std,
-                      "kind": g.kind, "correct_share": sum(bool(x["correct"]) for x in own) / len(own) if own else None,
-                      "samples": own})
-    return {"run_id": run.id, "name": run.name, "status": run.status, "archived": run.archived,
-            "groups_total": groups_total, "groups": shown,
-            "correct_share_first": shown[0]["correct_share"] if shown else None,
-            "correct_share_last": shown[-1]["correct_share"] if shown else None}
+        shown.append(
+            {
+                "group_id": g.id,
+                "step": g.step,
+                "reward_mean": g.reward_mean,
+                "reward_std": g.reward_std,
+                "kind": g.kind,
+                "correct_share": sum(bool(x["correct"]) for x in own) / len(own) if own else None,
+                "samples": own,
+            }
+        )
+    return {
+        "run_id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "archived": run.archived,
+        "groups_total": groups_total,
+        "groups": shown,
+        "correct_share_first": shown[0]["correct_share"] if shown else None,
+        "correct_share_last": shown[-1]["correct_share"] if shown else None,
+    }

@@ -10,6 +10,7 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-30
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

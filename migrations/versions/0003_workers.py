@@ -12,6 +12,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-10
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

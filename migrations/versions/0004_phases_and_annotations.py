@@ -15,6 +15,7 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

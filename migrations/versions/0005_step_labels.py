@@ -11,6 +11,7 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2027-01-15
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

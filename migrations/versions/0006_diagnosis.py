@@ -20,6 +20,7 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2027-02-01
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -59,14 +60,21 @@ def upgrade() -> None:
 
 def _backfill(conn) -> None:
     """Fill the new columns of rows recorded before this revision from their JSON."""
-    conn.execute(sa.text(
-        "UPDATE samples SET run_id = (SELECT groups.run_id FROM groups WHERE groups.id = samples.group_id), "
-        "step = (SELECT groups.step FROM groups WHERE groups.id = samples.group_id)"))
+    conn.execute(
+        sa.text(
+            "UPDATE samples SET run_id = (SELECT groups.run_id FROM groups WHERE groups.id = samples.group_id), "
+            "step = (SELECT groups.step FROM groups WHERE groups.id = samples.group_id)"
+        )
+    )
     last = 0
     verdicts: dict[int, list[bool]] = {}  # group id -> its samples' verdicts
     while True:
-        rows = conn.execute(sa.text("SELECT id, group_id, tokens, reward_components FROM samples WHERE id > :last "
-                                    "ORDER BY id LIMIT :n"), {"last": last, "n": CHUNK}).all()
+        rows = conn.execute(
+            sa.text(
+                "SELECT id, group_id, tokens, reward_components FROM samples WHERE id > :last ORDER BY id LIMIT :n"
+            ),
+            {"last": last, "n": CHUNK},
+        ).all()
         if not rows:
             break
         updates = []
@@ -75,16 +83,25 @@ def _backfill(conn) -> None:
             components = json.loads(components) if isinstance(components, str) else components or {}
             correct = bool(components.get("correct", 0.0) > 0)
             verdicts.setdefault(group_id, []).append(correct)
-            updates.append({"i": sample_id, "n": len(tokens or []), "c": correct,
-                            "f": bool(components.get("formatted", 1.0 if correct else 0.0) > 0)})
+            updates.append(
+                {
+                    "i": sample_id,
+                    "n": len(tokens or []),
+                    "c": correct,
+                    "f": bool(components.get("formatted", 1.0 if correct else 0.0) > 0),
+                }
+            )
         conn.execute(sa.text("UPDATE samples SET length = :n, correct = :c, answer_found = :f WHERE id = :i"), updates)
         last = rows[-1][0]
     groups = conn.execute(sa.text("SELECT id, prompt FROM groups")).all()
-    updates = [{"i": group_id, "k": group_kind(verdicts.get(group_id, [])), "q": question_key(prompt)}
-               for group_id, prompt in groups]
+    updates = [
+        {"i": group_id, "k": group_kind(verdicts.get(group_id, [])), "q": question_key(prompt)}
+        for group_id, prompt in groups
+    ]
     for start in range(0, len(updates), CHUNK):
-        conn.execute(sa.text("UPDATE groups SET kind = :k, question_key = :q WHERE id = :i"),
-                     updates[start:start + CHUNK])
+        conn.execute(
+            sa.text("UPDATE groups SET kind = :k, question_key = :q WHERE id = :i"), updates[start : start + CHUNK]
+        )
 
 
 def group_kind(verdicts: list[bool]) -> str:

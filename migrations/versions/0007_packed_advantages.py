@@ -11,6 +11,7 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2027-03-01
 """
+
 from __future__ import annotations
 
 import json
@@ -44,13 +45,19 @@ def _convert(new_type, convert) -> None:
     conn = op.get_bind()
     last = 0
     while True:
-        rows = conn.execute(sa.text("SELECT id, advantages FROM samples WHERE id > :last ORDER BY id LIMIT :n"),
-                            {"last": last, "n": CHUNK}).all()
+        rows = conn.execute(
+            sa.text("SELECT id, advantages FROM samples WHERE id > :last ORDER BY id LIMIT :n"),
+            {"last": last, "n": CHUNK},
+        ).all()
         if not rows:
             break
         updates = [{"i": sample_id, "a": None if value is None else convert(value)} for sample_id, value in rows]
-        conn.execute(sa.text("UPDATE samples SET advantages_new = :a WHERE id = :i")
-                     .bindparams(sa.bindparam("a", type_=new_type)), updates)
+        conn.execute(
+            sa.text("UPDATE samples SET advantages_new = :a WHERE id = :i").bindparams(
+                sa.bindparam("a", type_=new_type)
+            ),
+            updates,
+        )
         last = rows[-1][0]
     with op.batch_alter_table("samples", recreate="never") as batch:
         batch.drop_column("advantages")

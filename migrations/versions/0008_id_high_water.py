@@ -9,6 +9,7 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2027-03-08
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
