@@ -282,6 +282,6 @@ def health_html(warnings: list[dict], steps: int | None = None) -> str:
     return (
         f'<details class="health warn" data-warnings="{n}"><summary>⚠ {n} health warning{"s" if n > 1 else ""}: '
         f"{html.escape(', '.join(w['title'] for w in warnings))}</summary><ul>{items}</ul>"
-        '<div class="health-note">Each rule and its threshold: README, "Health warnings". A click on a warning '
+        '<div class="health-note">Each rule and its threshold: docs/diagnosing.md, "Health warnings". A click on a warning '
         "charts its metrics.</div></details>"
     )

@@ -4,25 +4,27 @@ Infrastructure only; training settings are the run spec (grpo_engine.config).
 
 | variable | default | meaning |
 | --- | --- | --- |
-| GRPO_DATA_DIR | ./grpo-data | where the embedded store, broker, caches and logs live |
-| GRPO_DATABASE_URL | sqlite:///<data dir>/grpo.sqlite | the store (PostgreSQL: postgresql+psycopg://user@host/db) |
-| GRPO_BROKER_URL | sqla+sqlite:///<data dir>/broker.sqlite | Celery broker (Redis: redis://host:6379/0, RabbitMQ: amqp://...) |
-| GRPO_EMBEDDED_WORKER | 1 when GRPO_BROKER_URL is unset, else 0 | whether `grpo-dashboard serve` starts a worker itself |
-| GRPO_QUEUE | grpo | Celery queue that runs are sent to and workers consume |
-| GRPO_CACHE_DIR | <data dir>/cache | built-in model cache (shared by runs) |
-| GRPO_CHECKPOINT_DIR | <data dir>/checkpoints | run checkpoints and final policies; in production a directory every worker and the dashboard can reach (a shared mount), so a run resumes on any machine and its policy can be downloaded |
-| GRPO_LEASE_SECONDS | 60 | a training worker renews its run's lease 4 times in this period; a run whose lease is older (its worker died) is put back in the queue by any live worker and resumes from its last checkpoint |
-| GRPO_AUTH_USERS | (none) | who may log in: comma-separated `user:hash` entries, each hash made by `grpo-dashboard hash-password`; with this or GRPO_AUTH_FILE set, the page and every API call (gradio_client, uploads, downloads) need a login |
-| GRPO_AUTH_FILE | (none) | a file of `user:hash` lines (blank lines and `#` comments allowed), read at start-up and at each login, so removing a line stops that user's next login |
-| GRPO_PATH_ROOTS | <data dir> and the directory the process started in | directories (separated by `:`, os.pathsep) that a local model, reward-model or dataset path in a run spec must lie in, after following symlinks; `<data dir>/uploads` (uploaded datasets) is always allowed |
-| GRPO_MAX_UPLOAD_MB | 200 | largest dataset file an upload may be, in MiB (2^20 bytes) |
-| GRPO_MAX_UPLOAD_FILES | 4 | most files one upload request may carry |
-| GRPO_UPLOAD_MB_PER_HOUR | 1000 | most MiB one user (or, without a login, one client address) may upload in an hour |
-| GRPO_ALLOWED_ORIGINS | (none) | other web origins (comma-separated `scheme://host[:port]`) whose pages may call the dashboard with a user's session; its own origin is always allowed, every other is refused |
-| GRPO_SESSION_IDLE_MINUTES | 720 | a login session unused for this long ends (the next request asks for the login again) |
-| GRPO_MAX_TOKENS_PER_STEP | 1048576 | the most tokens a run may sample in one step (batch_size x group_size x max_new_tokens), checked at launch and by the worker (which may set its own); a reward model's (re)training may sample 8 steps' worth; size it to the workers' memory |
-| GRPO_ALLOW_CUSTOM_REWARDS | 0 | 1 lets run specs name custom reward functions in `rewards` (an installed package's entry point in `grpo_dashboard.rewards`, or a .py file inside GRPO_PATH_ROOTS): they run user code on the workers, and the Launch tab's "Test rewards" runs them in a subprocess of the dashboard; set it on the dashboard and on every worker (a worker without it fails such a run) |
-| GRPO_LOGIN_FREE_ATTEMPTS | 5 | failed logins allowed per client address and per user before each further attempt must wait (1 s, doubling up to 5 minutes; a success clears the count) |
+| `GRPO_DATA_DIR` | `./grpo-data` | where the embedded store, broker, caches and logs live |
+| `GRPO_DATABASE_URL` | `sqlite:///<data dir>/grpo.sqlite` | the store (PostgreSQL: `postgresql+psycopg://user@host/db`) |
+| `GRPO_BROKER_URL` | `sqla+sqlite:///<data dir>/broker.sqlite` | Celery broker (Redis: `redis://host:6379/0`, RabbitMQ: `amqp://...`) |
+| `GRPO_EMBEDDED_WORKER` | `1` when `GRPO_BROKER_URL` is unset, else `0` | whether `grpo-dashboard serve` starts a worker itself |
+| `GRPO_QUEUE` | `grpo` | Celery queue that runs are sent to and workers consume |
+| `GRPO_CACHE_DIR` | `<data dir>/cache` | built-in model cache (shared by runs) |
+| `GRPO_CHECKPOINT_DIR` | `<data dir>/checkpoints` | run checkpoints and trained policies; in production a directory every worker and the dashboard reach (a shared mount), so a run resumes on any machine and its policy can be downloaded |
+| `GRPO_LEASE_SECONDS` | `60` | a worker renews its run's lease 4 times in this period; a run whose lease is older (its worker died) is put back in the queue by any live worker and resumes from its last checkpoint |
+| `GRPO_AUTH_USERS` | none | who may log in: comma-separated `user:hash` entries, each hash made by `grpo-dashboard hash-password`; with this or `GRPO_AUTH_FILE` set, the page and every API call need a login (see Login) |
+| `GRPO_AUTH_FILE` | none | a file of `user:hash` lines (blank lines and `#` comments allowed), read at start-up and at every login, so deleting a line stops that user's next login |
+| `GRPO_PATH_ROOTS` | the data directory and the directory the process started in | directories (separated by `:`) that a local `model`, `reward_model` or `dataset` path in a run spec must lie in, after following symlinks; `<data dir>/uploads` is always allowed |
+| `GRPO_MAX_UPLOAD_MB` | `200` | largest dataset file an upload may be, in MiB (2^20 bytes) |
+| `GRPO_MAX_UPLOAD_FILES` | `4` | most files one upload request may carry |
+| `GRPO_UPLOAD_MB_PER_HOUR` | `1000` | most MiB one user (without a login: one client address) may upload in an hour |
+| `GRPO_ALLOWED_ORIGINS` | none | other web origins (comma-separated `scheme://host[:port]`) whose pages may call the dashboard with a user's session; its own origin is always allowed, every other is refused (see Security) |
+| `GRPO_SESSION_IDLE_MINUTES` | `720` | a login session unused for this long ends |
+| `GRPO_MAX_TOKENS_PER_STEP` | `1048576` | the most tokens a run may sample in one step (`batch_size` x `group_size` x `max_new_tokens`), checked at launch and again by the worker, which may set its own; a reward model's (re)training may sample 8 steps' worth (`rm_samples` x 1.25 x `max_new_tokens`); size it to the workers' memory |
+| `GRPO_ALLOW_CUSTOM_REWARDS` | `0` | `1` lets run specs name custom reward functions in `rewards` (an installed package's entry point in `grpo_dashboard.rewards`, or a `.py` file inside `GRPO_PATH_ROOTS`; see Rewards): they run user code on the workers, and the Launch tab's "Test rewards" runs them in a subprocess of the dashboard; set it on the dashboard and on every worker (a worker without it fails such a run) |
+| `GRPO_LOGIN_FREE_ATTEMPTS` | `5` | failed logins allowed per client address and per user before each further attempt must wait (1 s, doubling up to 5 minutes; a success clears the count) |
+| `GRPO_WORKER_MEMORY_GB` | none | a worker's cap on its own memory, in GiB (the process's writable memory; GPU memory does not count, CUDA's host-side buffers do): a run that would need more is refused when it starts (by its estimate) or fails when an allocation passes the cap, with the out-of-memory message, and the worker takes the next run |
+| `GRPO_HUB_CHECK_SECONDS` | `5` | how long launch (on the dashboard's machine) and a worker (before loading) wait for the Hugging Face Hub to confirm a model or dataset id that is not in the local cache; `0` skips the check |
 """
 
 from __future__ import annotations

@@ -56,9 +56,11 @@ def key(
     choices: tuple | None = None,
     min_exclusive: bool = False,
     max_length: int = MAX_TEXT,
+    note: str = "",
 ):
     """One run-spec key of :class:`RunSpec`: its default, and in the field's metadata its one-line help, inclusive
-    bounds (``min_exclusive``: the value must be > min), allowed values and, for text, its longest length."""
+    bounds (``min_exclusive``: the value must be > min), allowed values, for text its longest length, and a
+    ``note`` for the docs' "allowed" column on what the rest leaves unsaid (a list's form, a rule between keys)."""
     metadata = {
         "help": help,
         "min": min,
@@ -66,6 +68,7 @@ def key(
         "choices": choices,
         "min_exclusive": min_exclusive,
         "max_length": max_length,
+        "note": note,
     }
     if isinstance(default, list):  # a list default: each spec gets its own copy
         return field(default_factory=default.copy, metadata=metadata)
@@ -118,6 +121,7 @@ class RunSpec:
         "",
         "reward: model only. Where the reward model's transformer starts: empty = the policy model's weights "
         "(with a fresh scoring head), or a Hugging Face model id or local directory with a causal LM.",
+        note="no spaces; empty unless `reward` is `model`",
     )
     prompt_template: str = key(
         "auto",
@@ -139,6 +143,7 @@ class RunSpec:
         "by step and output the final answer after \"####\".' (verl's GSM8K instruction); empty = the question as it "
         "is. Applied before prompt_template, everywhere the question is asked.",
         max_length=8000,
+        note="holding `{question}` once, or empty",
     )
     answer_match: str = key(
         "strict",
@@ -160,6 +165,7 @@ class RunSpec:
         "'accuracy' (the verifier), 'format', 'length' (cosine-scaled), 'repetition' (n-gram penalty); or a custom "
         "function 'module:function' or '/path/file.py:function' (GRPO_ALLOW_CUSTOM_REWARDS); with supervision "
         "'process', only custom functions returning one number per step. Empty = the verifier plus format_reward.",
+        note='a list of `{"name", "weight"}`; see docs/data-and-rewards.md',
     )
     step_delimiter: str = key(
         "\\n",
@@ -195,6 +201,7 @@ class RunSpec:
         "step_labels 'rollouts': the model that continues each step; empty = the current policy. Or a Hugging Face "
         "model id or local directory with a causal LM (a stronger model of the task, frozen): it reads the question "
         "through its own chat template and the output so far as text.",
+        note="only with step labels `rollouts`",
     )
     rm_data: str = key(
         "",
@@ -203,6 +210,7 @@ class RunSpec:
         "'peiyi9979/Math-Shepherd', whose rows hold 'input' (steps each ending in the tag 'ки') and 'label' (each tag "
         "replaced by + or -). The PRM's first training takes rm_samples of its rows; each refresh trains on the "
         "policy's own samples labelled by step_labels, replaying earlier data (rm_replay_ratio).",
+        note="only with `reward` `model` and `supervision` `process`",
     )
     group_size: int = key(
         8, "G: outputs sampled per question; advantages are normalised within each group.", min=2, max=1024
@@ -221,6 +229,7 @@ class RunSpec:
         "(DAPO uses 0.28 with clip_eps 0.2); 0 = clip_eps, the paper's symmetric clip.",
         min=0.0,
         max=1.0,
+        note="0 = `clip_eps`",
     )
     kl_coef: float = key(
         0.04,
@@ -242,6 +251,7 @@ class RunSpec:
         "learning_rate x k / lr_warmup_steps); 0 = none. Must be less than the run's total steps.",
         min=0,
         max=1_000_000,
+        note="less than the total steps",
     )
     lr_schedule: str = key(
         "constant",
@@ -270,6 +280,7 @@ class RunSpec:
         "all the step's rewards; 'none' = nothing, reward minus the group's mean (Dr. GRPO). Process supervision: "
         "the same for the step rewards.",
         choices=("group", "batch", "none"),
+        note="`none` with `loss_type` `dr_grpo`",
     )
     ratio_level: str = key(
         "token",
@@ -290,6 +301,7 @@ class RunSpec:
         "missing; still short after them, the step trains on the groups it found (none: no update).",
         min=0,
         max=64,
+        note="only with `skip_zero_spread`",
     )
     mask_truncated: bool = key(
         False,
@@ -311,6 +323,7 @@ class RunSpec:
         "less than max_new_tokens.",
         min=1,
         max=32768,
+        note="less than `max_new_tokens`; only with `overlong_penalty`",
     )
     micro_batch_size: int = key(
         0,
@@ -423,6 +436,7 @@ class RunSpec:
         "'tensorboard', 'mlflow', 'wandb' (a list, or names separated by commas); each library must be installed "
         "where the run is launched and on the worker (pip install 'grpo-dashboard[trackers]'). Empty = only this "
         "dashboard.",
+        note="a list of `tensorboard`, `mlflow`, `wandb`, each at most once and installed on the worker; or text, the names separated by commas; see docs/coming-from-trl-verl.md, Your own tracker",
     )
 
     @property
@@ -452,6 +466,7 @@ FIELDS: tuple[Field, ...] = tuple(
 )
 
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
+NOT_EMPTY = ("model", "dataset", "step_delimiter", "dataset_split", "question_field", "answer_field", "solution_field")
 
 
 MAX_TOTAL_STEPS = 1_000_000  # iterations x steps_per_iteration
@@ -581,15 +596,7 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
         value = f.default if raw is None else check_report_to(raw) if f.name == "report_to" else _coerce(f, raw)
         _check_range(f, value)
         values[f.name] = value
-    for name in (
-        "model",
-        "dataset",
-        "step_delimiter",
-        "dataset_split",
-        "question_field",
-        "answer_field",
-        "solution_field",
-    ):
+    for name in NOT_EMPTY:
         if not values[name]:
             raise SpecError(name, "must not be empty")
     if values["reward_model"] and values["reward"] != "model":

@@ -2,7 +2,7 @@
 
 Shapes: ``B`` questions, ``G`` outputs per question, ``N = B*G`` outputs, ``T`` completion tokens
 (padded). ``mask`` is 1.0 on real completion tokens (up to and including EOS) and 0.0 on padding.
-docs/ALGORITHM.md states each equation with the worked numbers the tests use.
+docs/algorithm.md states each equation with the worked numbers the tests use.
 
 The paper's GRPO is every default. The variants practitioners know from TRL and verl are arguments of the same
 functions, each its own small equation: how advantages are scaled (``advantage_divisor``: scale_rewards), how the

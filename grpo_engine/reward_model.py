@@ -14,7 +14,7 @@ finds implausible. It matters: on the built-in task a head alone learns "multipl
 means correct" and stays blind to a second step that ignores the product, which the policy then
 learns to write (reward hacking); the starting model finds such a step very unlikely.
 
-Training data is labelled without humans (docs/ALGORITHM.md, Learned reward models): the verifier labels an
+Training data is labelled without humans (docs/algorithm.md, Learned reward models): the verifier labels an
 output (ORM), the step checker labels each step (PRM). Both train with binary cross-entropy on the
 positions they read. The model holds two copies of its starting weights: the trained backbone and
 the frozen LM. Shapes: N examples, L tokens (right-padded), H hidden size.

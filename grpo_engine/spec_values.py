@@ -29,6 +29,7 @@ class Field:
     choices: tuple | None = None
     min_exclusive: bool = False  # if True, the value must be > min
     max_length: int = MAX_TEXT  # text: the longest value
+    note: str = ""  # what the type, bounds and choices leave unsaid: a list's form, a rule between keys (docs)
 
 
 class SpecError(ValueError):

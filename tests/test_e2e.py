@@ -33,7 +33,7 @@ COMMAND = str(Path(sys.executable).with_name("grpo-dashboard"))
 REDIS_URL = os.environ.get("GRPO_TEST_E2E_REDIS_URL", "redis://127.0.0.1:6379/6")
 RUN_TIMEOUT = 240  # seconds from /launch_run to a finished status
 SPEC = {"name": "e2e", "steps_per_iteration": 4, "batch_size": 2, "group_size": 4, "eval_every": 2}
-ADV_EPS = 1e-4  # eps' of the advantage normalisation (docs/ALGORITHM.md, Outcome supervision)
+ADV_EPS = 1e-4  # eps' of the advantage normalisation (docs/algorithm.md, Outcome supervision)
 
 
 def clean_env(cache_dir: Path, **settings: str) -> dict[str, str]:

@@ -8,7 +8,6 @@ import pytest
 
 from app import health
 from app.health import RULES, health_warnings, rules_markdown
-
 from app.health_metrics import window_size
 
 WARNING_KEYS = {"rule", "title", "message", "steps", "metrics", "severity"}

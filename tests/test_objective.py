@@ -1,4 +1,4 @@
-"""grpo_engine.objective on hand-computed numbers (docs/ALGORITHM.md), each computation written out."""
+"""grpo_engine.objective on hand-computed numbers (docs/algorithm.md), each computation written out."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_outcome_uses_population_std():
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("value", [0.0, 1.0, 0.5, 0.1, 0.7])
 def test_outcome_zero_std_group_gives_exactly_zero(value, batch):
-    # all G rewards equal: std 0, every advantage exactly 0 (docs/ALGORITHM.md, Outcome supervision),
+    # all G rewards equal: std 0, every advantage exactly 0 (docs/algorithm.md, Outcome supervision),
     # also for rewards such as 0.1 whose float32 mean is not exactly the value
     rewards = torch.full((batch, 8), value)
     adv = outcome_advantages(rewards)
@@ -158,7 +158,7 @@ def test_kl_k3_stays_finite_on_huge_differences_and_is_exact_below_the_linear_pa
 
 
 def test_kl_k3_at_a_log_ratio_of_30_still_pulls_the_policy_back():
-    """pi_ref/pi_theta = e^30: the value is the tangent's (462,524.8, docs/ALGORITHM.md, The KL estimator) and the
+    """pi_ref/pi_theta = e^30: the value is the tangent's (462,524.8, docs/algorithm.md, The KL estimator) and the
     gradient on logp is -(e^10 - 1), not 0: descending the KL raises the token's log-prob."""
     logp = torch.tensor([-30.0], requires_grad=True)
     kl = kl_k3(logp, torch.tensor([0.0]))

@@ -1,5 +1,5 @@
 """The GRPO variants practitioners know from TRL and verl (loss_type, scale_rewards, clip_eps_high, ratio_level) on
-hand-computed numbers (docs/ALGORITHM.md, Variants), their refusals, and short real runs with each choice."""
+hand-computed numbers (docs/algorithm.md, Variants), their refusals, and short real runs with each choice."""
 
 from __future__ import annotations
 
