@@ -20,6 +20,7 @@ from app.auth import mask_secrets, mask_url
 from app.broker import queue_for, send_run
 from app.db import session_scope
 from app.paths import check_custom_rewards, check_spec_paths, is_local_path
+from app.run_status import RunStatus
 from app.settings import get_settings
 from app.run_health import run_warnings
 from app.step_detail import step_details
@@ -118,9 +119,9 @@ def launch_run(spec: dict | str | None) -> dict:
     except Exception as e:  # any broker failure: the run can never start
         error = mask_secrets(f"could not reach the broker at {mask_url(settings.broker_url)}: {e}", settings)
         with session_scope() as s:
-            store.finish_run(s, run_id, "failed", error=error)
+            store.finish_run(s, run_id, RunStatus.FAILED, error=error)
         raise ApiError(f"run {run_id} failed: {error}") from e
-    return {"run_id": run_id, "status": "queued"}
+    return {"run_id": run_id, "status": RunStatus.QUEUED}
 
 
 def _local_counts(value: str) -> tuple[int, list[tuple[int, int]]] | None:

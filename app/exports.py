@@ -23,6 +23,7 @@ import pandas as pd
 from app import store
 from app.api import ApiError, as_id, require_run
 from app.db import session_scope
+from app.run_status import RunStatus
 from app.settings import get_settings
 
 EXPORT_KINDS = ("parquet", "csv", "config", "model", "adapter")
@@ -37,7 +38,7 @@ def _export_policy(run: dict, kind: str, out_dir: Path) -> str:
         raise ApiError(f"run {run_id} trained every weight (lora_rank 0): it has no adapter; export 'model'")
     source = get_settings().run_dir(run_id) / "final" / kind
     if not source.is_dir():
-        if run["status"] != "completed":
+        if run["status"] != RunStatus.COMPLETED:
             raise ApiError(
                 f"run {run_id} has no final policy: it is saved when the run completes (status {run['status']})"
             )

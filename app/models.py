@@ -18,9 +18,23 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, LargeBinary, String, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
+
+from app.run_status import RUN_STATUS_CHECK
 
 
 def utcnow() -> datetime:
@@ -60,10 +74,11 @@ class Run(Base):
     """One training run: its spec, where it stands, and when things happened."""
 
     __tablename__ = "runs"
+    __table_args__ = (CheckConstraint(RUN_STATUS_CHECK, name="ck_runs_status"),)
 
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # queued, running or one of store.FINISHED_STATUSES
+    status: Mapped[str] = mapped_column(String(16), index=True)  # a RunStatus (app.run_status)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # the validated run spec
     # Copied from config so the run list needs no JSON access.
     model: Mapped[str] = mapped_column(Text)

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from app.health import MIN_STEPS, MIN_STEPS_RECENT
+from app.run_status import ACTIVE_STATUSES, RunStatus
 
 
 GROUP_COLUMNS = ["group", "prompt", "reward mean", "reward std"]
@@ -64,7 +65,7 @@ def progress_html(run: dict, now: datetime | None = None, metrics: list[dict] | 
     status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
     pct = 100.0 * step / total if total else 0.0
     error = f'<pre class="run-error">{html.escape(run["error"])}</pre>' if run.get("error") else ""
-    phase = run.get("phase") if status == "running" else None
+    phase = run.get("phase") if status == RunStatus.RUNNING else None
     return (
         f'<div class="run-progress" data-status="{status}" data-step="{step}" data-total="{total}"'
         f' data-phase="{html.escape(phase or "")}">'
@@ -104,17 +105,17 @@ def _progress_parts(run: dict, now: datetime, metrics: list[dict]) -> list[str]:
         iteration = min(iterations, max(1, -(-step // per_iteration)))  # the iteration of the current step
         parts.insert(0, f"iteration {iteration} / {iterations}")
     checkpoint = run.get("checkpoint_step")
-    if status == "queued" and run.get("attempts"):  # it ran before: paused, or its worker died
+    if status == RunStatus.QUEUED and run.get("attempts"):  # it ran before: paused, or its worker died
         parts.append(f"waiting for a worker to resume it from {f'step {checkpoint}' if checkpoint else 'the start'}")
-    elif status == "queued":
+    elif status == RunStatus.QUEUED:
         parts.append("waiting for a worker")
-    if status == "running" and run.get("worker"):
+    if status == RunStatus.RUNNING and run.get("worker"):
         parts.append(
             f"on {run['worker']}" + (f" (attempt {run['attempts']})" if (run.get("attempts") or 0) > 1 else "")
         )
-    if checkpoint and status in ("running", "queued"):
+    if checkpoint and status in ACTIVE_STATUSES:
         parts.append(f"checkpoint at step {checkpoint}")
-    if started and status == "running":
+    if started and status == RunStatus.RUNNING:
         elapsed = (now - started).total_seconds()
         parts.append(f"elapsed {duration_text(elapsed)}")
         # before the first step is done there is nothing to average, and while the run still prepares (its

@@ -12,15 +12,12 @@ import html
 from datetime import datetime, timezone
 
 from app.render import duration_text, parse_time
+from app.run_status import ACTIVE_STATUSES, RunStatus
 
 STATUS_FILTERS = (
     ("All runs", "all"),
     ("Active (queued or running)", "active"),
-    ("Queued", "queued"),
-    ("Running", "running"),
-    ("Completed", "completed"),
-    ("Failed", "failed"),
-    ("Cancelled", "cancelled"),
+    *((status.value.capitalize(), status.value) for status in RunStatus),
 )
 COLUMNS = (
     "#",
@@ -45,7 +42,7 @@ def run_duration(run: dict, now: datetime | None = None) -> str:
     if started is None:
         return ""
     end = parse_time(run.get("finished_at"))
-    if end is None and run["status"] == "running":
+    if end is None and run["status"] == RunStatus.RUNNING:
         end = now or datetime.now(timezone.utc)
     return duration_text((end - started).total_seconds()) if end else ""
 
@@ -53,7 +50,7 @@ def run_duration(run: dict, now: datetime | None = None) -> str:
 def phase_text(run: dict) -> str:
     """What a running run is doing, e.g. 'building built-in model 400/900'; '' when it is not running or has
     reported no phase."""
-    if run["status"] != "running" or not run.get("phase"):
+    if run["status"] != RunStatus.RUNNING or not run.get("phase"):
         return ""
     done, total = run.get("phase_done"), run.get("phase_total")
     count = f" {done}/{total}" if done is not None and total else f" {done}" if done is not None else ""
@@ -65,7 +62,7 @@ def matches(run: dict, status: str, search: str, show_archived: bool) -> bool:
     ``search`` is in its name, model, dataset, tags or '#id' (any case), and it is not archived unless asked."""
     if run.get("archived") and not show_archived:
         return False
-    if status == "active" and run["status"] not in ("queued", "running"):
+    if status == "active" and run["status"] not in ACTIVE_STATUSES:
         return False
     if status not in ("all", "active", None, "") and run["status"] != status:
         return False

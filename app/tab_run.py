@@ -17,6 +17,7 @@ from app.endpoints import call_api
 from app.health_metrics import training_rows
 from app.render import health_html, progress_html, rm_refresh_frame
 from app.render_diagnose import gradient_chart_html
+from app.run_status import ACTIVE_STATUSES, RunStatus
 from app.tab_launch import LaunchForm, form_values
 from app.tab_shared import PRIVATE, QUIET, Shared
 from grpo_engine.config import FIELDS
@@ -152,11 +153,11 @@ def _button_states(run: dict | None) -> tuple:
     if run is None:
         return gr.Button(interactive=False), gr.Button(interactive=False), gr.Button(interactive=False)
     status, lora = run["status"], (run.get("config") or {}).get("lora_rank", 0) > 0
-    can_cancel = status in ("queued", "running") and not run.get("cancel_requested")
+    can_cancel = status in ACTIVE_STATUSES and not run.get("cancel_requested")
     return (
         gr.Button(interactive=can_cancel),
-        gr.Button(interactive=status == "completed"),
-        gr.Button(interactive=status == "completed" and lora, visible=lora),
+        gr.Button(interactive=status == RunStatus.COMPLETED),
+        gr.Button(interactive=status == RunStatus.COMPLETED and lora, visible=lora),
     )
 
 

@@ -10,6 +10,7 @@ import gradio as gr
 
 from app import api, manage_api
 from app.render_runs import STATUS_FILTERS, matches, run_choices, runs_table_html
+from app.run_status import RunStatus
 from app.tab_shared import PRIVATE, QUIET, Shared
 
 # The table's clicks, sent to the server as a click event with {run_id, action}: "manage" on a row's Manage
@@ -266,7 +267,7 @@ def _ask_delete(run_id):
         run = api.get_run(run_id)
     except api.ApiError as e:
         return *keep, _note(str(e), ok=False)
-    if run["status"] == "running":
+    if run["status"] == RunStatus.RUNNING:
         return *keep, _note(
             f'Run #{run_id} is running: cancel it first (Run tab, "Cancel run"), then delete it once it has stopped.',
             ok=False,

@@ -20,6 +20,7 @@ import gradio as gr
 
 from app import api
 from app.render_diagnose import CHART_CLICK_JS
+from app.run_status import ACTIVE_STATUSES
 
 REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
 IDLE_REFRESH_SECONDS = 10.0  # its period while none is: a run launched elsewhere shows within this
@@ -73,6 +74,6 @@ def store_state() -> str:
     nothing is queued or running and nothing is written it stays the same from tick to tick: nothing is
     redrawn."""
     runs, writes = api.store_snapshot()
-    active = any(run["status"] in ("queued", "running") for run in runs)
+    active = any(run["status"] in ACTIVE_STATUSES for run in runs)
     rows = json.dumps([runs, writes], sort_keys=True, default=str)
     return hashlib.sha1(rows.encode()).hexdigest() + (f"@{time.time():.1f}" if active else "")

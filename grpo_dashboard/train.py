@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.auth import mask_url
+from app.run_status import RunStatus
 from app.settings import get_settings
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def _report(run_id: int, status: str) -> int:
     print(f"run {run_id}: {status}" + (f" ({run['error']})" if run and run["error"] else ""))
     if metrics:
         print("final metrics: " + json.dumps(metrics[-1], indent=None, sort_keys=True))
-    return 0 if status == "completed" else 1
+    return 0 if status == RunStatus.COMPLETED else 1
 
 
 def run(args: argparse.Namespace) -> int:

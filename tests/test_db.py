@@ -16,11 +16,14 @@ import time
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+import pytest
 from sqlalchemy import inspect
+from sqlalchemy.exc import IntegrityError
 
 from app import store
 from app.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.models import Base
+from app.run_status import RUN_STATUS_CHECK, RunStatus
 from tests.test_store import REPO, TABLES, new_run
 
 
@@ -58,7 +61,7 @@ def test_alembic_command_line_reads_the_settings(tmp_path):
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
     subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
     current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0008 (head)" in current.stdout
+    assert "0009 (head)" in current.stdout
     engine = make_engine(env["GRPO_DATABASE_URL"])
     assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
     engine.dispose()
@@ -193,4 +196,33 @@ def test_migration_0008_starts_the_high_water_mark_at_the_largest_run_id(db_url)
     with engine.begin() as connection:
         connection.exec_driver_sql(f"DELETE FROM runs WHERE id = {newest}")
     assert new_run(db_url) > newest
+    engine.dispose()
+
+
+def test_a_run_status_outside_the_vocabulary_is_refused_by_the_database(db_url):
+    """runs.status holds only a RunStatus (migration 0009: a CHECK constraint on PostgreSQL, triggers on SQLite),
+    whether a row is inserted or updated, even by a writer that bypasses the store; each valid status is taken."""
+    assert RUN_STATUS_CHECK == "status IN ('queued', 'running', 'completed', 'failed', 'cancelled')"
+    run_id = new_run(db_url)
+    engine = make_engine(db_url)
+    for status in RunStatus:
+        with engine.begin() as connection:
+            connection.exec_driver_sql(f"UPDATE runs SET status = '{status}' WHERE id = {run_id}")
+    for statement in (
+        f"UPDATE runs SET status = 'paused' WHERE id = {run_id}",
+        "INSERT INTO runs (name, status, config, model, dataset, supervision, step, total_steps, cancel_requested, "
+        "created_at, updated_at, attempts, archived) SELECT name, 'held', config, model, dataset, supervision, step, "
+        f"total_steps, cancel_requested, created_at, updated_at, attempts, archived FROM runs WHERE id = {run_id}",
+    ):
+        with pytest.raises(IntegrityError, match="ck_runs_status"):
+            with engine.begin() as connection:
+                connection.exec_driver_sql(statement)
+    with session_scope(db_url) as s:
+        assert store.get_run(s, run_id)["status"] == RunStatus.CANCELLED  # the last valid one, nothing else
+    command.downgrade(alembic_config(db_url), "0008")  # the constraint goes with its migration
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"UPDATE runs SET status = 'paused' WHERE id = {run_id}")
+        connection.exec_driver_sql(f"UPDATE runs SET status = 'queued' WHERE id = {run_id}")
+    engine.dispose()
+    upgrade_database(db_url)
     engine.dispose()

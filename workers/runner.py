@@ -19,6 +19,7 @@ from collections.abc import Callable
 from app import broker, store
 from app.db import session_scope
 from app.paths import check_custom_rewards, check_spec_paths
+from app.run_status import RunStatus
 from app.settings import get_settings
 from grpo_engine.config import check_budget, validate_spec
 from grpo_engine.hub import check_hub_ids
@@ -104,8 +105,8 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
             logger.info("run %s is already %s; nothing to do", run_id, run["status"])
             return run["status"]
         if run["cancel_requested"]:  # cancelled before this worker picked it up (or before a redelivery)
-            store.finish_run(s, run_id, "cancelled")
-            return "cancelled"
+            store.finish_run(s, run_id, RunStatus.CANCELLED)
+            return RunStatus.CANCELLED
         if interrupt.is_set():  # this worker is shutting down: hand the job to the next worker
             broker.send_run(run_id, run["config"].get("device", "auto"))
             return "deferred"
@@ -137,12 +138,12 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
             finally:
                 recorder.close()  # everything recorded is in the store before the run's status changes
             if result["status"] == "failed":  # a data-parallel run's processes failed
-                return _finish(run_id, "failed", result["error"], log=result["log"], worker=worker)
+                return _finish(run_id, RunStatus.FAILED, result["error"], log=result["log"], worker=worker)
         except store.LeaseLost:
             recorder.stop_reason = "lost"
             result = {"status": "stopped"}
         except Exception as exc:
-            return _finish(run_id, "failed", one_line(exc), log=traceback.format_exc(), worker=worker)
+            return _finish(run_id, RunStatus.FAILED, one_line(exc), log=traceback.format_exc(), worker=worker)
         except BaseException as exc:  # a hard stop of this process: the run goes back to the queue
             with session_scope() as s:
                 store.append_log(s, run_id, f"the worker stopped ({type(exc).__name__}); the run is back in the queue")
@@ -154,7 +155,7 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
         logger.warning("run %s: another worker took it over; this worker stops", run_id)
         return "lost"
     if recorder.stop_reason == "cancel" or result["status"] == "cancelled":
-        return _finish(run_id, "cancelled", worker=worker)
+        return _finish(run_id, RunStatus.CANCELLED, worker=worker)
     if result["status"] == "paused":
         with session_scope() as s:
             store.append_log(
@@ -166,4 +167,4 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
                 broker.send_run(run_id, run["config"].get("device", "auto"))
         logger.info("run %s paused after step %s and requeued", run_id, result["step"])
         return "paused"
-    return _finish(run_id, "completed", worker=worker)
+    return _finish(run_id, RunStatus.COMPLETED, worker=worker)

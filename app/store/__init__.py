@@ -26,6 +26,7 @@ from app.store.records import (
 from app.store.runs import (
     FINISHED_STATUSES,
     LeaseLost,
+    RunStatus,
     claim_run,
     create_run,
     default_run_name,
@@ -50,6 +51,7 @@ __all__ = [
     "FINISHED_STATUSES",
     "GROUP_ORDERS",
     "LeaseLost",
+    "RunStatus",
     "append_log",
     "claim_run",
     "create_run",

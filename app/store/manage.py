@@ -14,6 +14,7 @@ from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.models import Metric, Run
+from app.run_status import RunStatus
 from app.store.runs import raise_high_water
 
 RUNS_PER_QUERY = 200  # runs per metrics_after query: SQLite parses an OR of n terms n levels deep (at most 1000)
@@ -55,7 +56,7 @@ def delete_run(s: Session, run_id: int) -> str:
     Returns "deleted", "running" (refused: a worker is training it; cancel it first) or "missing". One
     conditional DELETE, so a worker that claims the run at the same moment either finds it gone or keeps it.
     """
-    result = s.execute(delete(Run).where(Run.id == run_id, Run.status != "running"))
+    result = s.execute(delete(Run).where(Run.id == run_id, Run.status != RunStatus.RUNNING))
     if result.rowcount == 1:
         raise_high_water(s, run_id)  # in the delete's transaction: no later run takes its id
         return "deleted"

@@ -34,8 +34,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.models import IdHighWater, Run, Worker, utcnow
-
-FINISHED_STATUSES = ("completed", "failed", "cancelled")  # a run's status is queued, running or one of these
+from app.run_status import FINISHED_STATUSES, RunStatus
 
 
 class LeaseLost(RuntimeError):
@@ -61,7 +60,7 @@ def create_run(s: Session, spec: dict[str, Any], name: str) -> int:
     """Insert a queued run for a validated spec (``RunSpec.to_dict()``); return its id."""
     run = Run(
         name=name,
-        status="queued",
+        status=RunStatus.QUEUED,
         config=spec,
         model=spec["model"],
         dataset=spec["dataset"],
@@ -176,8 +175,8 @@ def mark_running(s: Session, run_id: int, total_steps: int) -> None:
     """
     s.execute(
         update(Run)
-        .where(Run.id == run_id, Run.status.in_(("queued", "running")))
-        .values(status="running", total_steps=total_steps, started_at=func.coalesce(Run.started_at, utcnow()))
+        .where(Run.id == run_id, Run.status.in_((RunStatus.QUEUED, RunStatus.RUNNING)))
+        .values(status=RunStatus.RUNNING, total_steps=total_steps, started_at=func.coalesce(Run.started_at, utcnow()))
     )
 
 
@@ -189,14 +188,14 @@ def claim_run(s: Session, run_id: int, worker: str, lease_seconds: float) -> boo
     """
     now = utcnow()
     stale = now - timedelta(seconds=lease_seconds)
-    claimable = (Run.status == "queued") | (
-        (Run.status == "running") & (Run.heartbeat_at.is_(None) | (Run.heartbeat_at < stale))
+    claimable = (Run.status == RunStatus.QUEUED) | (
+        (Run.status == RunStatus.RUNNING) & (Run.heartbeat_at.is_(None) | (Run.heartbeat_at < stale))
     )
     result = s.execute(
         update(Run)
         .where(Run.id == run_id, Run.cancel_requested.is_(False), claimable)
         .values(
-            status="running",
+            status=RunStatus.RUNNING,
             worker=worker,
             heartbeat_at=now,
             attempts=Run.attempts + 1,
@@ -212,7 +211,7 @@ def renew_lease(s: Session, run_id: int, worker: str) -> bool:
     runs = Run.__table__
     result = s.execute(
         update(runs)
-        .where(runs.c.id == run_id, runs.c.worker == worker, runs.c.status == "running")
+        .where(runs.c.id == run_id, runs.c.worker == worker, runs.c.status == RunStatus.RUNNING)
         .values(heartbeat_at=utcnow())
     )
     return result.rowcount == 1
@@ -221,11 +220,11 @@ def renew_lease(s: Session, run_id: int, worker: str) -> bool:
 def requeue_run(s: Session, run_id: int, worker: str | None = None) -> bool:
     """Put a running run back in the queue (``worker`` given: only if it holds the lease), with no phase.
     True if it was."""
-    condition = [Run.id == run_id, Run.status == "running"]
+    condition = [Run.id == run_id, Run.status == RunStatus.RUNNING]
     if worker is not None:
         condition.append(Run.worker == worker)
     result = s.execute(
-        update(Run).where(*condition).values(status="queued", worker=None, heartbeat_at=None, **NO_PHASE)
+        update(Run).where(*condition).values(status=RunStatus.QUEUED, worker=None, heartbeat_at=None, **NO_PHASE)
     )
     return result.rowcount == 1
 
@@ -236,13 +235,13 @@ def requeue_stale_runs(s: Session, lease_seconds: float) -> list[dict[str, Any]]
     requeued at the same moment is not in the list)."""
     stale = utcnow() - timedelta(seconds=lease_seconds)
     is_stale = Run.heartbeat_at.is_(None) | (Run.heartbeat_at < stale)  # no heartbeat recorded: stale too
-    rows = s.execute(select(Run.id, Run.worker, Run.config).where(Run.status == "running", is_stale)).all()
+    rows = s.execute(select(Run.id, Run.worker, Run.config).where(Run.status == RunStatus.RUNNING, is_stale)).all()
     requeued = []
     for row in rows:
         result = s.execute(
             update(Run)
-            .where(Run.id == row.id, Run.status == "running", is_stale)
-            .values(status="queued", worker=None, heartbeat_at=None, **NO_PHASE)
+            .where(Run.id == row.id, Run.status == RunStatus.RUNNING, is_stale)
+            .values(status=RunStatus.QUEUED, worker=None, heartbeat_at=None, **NO_PHASE)
         )
         if result.rowcount == 1:
             requeued.append({"run_id": row.id, "worker": row.worker, "config": row.config})
@@ -258,7 +257,9 @@ def set_phase(
     """What a running run is doing now (``name``, e.g. "loading model", "training") and how far (``done`` of
     ``total`` in the phase's own units, None without a count). Only a running run has a phase, and with
     ``worker`` given only while that worker holds its lease; returns whether the run was changed."""
-    condition = [Run.id == run_id, Run.status == "running"] + ([Run.worker == worker] if worker is not None else [])
+    condition = [Run.id == run_id, Run.status == RunStatus.RUNNING] + (
+        [Run.worker == worker] if worker is not None else []
+    )
     result = s.execute(update(Run).where(*condition).values(phase=name, phase_done=done, phase_total=total))
     return result.rowcount == 1
 
@@ -292,9 +293,11 @@ def request_cancel(s: Session, run_id: int) -> dict[str, Any]:
     for an unknown run.
     """
     s.execute(
-        update(Run).where(Run.id == run_id, Run.status == "queued").values(status="cancelled", finished_at=utcnow())
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
+        .values(status=RunStatus.CANCELLED, finished_at=utcnow())
     )
-    s.execute(update(Run).where(Run.id == run_id, Run.status == "running").values(cancel_requested=True))
+    s.execute(update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING).values(cancel_requested=True))
     status = s.scalar(select(Run.status).where(Run.id == run_id))
     if status is None:
         raise LookupError(f"run {run_id} does not exist")
@@ -304,7 +307,7 @@ def request_cancel(s: Session, run_id: int) -> dict[str, Any]:
 def is_cancel_requested(s: Session, run_id: int) -> bool:
     """True when the worker should stop: cancel requested, the run already cancelled, or deleted."""
     row = s.execute(select(Run.cancel_requested, Run.status).where(Run.id == run_id)).first()
-    return row is None or row.cancel_requested or row.status == "cancelled"
+    return row is None or row.cancel_requested or row.status == RunStatus.CANCELLED
 
 
 # ---- workers --------------------------------------------------------------------------------
