@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from app import store
+from app.admission import admit
 from app.auth import mask_secrets, mask_url
 from app.broker import queue_for, send_run
 from app.db import session_scope
-from app.paths import check_custom_rewards, check_spec_paths, is_local_path
+from app.paths import is_local_path
 from app.run_status import RunStatus
 from app.settings import get_settings
 from app.run_health import run_warnings
 from app.step_detail import step_details
-from grpo_engine.config import SpecError, check_budget, is_gguf, shown, validate_spec
+from grpo_engine.config import SpecError, is_gguf, shown, validate_spec
 from grpo_engine.gguf_header import gguf_parameter_counts
-from grpo_engine.hub import check_hub_ids
 from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
 
 
@@ -97,14 +97,7 @@ def launch_run(spec: dict | str | None) -> dict:
     spec = parse_spec(spec)
     settings = get_settings()
     try:
-        validated = validate_spec(spec)
-        check_budget(validated, settings.max_tokens_per_step)  # what a step and an RM refresh may sample
-        config = validated.to_dict()
-        check_spec_paths(config, settings.path_roots)  # local paths: inside the roots, usable
-        check_custom_rewards(config, settings.path_roots, settings.allow_custom_rewards)  # user code: only if allowed
-        check_gpu_worker(config)  # a 'gpu' run is not handed to workers that have no GPU
-        check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
-        check_hub_ids(config, settings.hub_check_seconds)  # Hub ids: cached here, or the Hub confirms them quickly
+        config = admit(spec, settings, placement=_placement).to_dict()
     except SpecError as e:
         raise ApiError(str(e)) from None
     config["name"] = config["name"] or store.default_run_name(config["model"])
@@ -122,6 +115,12 @@ def launch_run(spec: dict | str | None) -> dict:
             store.finish_run(s, run_id, RunStatus.FAILED, error=error)
         raise ApiError(f"run {run_id} failed: {error}") from e
     return {"run_id": run_id, "status": RunStatus.QUEUED}
+
+
+def _placement(config: dict) -> None:
+    """Launch's own admission checks: where the live workers can take the run (app.admission.admit calls it)."""
+    check_gpu_worker(config)  # a 'gpu' run is not handed to workers that have no GPU
+    check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
 
 
 def _local_counts(value: str) -> tuple[int, list[tuple[int, int]]] | None:

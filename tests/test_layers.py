@@ -21,7 +21,7 @@ ALLOWED = {
     "grpo_dashboard": {"grpo_engine", "app", "workers"},
     "migrations": {"app"},
 }
-CORE = {"app.settings", "app.paths", "app.auth", "app.broker", "app.run_status"}  # the shared core
+CORE = {"app.settings", "app.paths", "app.auth", "app.broker", "app.run_status", "app.admission"}  # the shared core
 STORE = {
     "app.models",
     "app.db",

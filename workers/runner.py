@@ -17,12 +17,10 @@ import traceback
 from collections.abc import Callable
 
 from app import broker, store
+from app.admission import admit
 from app.db import session_scope
-from app.paths import check_custom_rewards, check_spec_paths
 from app.run_status import RunStatus
 from app.settings import get_settings
-from grpo_engine.config import check_budget, validate_spec
-from grpo_engine.hub import check_hub_ids
 from workers.distributed import run_processes
 from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt, with_trackers
@@ -124,11 +122,7 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
                 recorder.phase("loading model")  # shown from the claim on: importing torch alone takes seconds
                 from grpo_engine.trainer import train  # torch is imported here, in the worker only
 
-                spec = validate_spec(run["config"])
-                check_budget(spec, settings.max_tokens_per_step)  # this worker's budget, as at launch
-                check_spec_paths(run["config"], settings.path_roots)  # this machine's roots, as at launch
-                check_custom_rewards(run["config"], settings.path_roots, settings.allow_custom_rewards)  # its switch
-                check_hub_ids(run["config"], settings.hub_check_seconds)  # this machine's cache and network
+                spec = admit(run["config"], settings)  # launch's checks again, with this machine's settings
                 if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
                     result = run_processes(run_id, spec, worker, recorder)
                     recorder.stop_reason = result.get("stop_reason")
