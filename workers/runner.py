@@ -15,6 +15,7 @@ import os
 import socket
 import traceback
 from collections.abc import Callable
+from enum import StrEnum
 
 from app import broker, store
 from app.admission import admit
@@ -31,8 +32,8 @@ WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"  # this process, as the le
 
 
 def _finish(
-    run_id: int, status: str, error: str | None = None, log: str | None = None, worker: str | None = None
-) -> str:
+    run_id: int, status: RunStatus, error: str | None = None, log: str | None = None, worker: str | None = None
+) -> RunStatus:
     """Record the end of a run. ``log`` (a failure's traceback, with this machine's paths) goes to this worker's
     own log; the run's log, which users read, says where it is."""
     if log:
@@ -83,11 +84,22 @@ def report_worker(queues: list[str], gpus: list[dict], worker: str = WORKER_NAME
         store.report_worker(s, worker, queues, gpus)
 
 
-def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecorder, worker: str = WORKER_NAME) -> str:
-    """Run the stored run ``run_id`` until it ends or pauses, and return what happened:
-    completed / failed / cancelled (final), paused (back in the queue), held (another worker has it),
-    lost (another worker took it over while it ran), deferred (this worker is shutting down: sent to
-    the queue again), or missing (no such run).
+class Delivery(StrEnum):
+    """What a delivery of a run came to on this worker when the run did not end here (when it did: its RunStatus,
+    completed, failed or cancelled). Strings, as Celery records a task's result."""
+
+    PAUSED = "paused"  # this worker is shutting down: stopped after a step with a checkpoint, back in the queue
+    HELD = "held"  # another worker holds the run's lease: this delivery is dropped
+    LOST = "lost"  # another worker took the run over while this one trained it
+    DEFERRED = "deferred"  # this worker was shutting down before it started: sent to the queue again
+    MISSING = "missing"  # no such run in the store
+
+
+def execute_run(
+    run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecorder, worker: str = WORKER_NAME
+) -> RunStatus | Delivery:
+    """Run the stored run ``run_id`` until it ends or pauses, and return what happened: its final RunStatus
+    (completed, failed, cancelled), or a Delivery (paused, held, lost, deferred, missing).
 
     ``make_recorder`` builds the run's recorder once the lease is claimed, called as DBRecorder is:
     ``make_recorder(run_id, worker=..., lease_lost=..., background=True)``; the CLI passes one whose
@@ -98,19 +110,19 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
         run = store.get_run(s, run_id)
         if run is None:
             logger.error("run %s: no such run in the store; job dropped", run_id)
-            return "missing"
+            return Delivery.MISSING
         if run["status"] in store.FINISHED_STATUSES:
             logger.info("run %s is already %s; nothing to do", run_id, run["status"])
-            return run["status"]
+            return RunStatus(run["status"])
         if run["cancel_requested"]:  # cancelled before this worker picked it up (or before a redelivery)
             store.finish_run(s, run_id, RunStatus.CANCELLED)
             return RunStatus.CANCELLED
         if interrupt.is_set():  # this worker is shutting down: hand the job to the next worker
             broker.send_run(run_id, run["config"].get("device", "auto"))
-            return "deferred"
+            return Delivery.DEFERRED
         if not store.claim_run(s, run_id, worker, settings.lease_seconds):
             logger.info("run %s is held by worker %s; this delivery is dropped", run_id, run["worker"])
-            return "held"
+            return Delivery.HELD
         attempt = run["attempts"] + 1
         if attempt > 1:
             store.append_log(s, run_id, f"attempt {attempt}: worker {worker} takes the run over")
@@ -147,7 +159,7 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
 
     if recorder.stop_reason == "lost":
         logger.warning("run %s: another worker took it over; this worker stops", run_id)
-        return "lost"
+        return Delivery.LOST
     if recorder.stop_reason == "cancel" or result["status"] == "cancelled":
         return _finish(run_id, RunStatus.CANCELLED, worker=worker)
     if result["status"] == "paused":
@@ -160,5 +172,5 @@ def execute_run(run_id: int, make_recorder: Callable[..., DBRecorder] = DBRecord
             if store.requeue_run(s, run_id, worker):
                 broker.send_run(run_id, run["config"].get("device", "auto"))
         logger.info("run %s paused after step %s and requeued", run_id, result["step"])
-        return "paused"
+        return Delivery.PAUSED
     return _finish(run_id, RunStatus.COMPLETED, worker=worker)
