@@ -17,6 +17,7 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
     .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --strict-bonus 0.5   # format paid only when right
+    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --max-number 9   # single-digit numbers in the questions
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
 
@@ -87,9 +88,10 @@ def find_gguf(given: str | None, cache_dir: Path) -> Path:
     return target
 
 
-def write_word_problems(path: Path) -> Path:
-    """The bench's generated set (ROWS rows, always the same) as a .jsonl file at ``path``."""
-    path.write_text("".join(json.dumps(r) + "\n" for r in word_problems(ROWS, seed=PROBLEMS_SEED)))
+def write_word_problems(path: Path, max_number: int | None = None) -> Path:
+    """The bench's generated set (ROWS rows, always the same for one ``max_number``) as a .jsonl file at ``path``."""
+    rows = word_problems(ROWS, seed=PROBLEMS_SEED, max_number=max_number)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
@@ -256,6 +258,12 @@ def main() -> int:
         help="pay the format reward only with a right answer: bench/strict_bonus.py's stated_right "
         "at this weight in place of the format reward",
     )
+    parser.add_argument(
+        "--max-number",
+        type=int,
+        metavar="N",
+        help="cap every number drawn for a question at N (9: single digits); default: each kind's own ranges, up to 60",
+    )
     parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's")
     parser.add_argument("--out", default=str(ROOT / "docs" / "real_model"), help="curves: OUT.json and OUT.png")
     parser.add_argument("--plot-only", help="redraw OUT.png from this curves JSON and stop")
@@ -270,7 +278,7 @@ def main() -> int:
 
     cache_dir = Path(args.cache_dir).expanduser().resolve()
     work = Path(tempfile.mkdtemp(prefix="grpo-real-model-"))
-    dataset = write_word_problems(work / "word_problems.jsonl")
+    dataset = write_word_problems(work / "word_problems.jsonl", args.max_number)
     base = {
         **SPEC,
         "model": str(find_gguf(args.gguf, cache_dir)),

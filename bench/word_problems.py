@@ -12,13 +12,14 @@ bench/real_model.py trains on them. Kinds (the share of each is equal):
 from __future__ import annotations
 
 import random
+import re  # noqa: F401  (the doctest reads the questions' numbers)
 
 NAMES = ("Tom", "Anna", "Lena", "Omar", "Priya", "Jack", "Mia", "Kofi", "Sara", "Luis", "Yuki", "Ben")
 ITEMS = ("apples", "stickers", "marbles", "pencils", "cookies", "books", "stamps", "shells", "cards", "toy cars")
 
 
-def _add(r, name, item):
-    a, b = r.randint(2, 40), r.randint(2, 40)
+def _add(r, name, item, cap):
+    a, b = r.randint(2, cap(40)), r.randint(2, cap(40))
     return (
         f"{name} has {a} {item}. {name} buys {b} more {item}. How many {item} does {name} have now?",
         [f"{name} has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} {item} now."],
@@ -26,8 +27,8 @@ def _add(r, name, item):
     )
 
 
-def _subtract(r, name, item):
-    a = r.randint(10, 60)
+def _subtract(r, name, item, cap):
+    a = r.randint(min(10, cap(60) // 3), cap(60))
     b = r.randint(2, a - 1)
     return (
         f"{name} had {a} {item} and gave {b} of them to a friend. How many {item} does {name} have left?",
@@ -36,8 +37,8 @@ def _subtract(r, name, item):
     )
 
 
-def _multiply(r, name, item):
-    a, b = r.randint(2, 9), r.randint(2, 12)
+def _multiply(r, name, item, cap):
+    a, b = r.randint(2, cap(9)), r.randint(2, cap(12))
     return (
         f"{name} buys {a} bags of {item}. Each bag holds {b} {item}. How many {item} does {name} buy?",
         [f"{name} buys {a} * {b} = <<{a}*{b}={a * b}>>{a * b} {item}."],
@@ -45,8 +46,8 @@ def _multiply(r, name, item):
     )
 
 
-def _divide(r, name, item):
-    b, each = r.randint(2, 8), r.randint(2, 10)
+def _divide(r, name, item, cap):
+    b, each = r.randint(2, cap(8)), r.randint(2, cap(10))
     a = b * each
     return (
         f"{name} shares {a} {item} equally among {b} friends. How many {item} does each friend get?",
@@ -55,9 +56,9 @@ def _divide(r, name, item):
     )
 
 
-def _add_subtract(r, name, item):
-    a, b = r.randint(5, 40), r.randint(2, 30)
-    c = r.randint(2, a + b - 1)
+def _add_subtract(r, name, item, cap):
+    a, b = r.randint(5, cap(40)), r.randint(2, cap(30))
+    c = r.randint(2, cap(a + b - 1))
     return (
         f"{name} has {a} {item}, buys {b} more and then gives {c} away. How many {item} does {name} have now?",
         [
@@ -68,8 +69,8 @@ def _add_subtract(r, name, item):
     )
 
 
-def _multiply_add(r, name, item):
-    a, b, c = r.randint(2, 6), r.randint(2, 10), r.randint(1, 20)
+def _multiply_add(r, name, item, cap):
+    a, b, c = r.randint(2, cap(6)), r.randint(2, cap(10)), r.randint(1, cap(20))
     return (
         f"{name} already has {c} {item} and buys {a} packs of {b} {item}. How many {item} does {name} have now?",
         [
@@ -80,8 +81,8 @@ def _multiply_add(r, name, item):
     )
 
 
-def _add_multiply(r, name, item):
-    a, b, c = r.randint(1, 9), r.randint(1, 9), r.randint(2, 5)
+def _add_multiply(r, name, item, cap):
+    a, b, c = r.randint(1, cap(9)), r.randint(1, cap(9)), r.randint(2, cap(5))
     return (
         f"A box holds {a} red {item} and {b} blue {item}. How many {item} are in {c} such boxes?",
         [
@@ -95,17 +96,23 @@ def _add_multiply(r, name, item):
 KINDS = (_add, _subtract, _multiply, _divide, _add_subtract, _multiply_add, _add_multiply)
 
 
-def word_problems(n: int, seed: int = 0) -> list[dict]:
-    """``n`` distinct problems, kinds in turn, numbers and wording drawn from ``seed``.
+def word_problems(n: int, seed: int = 0, max_number: int | None = None) -> list[dict]:
+    """``n`` distinct problems, kinds in turn, numbers and wording drawn from ``seed``. ``max_number`` caps every
+    number drawn for a question (9: single digits; the totals and a shared amount may be larger); ``None`` draws
+    from each kind's own ranges (up to 60).
 
     >>> row = word_problems(1)[0]
     >>> row["solution"].endswith("#### " + row["answer"]) and row["question"].endswith("?")
     True
+    >>> all(int(n) <= 9 for row in word_problems(70, max_number=9) if "shares" not in row["question"]
+    ...     for n in re.findall(r"[0-9]+", row["question"]))
+    True
     """
     r, rows, seen = random.Random(seed), [], set()
+    cap = (lambda hi: hi) if max_number is None else (lambda hi: min(hi, max_number))
     while len(rows) < n:
         kind = KINDS[len(rows) % len(KINDS)]
-        question, steps, answer = kind(r, r.choice(NAMES), r.choice(ITEMS))
+        question, steps, answer = kind(r, r.choice(NAMES), r.choice(ITEMS), cap)
         if question in seen:
             continue
         seen.add(question)
