@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app import store  # noqa: E402
-from app.db import make_engine, session_scope, upgrade_database  # noqa: E402
+from app.store.db import make_engine, session_scope, upgrade_database  # noqa: E402
 from grpo_engine.config import validate_spec  # noqa: E402
 from grpo_engine.recorder import GroupRecord, SampleRecord  # noqa: E402
 from tests.servers import running_server, server_env  # noqa: E402
@@ -42,7 +42,7 @@ def seed(db_url: str, steps: int) -> None:
     """One completed run of ``steps`` steps: metrics, a group of 4 outputs per step and a log."""
     from sqlalchemy import update
 
-    from app.models import Run
+    from app.store.models import Run
 
     tokens = ["6", "*", "7", "=", "42", "\n", "####", " 42", "</s>"]
     with session_scope(db_url) as s:

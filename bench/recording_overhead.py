@@ -123,7 +123,7 @@ def store_recorder(spec, name: str):
     file in a temporary directory, where run ``name`` was created with ``spec``. Yields (recorder, store
     URL, run id); the store is removed afterwards."""
     from app import store
-    from app.db import make_engine, session_scope, upgrade_database
+    from app.store.db import make_engine, session_scope, upgrade_database
     from workers.recorder import DBRecorder
 
     data_dir = Path(tempfile.mkdtemp(prefix="grpo-bench-store-"))
@@ -163,7 +163,7 @@ def run_blocks(spec, cache_dir: Path, block: int, phase: int) -> dict:
     Returns {"seconds": wall time of each step (from 1), "on": whether it recorded, "trajectory": (reward_mean,
     completion_len) of each step, "recorded": the steps the store holds metrics for}."""
     from app import store
-    from app.db import session_scope
+    from app.store.db import session_scope
     from grpo_engine.loading import load_learner
     from grpo_engine.trainer import TrainingRun
 

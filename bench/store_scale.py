@@ -151,8 +151,8 @@ def seed_store(url: str, min_tokens: int, steps_per_commit: int, seed: int) -> d
     from sqlalchemy import select
 
     from app import store
-    from app.db import session_scope, upgrade_database
-    from app.models import Group
+    from app.store.db import session_scope, upgrade_database
+    from app.store.models import Group
     from grpo_engine.config import validate_spec
     from grpo_engine.data import load_dataset
 
@@ -343,7 +343,7 @@ def measure(
     """Per case: (seconds per API call, seconds per app.store call on the same arguments)."""
     from gradio_client import Client
 
-    from app.db import session_scope
+    from app.store.db import session_scope
 
     client = Client(url, verbose=False)
     check(client, seeded)
@@ -408,7 +408,7 @@ def drop_postgres_database(url: str) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
-    from app.db import make_engine
+    from app.store.db import make_engine
 
     make_engine(url).dispose()
     parsed = make_url(url)

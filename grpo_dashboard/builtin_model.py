@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.settings import get_settings
+from app.core.settings import get_settings
 
 HELP = "write the built-in tiny model as a Hugging Face model directory"
 

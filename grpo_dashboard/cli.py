@@ -8,7 +8,7 @@
 
 Each subcommand is a module of this package (serve, worker, train, builtin_model, hash_password) with
 its ``HELP`` line, ``add_arguments(parser)`` for its own flags and ``run(args) -> int``, the exit status.
-Settings come from the environment (app/settings.py); ``--data-dir`` sets GRPO_DATA_DIR before they
+Settings come from the environment (app/core/settings.py); ``--data-dir`` sets GRPO_DATA_DIR before they
 are read, so the embedded worker inherits it. Nothing here or in those modules imports torch at import
 time: the commands that need the engine import it when they run. URLs are printed with their passwords masked.
 """

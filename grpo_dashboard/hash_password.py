@@ -27,7 +27,7 @@ def _read_password() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app import auth
+    from app.core import auth
 
     if args.user is not None and not auth.USER_NAME.fullmatch(args.user):
         print("grpo-dashboard hash-password: a user name is 1 to 64 letters, digits or ._@+-", file=sys.stderr)

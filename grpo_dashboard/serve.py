@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.auth import mask_url
-from app.settings import get_settings
+from app.core.auth import mask_url
+from app.core.settings import get_settings
 from grpo_dashboard.worker import WORKER_STOP_SECONDS
 
 HELP = "the dashboard (the default command)"
@@ -59,7 +59,9 @@ def _stop_worker(worker: subprocess.Popen) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app import auth, db, ui
+    from app.core import auth
+    from app.store import db
+    from app.web import ui
 
     settings = get_settings()
     try:
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if settings.embedded_worker:
-            from app.broker import declare_queues, worker_queues
+            from app.core.broker import declare_queues, worker_queues
 
             declare_queues(worker_queues(settings.queue, None))  # before the worker and the first launch race to
             log_path = settings.data_dir / "worker.log"

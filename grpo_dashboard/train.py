@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.auth import mask_url
-from app.run_status import RunStatus
-from app.settings import get_settings
+from app.core.auth import mask_url
+from app.core.run_status import RunStatus
+from app.core.settings import get_settings
 
 if TYPE_CHECKING:
     from grpo_engine.config import RunSpec
@@ -44,8 +44,9 @@ def _read_spec(path: str) -> RunSpec | None:
 
 def _create_run(spec: RunSpec) -> int:
     """Create the run in the configured store (made and migrated if need be); return its id."""
-    from app import db, store
-    from app.db import session_scope
+    from app import store
+    from app.store import db
+    from app.store.db import session_scope
 
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -75,7 +76,7 @@ def _train_with_progress(run_id: int) -> str:
 def _report(run_id: int, status: str) -> int:
     """Print how the run ended and its last step's metrics; return the exit status."""
     from app import store
-    from app.db import session_scope
+    from app.store.db import session_scope
 
     with session_scope() as s:
         run = store.get_run(s, run_id)

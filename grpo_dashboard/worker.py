@@ -14,8 +14,8 @@ import signal
 import threading
 import time
 
-from app.auth import mask_url
-from app.settings import get_settings
+from app.core.auth import mask_url
+from app.core.settings import get_settings
 
 WORKER_STOP_SECONDS = 30  # how long `serve` waits for its worker to stop before killing it
 
@@ -99,8 +99,8 @@ def _device_class() -> str:
 def run(args: argparse.Namespace) -> int:
     from celery.signals import worker_shutting_down
 
-    from app import db
-    from app.broker import celery_app, declare_queues, worker_queues
+    from app.store import db
+    from app.core.broker import celery_app, declare_queues, worker_queues
 
     settings = get_settings()
     if settings.worker_memory_gb:

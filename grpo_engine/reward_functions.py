@@ -11,7 +11,7 @@ reward is the weighted sum of its rewards; each reward's own value (unweighted) 
 The built-ins (:data:`BUILTINS`) are outcome rewards: ``accuracy``, ``format``, ``length``, ``repetition``. A custom
 reward is named like a built-in: ``module:function`` (or its name) declared by an installed package in the entry
 point group ``grpo_dashboard.rewards``, or ``/path/to/file.py:function`` (inside GRPO_PATH_ROOTS, checked by
-app.paths). Custom rewards run user code, so they are off unless the operator sets GRPO_ALLOW_CUSTOM_REWARDS=1.
+app.core.paths). Custom rewards run user code, so they are off unless the operator sets GRPO_ALLOW_CUSTOM_REWARDS=1.
 Pure Python: no torch.
 """
 
@@ -203,7 +203,7 @@ def check_rewards_apply(rewards: list[dict], supervision: str, reward: str, form
 
 def check_custom_allowed(rewards: list[dict], allowed: bool) -> None:
     """Refuse (ValueError) custom rewards when the operator has not allowed them (GRPO_ALLOW_CUSTOM_REWARDS), and a
-    package reward that no installed package declares. Files' places are app.paths' to check."""
+    package reward that no installed package declares. Files' places are app.core.paths' to check."""
     for r in rewards:
         name = r["name"]
         if name in BUILTINS:

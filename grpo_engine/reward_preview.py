@@ -1,6 +1,6 @@
 """``python -m grpo_engine.reward_preview``: a run spec's named rewards on a few dataset rows, JSON in and JSON out.
 
-The Launch tab's "Test rewards" (app.reward_preview) runs this in a subprocess, so that a custom reward function never
+The Launch tab's "Test rewards" (app.service.reward_preview) runs this in a subprocess, so that a custom reward function never
 runs inside the web process. It reads ``{rewards, rows, supervision, step_delimiter, max_new_tokens, answer_match}``
 on stdin, with ``rows`` dataset examples ``{question, answer, solution}``; each row's reference solution (its answer
 when it has none) is scored as the completion. It writes ``{rows: [{row, question, completion, components, reward,

@@ -1,7 +1,7 @@
 """Alembic environment: runs the migrations against the store.
 
-The URL is ``sqlalchemy.url`` when the caller set one (app.db.upgrade_database does), else
-GRPO_DATABASE_URL through app.settings (the `alembic -c migrations/alembic.ini` command line).
+The URL is ``sqlalchemy.url`` when the caller set one (app.store.db.upgrade_database does), else
+GRPO_DATABASE_URL through app.core.settings (the `alembic -c migrations/alembic.ini` command line).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from logging.config import fileConfig
 
 from alembic import context
 
-from app.db import make_engine
-from app.models import Base
-from app.settings import get_settings
+from app.store.db import make_engine
+from app.store.models import Base
+from app.core.settings import get_settings
 
 config = context.config
 if config.config_file_name is not None:  # command line: log through alembic.ini's loggers

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from app import store
-from app.db import make_engine, session_scope, upgrade_database
+from app.store.db import make_engine, session_scope, upgrade_database
 
 POSTGRES_SERVER_URL = os.environ.get("GRPO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/")
 

@@ -58,14 +58,14 @@ def server_env(tmp: Path, **settings: str) -> dict[str, str]:
 
 @contextmanager
 def running_server(tmp: Path, env: dict[str, str], command: list[str] | None = None):
-    """Start ``serve`` (app.ui.serve, or ``command`` + its port) and yield (url, process, log path) once the
+    """Start ``serve`` (app.web.ui.serve, or ``command`` + its port) and yield (url, process, log path) once the
     page answers; stop it afterwards."""
     port = free_port()
     log_path = tmp / "server.log"
     args = (
         [*command, "--port", str(port)]
         if command
-        else [sys.executable, "-c", f"from app.ui import serve; serve('127.0.0.1', {port})"]
+        else [sys.executable, "-c", f"from app.web.ui import serve; serve('127.0.0.1', {port})"]
     )
     with open(log_path, "w") as log:
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

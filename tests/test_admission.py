@@ -1,4 +1,4 @@
-"""app.admission.admit: the one admission of a run, called at launch and on the worker, each with its own
+"""app.core.admission.admit: the one admission of a run, called at launch and on the worker, each with its own
 machine's settings. A worker whose settings are stricter refuses what the dashboard let through; launch's own
 placement check runs inside it; no other module repeats its checks."""
 
@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 
-from app.admission import admit
-from app.settings import get_settings
+from app.core.admission import admit
+from app.core.settings import get_settings
 from grpo_engine.config import RunSpec, SpecError
 from tests.servers import ROOT
 
@@ -65,7 +65,7 @@ def test_the_placement_check_sees_the_validated_config_and_its_refusal_stands(se
     assert seen[0]["device"] == "gpu" and seen[0]["group_size"] == RunSpec().group_size  # every key, defaults in
 
 
-@pytest.mark.parametrize("path", ["app/api.py", "workers/runner.py"])
+@pytest.mark.parametrize("path", ["app/service/api.py", "workers/runner.py"])
 def test_launch_and_the_worker_call_admit_and_repeat_none_of_its_checks(path):
     calls = {
         node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)

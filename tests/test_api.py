@@ -1,4 +1,4 @@
-"""app.api over a real SQLite store and a real embedded broker (kombu's SQLAlchemy transport).
+"""app.service.api over a real SQLite store and a real embedded broker (kombu's SQLAlchemy transport).
 
 Each test points the settings (environment) at a fresh migrated SQLite file and a fresh
 ``sqla+sqlite`` broker file, so ``launch_run`` writes a real row and puts a real message.
@@ -9,11 +9,13 @@ from __future__ import annotations
 import pytest
 from kombu import Connection
 
-from app import api, manage_api, store
-from app.db import session_scope
+from app import store
+
+from app.service import api, manage_api
+from app.store.db import session_scope
 from grpo_engine.config import RunSpec
 from grpo_engine.recorder import GroupRecord, SampleRecord
-from app.broker import RUN_TASK
+from app.core.broker import RUN_TASK
 
 QUEUE = "grpo-test"
 

@@ -1,6 +1,6 @@
 """Bad input through gradio_client: every refusal names what is wrong, and the server carries on.
 
-One real server (app.ui.serve in a subprocess, SQLite store and ``sqla+sqlite`` broker in a temporary
+One real server (app.web.ui.serve in a subprocess, SQLite store and ``sqla+sqlite`` broker in a temporary
 directory, no worker) with GRPO_PATH_ROOTS set to one directory and a small GRPO_MAX_UPLOAD_MB. A table
 of bad run specs (types, ranges, unknown keys, relations, paths outside the roots, '..' and symlink
 escapes, missing or unusable model directories and dataset files) goes to /launch_run, and a table of

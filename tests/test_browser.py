@@ -21,7 +21,7 @@ from gradio_client import Client
 from playwright.sync_api import expect, sync_playwright
 
 from app import store
-from app.db import make_engine, session_scope
+from app.store.db import make_engine, session_scope
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.test_e2e import ROOT, RUN_TIMEOUT
 

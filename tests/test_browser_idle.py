@@ -1,5 +1,5 @@
 """An open dashboard page with nothing running does no work in the browser (Chromium through Playwright): no
-animation-frame loop runs once the page is up (Gradio's loading timer, ended by app.ui.HEAD_JS), the timer ticks
+animation-frame loop runs once the page is up (Gradio's loading timer, ended by app.web.ui.HEAD_JS), the timer ticks
 every IDLE_REFRESH_SECONDS, and no tick redraws anything. bench/idle_cpu.py measures what that costs."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import update
 
 from app import store
-from app.db import make_engine, session_scope, upgrade_database
-from app.models import Run
-from app.tab_shared import IDLE_REFRESH_SECONDS
+from app.store.db import make_engine, session_scope, upgrade_database
+from app.store.models import Run
+from app.web.tabs.shared import IDLE_REFRESH_SECONDS
 from grpo_engine.config import validate_spec
 from tests.servers import browser_page, running_server, server_env
 

@@ -15,8 +15,8 @@ from playwright.sync_api import expect, sync_playwright
 from sqlalchemy import update
 
 from app import store
-from app.db import make_engine, session_scope, upgrade_database
-from app.models import Run
+from app.store.db import make_engine, session_scope, upgrade_database
+from app.store.models import Run
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.servers import CHROMIUM, ROOT, browser_page, running_server, server_env
 

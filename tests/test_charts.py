@@ -1,11 +1,11 @@
-"""The Run tab's and Compare tab's charts (app.charts) as pure functions of hand-made metric rows: which panels
+"""The Run tab's and Compare tab's charts (app.web.views.charts) as pure functions of hand-made metric rows: which panels
 are drawn, each panel's own legend, the axes, the smoothing, the metrics picked."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.charts import (
+from app.web.views.charts import (
     NO_STEPS,
     PANELS,
     chart_panels,

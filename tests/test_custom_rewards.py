@@ -13,8 +13,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app import api, reward_preview
-from app.paths import check_custom_rewards
+from app.service import api, reward_preview
+from app.core.paths import check_custom_rewards
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.reward_functions import RewardFunctionError, call_reward, load_reward, named_rewards, score_outputs
 

@@ -1,4 +1,4 @@
-"""The store's database (app/db.py, migrations/) on a SQLite file and a PostgreSQL database: the schema comes
+"""The store's database (app/store/db.py, migrations/) on a SQLite file and a PostgreSQL database: the schema comes
 only from the Alembic migrations, SQLite's locking, concurrent writers and upgrades.
 
 Every test runs on both backends through the ``db_url`` fixture (tests/conftest.py).
@@ -21,9 +21,9 @@ from sqlalchemy import inspect
 from sqlalchemy.exc import IntegrityError
 
 from app import store
-from app.db import alembic_config, make_engine, session_scope, upgrade_database
-from app.models import Base
-from app.run_status import RUN_STATUS_CHECK, RunStatus
+from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
+from app.store.models import Base
+from app.core.run_status import RUN_STATUS_CHECK, RunStatus
 from tests.test_store import REPO, TABLES, new_run
 
 
@@ -119,7 +119,7 @@ def test_read_then_write_after_another_commit(db_url):
 def test_concurrent_upgrades_do_not_collide(db_url):
     """The web process and workers may all upgrade at start-up, each in its own process."""
     command.downgrade(alembic_config(db_url), "base")
-    code = f"from app.db import upgrade_database; upgrade_database({db_url!r})"
+    code = f"from app.store.db import upgrade_database; upgrade_database({db_url!r})"
     processes = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for process in processes:
         _, stderr = process.communicate(timeout=120)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from app import store
-from app.db import session_scope
+from app.store.db import session_scope
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import EVAL_METRICS
 from workers.distributed import MainProcessRecorder
@@ -53,7 +53,7 @@ COMPARED = (
 @pytest.fixture
 def store_url(tmp_path, monkeypatch, grpo_cache_dir):
     """The worker's settings: a migrated SQLite store, the SQLite broker and checkpoints under tmp_path."""
-    from app.db import upgrade_database
+    from app.store.db import upgrade_database
 
     url = f"sqlite:///{tmp_path / 'grpo.sqlite'}"
     monkeypatch.setenv("GRPO_DATA_DIR", str(tmp_path))

@@ -1,6 +1,6 @@
 """The docs say what the code defines, and hold together: docs/run-spec.md, docs/metrics.md and docs/settings.md are
-what app.reference_docs renders from ``RunSpec``, the metric registry and app/settings.py (regenerate them with
-``python -m app.reference_docs``); each key's and metric's row carries its definition; the health rules are in
+what app.core.reference_docs renders from ``RunSpec``, the metric registry and app/core/settings.py (regenerate them with
+``python -m app.core.reference_docs``); each key's and metric's row carries its definition; the health rules are in
 docs/diagnosing.md as the code states them; the README stays a short front page whose links all resolve."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from app import reference_docs
+from app.core import reference_docs
 from grpo_engine.config import FIELDS
 from grpo_engine.recorder import METRIC_REGISTRY
 from tests.servers import ROOT
@@ -31,7 +31,7 @@ def _rows(path) -> dict[str, list[str]]:
 @pytest.mark.parametrize("name", sorted(reference_docs.PAGES))
 def test_each_generated_page_is_what_the_code_renders(name):
     on_disk = (DOCS / name).read_text(encoding="utf-8")
-    assert on_disk == reference_docs.PAGES[name](), f"docs/{name} is stale: run python -m app.reference_docs"
+    assert on_disk == reference_docs.PAGES[name](), f"docs/{name} is stale: run python -m app.core.reference_docs"
 
 
 def test_every_run_spec_key_has_its_row_with_type_default_and_help():
@@ -61,13 +61,13 @@ def test_every_metric_has_its_row_with_its_meaning():
 
 
 def test_every_setting_the_code_reads_is_in_the_settings_page():
-    read = set(re.findall(r'"(GRPO_[A-Z_]+)"', (ROOT / "app" / "settings.py").read_text(encoding="utf-8")))
+    read = set(re.findall(r'"(GRPO_[A-Z_]+)"', (ROOT / "app" / "core" / "settings.py").read_text(encoding="utf-8")))
     documented = set(_rows(DOCS / "settings.md"))
     assert read and read <= documented, f"undocumented settings: {sorted(read - documented)}"
 
 
 def test_the_health_rules_are_in_the_diagnosing_page_as_the_code_states_them():
-    from app.health import rules_markdown
+    from app.service.health import rules_markdown
 
     assert rules_markdown() in (DOCS / "diagnosing.md").read_text(encoding="utf-8")
 

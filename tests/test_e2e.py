@@ -24,7 +24,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from app import store
-from app.db import session_scope
+from app.store.db import session_scope
 from grpo_engine.recorder import EVAL_METRICS, METRICS
 from tests.servers import free_port, wait_until_answers
 

@@ -18,7 +18,7 @@ import pytest
 from gradio_client import Client
 
 from app import store
-from app.db import make_engine, session_scope
+from app.store.db import make_engine, session_scope
 from tests.test_e2e import REDIS_URL, Process, clean_env, redis_queue, start_server, wait_finished  # noqa: F401
 
 STEPS = 36

@@ -1,6 +1,6 @@
 """.gguf files as a run's model, without a real model: the header's shapes (grpo_engine.gguf_header, checked against
-the gguf package's reader), the launch checks (app.paths: a file inside the roots, starting with the GGUF magic;
-app.api: the GPU-memory estimate from the header), and the conversion's cache (grpo_engine.gguf_model: once per
+the gguf package's reader), the launch checks (app.core.paths: a file inside the roots, starting with the GGUF magic;
+app.service.api: the GPU-memory estimate from the header), and the conversion's cache (grpo_engine.gguf_model: once per
 file, again when it changes). The real SmolLM2 file converted and trained: tests/test_smollm2.py."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app import api, store
-from app.db import session_scope
-from app.paths import check_spec_paths
+from app import store
+
+from app.service import api
+from app.store.db import session_scope
+from app.core.paths import check_spec_paths
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.gguf_header import gguf_parameter_counts, gguf_tensor_shapes
 from grpo_engine.memory import estimate_memory

@@ -1,4 +1,4 @@
-"""app/health.py: each health rule on metric histories built here, where it fires and where it does not."""
+"""app/service/health.py: each health rule on metric histories built here, where it fires and where it does not."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from app import health
-from app.health import RULES, health_warnings, rules_markdown
-from app.health_metrics import window_size
+from app.service import health
+from app.service.health import RULES, health_warnings, rules_markdown
+from app.service.health_metrics import window_size
 
 WARNING_KEYS = {"rule", "title", "message", "steps", "metrics", "severity"}
 

@@ -1,4 +1,4 @@
-"""The Launch form's layout (app.launch_form): every run-spec key appears once, the presets are valid run specs,
+"""The Launch form's layout (app.web.launch_form): every run-spec key appears once, the presets are valid run specs,
 and the rules that hide keys follow the options they depend on."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
+from app.web.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
 from grpo_engine.config import FIELDS, validate_spec
 from grpo_engine.spec_values import SpecError
 from tests.test_custom_rewards import FILE
@@ -68,7 +68,7 @@ def test_hugging_face_keys_apply_to_hub_datasets_and_columns_to_every_dataset_bu
 
 
 def test_more_options_is_shown_only_where_a_key_under_it_applies():
-    from app.tab_launch import _visibility
+    from app.web.tabs.launch import _visibility
 
     def folds(**values):
         updates = _visibility(*[values.get(k, "") for k in DECIDING])[-len(SECTIONS) :]

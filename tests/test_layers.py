@@ -21,16 +21,12 @@ ALLOWED = {
     "grpo_dashboard": {"grpo_engine", "app", "workers"},
     "migrations": {"app"},
 }
-CORE = {"app.settings", "app.paths", "app.auth", "app.broker", "app.run_status", "app.admission"}  # the shared core
-STORE = {
-    "app.models",
-    "app.db",
-    "app.store",
-    "app.store.runs",
-    "app.store.records",
-    "app.store.manage",
-    "app.store.search",
-}
+# app's folders, lowest first: a module imports only its own folder and the ones before it (the web app reads the
+# store only to migrate it at start-up); the workers read the core and the store, never the service or the web app
+APP_FOLDERS = ("app.core", "app.store", "app.service", "app.web")
+WORKERS_MAY_USE = {"app.core", "app.store"}
+TORCH = {"torch", "transformers", "peft", "accelerate", "bitsandbytes", "safetensors"}  # what loads torch
+MAX_MODULES = 12  # modules in one folder (its __init__ aside)
 
 
 def module_imports() -> dict[str, set[str]]:
@@ -117,17 +113,92 @@ def test_the_circle_finder_finds_circles():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
-def test_core_and_store_sit_below_the_web_app_and_the_workers():
+def folder(module: str) -> str:
+    """The folder a module sits in, as the layering names it: app.core, app.store, app.service, app.web, or the
+    top-level package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "app" and len(parts) > 1 else parts[0]
+
+
+def test_the_app_folders_import_only_downward_and_the_workers_only_the_core_and_the_store():
     graph = module_imports()
-    web = {m for m in graph if m.startswith("app.")} - CORE - STORE
-    assert {"app.ui", "app.api", "app.render", "app.endpoints"} <= web
-    assert {(a, b) for a in CORE for b in graph[a] if b in STORE | web} == set()  # the core imports neither
-    assert {(a, b) for a in STORE for b in graph[a] if b in web} == set()  # the store imports no web module
-    workers_to_app = {
-        b
-        for a, targets in graph.items()
-        if a.startswith(("workers", "grpo_engine"))
-        for b in targets
-        if b.startswith("app")
-    }
-    assert workers_to_app and workers_to_app <= CORE | STORE, workers_to_app - CORE - STORE
+    assert {folder(m) for m in graph if m.startswith("app.")} == set(APP_FOLDERS)
+    wrong = []
+    for a, targets in graph.items():
+        for b in targets:
+            fa, fb = folder(a), folder(b)
+            if fb in APP_FOLDERS and fa in APP_FOLDERS and APP_FOLDERS.index(fb) > APP_FOLDERS.index(fa):
+                wrong.append((a, b))
+            if fa == "workers" and fb.startswith("app") and fb not in WORKERS_MAY_USE:
+                wrong.append((a, b))
+    assert wrong == []
+
+
+def module_level_imports() -> dict[str, set[str]]:
+    """Each project module -> every module its top-level statements import (project modules and libraries alike):
+    what importing it loads, a function's own imports aside."""
+    out = {}
+    for top in PACKAGES:
+        for path in (ROOT / top).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            found = set()
+            stack = list(ast.parse(path.read_text(encoding="utf-8")).body)
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (ast.If, ast.Try)):  # a guarded import still runs at import time
+                    stack += (
+                        node.body
+                        + node.orelse
+                        + getattr(node, "finalbody", [])
+                        + [s for h in getattr(node, "handlers", []) for s in h.body]
+                    )
+                elif isinstance(node, ast.Import):
+                    found |= {a.name for a in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    if node.level:
+                        base = ".".join(
+                            package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                        )
+                    found |= {base} | {f"{base}.{a.name}" for a in node.names}
+            out[name] = found
+    return out
+
+
+def loads_torch() -> set[str]:
+    """The project modules whose import loads torch (or a library built on it), directly or through another."""
+    imports = module_level_imports()
+    loaded = {m for m, found in imports.items() if {f.split(".")[0] for f in found} & TORCH}
+    while True:
+        more = {m for m, found in imports.items() if m not in loaded and found & loaded}
+        if not more:
+            return loaded
+        loaded |= more
+
+
+def test_no_module_of_the_web_process_and_no_torch_free_engine_module_loads_torch():
+    torch_modules = loads_torch()
+    assert {"grpo_engine.trainer", "grpo_engine.sampling"} <= torch_modules  # the finder finds them
+    assert {m for m in torch_modules if m.startswith("app")} == set()
+    torch_free = {
+        "config",
+        "spec_values",
+        "spec_checks",
+        "data",
+        "builtin_task",
+        "rewards",
+        "reward_functions",
+        "recorder",
+        "memory",
+        "gguf_header",
+        "hub",
+    }  # what the web process reads of the engine
+    assert {f"grpo_engine.{m}" for m in torch_free} & torch_modules == set()
+
+
+def test_no_app_or_workers_folder_holds_more_than_a_dozen_modules():
+    for top in ("app", "workers"):
+        for directory in [ROOT / top, *(p for p in (ROOT / top).rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+            modules = [p for p in directory.glob("*.py") if p.name != "__init__.py"]
+            assert len(modules) <= MAX_MODULES, f"{directory.relative_to(ROOT)} holds {len(modules)} modules"

@@ -2,7 +2,7 @@
 
 Estimates and messages on hand-computed numbers; the safetensors-header counts against the loaded torch
 model and peft's own LoRA count; the workers table and its store functions on SQLite and PostgreSQL;
-app.api.launch_run over a real SQLite store and broker with workers reported in the store; and a real
+app.service.api.launch_run over a real SQLite store and broker with workers reported in the store; and a real
 ``grpo-dashboard worker`` process reporting itself.
 """
 
@@ -21,9 +21,11 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect, update
 
-from app import api, store
-from app.db import alembic_config, make_engine, session_scope, upgrade_database
-from app.models import Worker
+from app import store
+
+from app.service import api
+from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
+from app.store.models import Worker
 from grpo_engine.memory import (
     MemoryEstimate,
     count_parameters,
@@ -318,7 +320,7 @@ def test_launch_counts_the_learned_reward_model(launch_env, tiny_models):
 
 @pytest.mark.slow
 def test_a_worker_process_reports_its_queues_and_gpus(sqlite_url, tmp_path):
-    from app.broker import worker_queues
+    from app.core.broker import worker_queues
     from workers.runner import local_gpus
 
     queue = f"grpo-test-{uuid.uuid4().hex[:12]}"

@@ -1,5 +1,5 @@
-"""Local paths in a run spec (app.paths: inside GRPO_PATH_ROOTS and usable) and dataset uploads in this
-process (app.datasets.upload_dataset, with real files). Uploads through a live server with a login:
+"""Local paths in a run spec (app.core.paths: inside GRPO_PATH_ROOTS and usable) and dataset uploads in this
+process (app.service.datasets.upload_dataset, with real files). Uploads through a live server with a login:
 tests/test_security.py."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app import api, datasets
-from app.paths import check_spec_paths, is_local_path
-from app.settings import get_settings
+from app.service import api, datasets
+from app.core.paths import check_spec_paths, is_local_path
+from app.core.settings import get_settings
 from grpo_engine.config import SpecError
 from tests.servers import ROOT
 from tests.test_security import GOOD_ROWS, write_jsonl
@@ -105,7 +105,7 @@ def test_paths_outside_the_roots_or_unusable_are_refused_naming_the_key(roots, k
 
 
 def test_path_checks_import_no_torch():
-    check = "import sys, app.paths, app.auth; assert 'torch' not in sys.modules"
+    check = "import sys, app.core.paths, app.core.auth; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", check], cwd=ROOT, check=True)
 
 
@@ -187,8 +187,10 @@ def test_exports_go_to_a_private_directory_and_never_through_a_link(settings_env
     import stat
     import tempfile
 
-    from app import exports, store
-    from app.db import session_scope, upgrade_database
+    from app import store
+
+    from app.service import exports
+    from app.store.db import session_scope, upgrade_database
     from grpo_engine.config import RunSpec
 
     upgrade_database()

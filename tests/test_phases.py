@@ -13,7 +13,7 @@ import time
 from sqlalchemy import event
 
 from app import store
-from app.db import make_engine, session_scope
+from app.store.db import make_engine, session_scope
 from grpo_engine import model
 from grpo_engine.config import validate_spec
 from grpo_engine.loading import building_progress

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app import api, prompt_preview
+from app.service import api, prompt_preview
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.recorder import MemoryRecorder
 from grpo_engine.tokenization import prompt_formatter

@@ -132,7 +132,7 @@ def test_a_qwen2_run_on_a_parquet_file_through_the_dashboard(models, tmp_path, g
 
 
 def test_a_run_on_a_hugging_face_dataset_directory_with_config_and_splits(tmp_path, grpo_cache_dir):
-    from app.paths import check_spec_paths
+    from app.core.paths import check_spec_paths
     from tests.test_rewards_data import GSM8K_LIKE, write_hub_style_dataset
 
     root = write_hub_style_dataset(tmp_path / "gsm8k")

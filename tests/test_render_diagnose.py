@@ -1,4 +1,4 @@
-"""The diagnosis renderers (app.render_diagnose) on hand-made metric rows, search results and question histories:
+"""The diagnosis renderers (app.web.views.diagnose) on hand-made metric rows, search results and question histories:
 the gradient chart's bars and their data attributes, the binning of many steps, the zero-spread line only where it
 tells something, the token shares; the results table and pager; the question's history, user text escaped; and
 what each shows with nothing recorded."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from app.render_diagnose import (
+from app.web.views.diagnose import (
     MAX_BARS,
     bin_rows,
     gradient_chart_html,

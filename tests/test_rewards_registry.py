@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from app.charts import chart_panels
-from app.render_group import _verdicts
+from app.web.views.charts import chart_panels
+from app.web.views.group import _verdicts
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.recorder import METRICS
 from grpo_engine.reward_functions import (

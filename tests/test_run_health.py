@@ -1,12 +1,14 @@
-"""A run's health warnings in /get_run (app.run_health over app.health's rules, read from the store, cached
+"""A run's health warnings in /get_run (app.service.run_health over app.service.health's rules, read from the store, cached
 between polls), and the reward model's timeline on the charts."""
 
 from __future__ import annotations
 
-from app import api, manage_api, store
-from app.charts import chart_panels, metrics_figure, rm_refresh_steps
-from app.db import session_scope
-from app.render import health_html
+from app import store
+
+from app.service import api, manage_api
+from app.web.views.charts import chart_panels, metrics_figure, rm_refresh_steps
+from app.store.db import session_scope
+from app.web.views.run import health_html
 from tests.test_store import new_run
 
 

@@ -1,5 +1,5 @@
 """Managing runs: the store's functions (app.store.manage) on SQLite and PostgreSQL, the API's
-(app.manage_api, app.api.get_logs, launch's 'gpu' check) over a real SQLite store and broker, the run spec's
+(app.service.manage_api, app.service.api.get_logs, launch's 'gpu' check) over a real SQLite store and broker, the run spec's
 near-key message, the Runs table's renderers, and the new endpoints through gradio_client on a live server.
 """
 
@@ -13,10 +13,12 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from sqlalchemy import func, select
 
-from app import api, manage_api, store
-from app.db import make_engine, session_scope, upgrade_database
-from app.models import Group, Metric, Run, RunLog, Sample
-from app.render_runs import matches, phase_text, run_duration, runs_table_html
+from app import store
+
+from app.service import api, manage_api
+from app.store.db import make_engine, session_scope, upgrade_database
+from app.store.models import Group, Metric, Run, RunLog, Sample
+from app.web.views.runs import matches, phase_text, run_duration, runs_table_html
 from grpo_engine.config import SpecError, validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
@@ -348,7 +350,7 @@ def test_a_tick_that_read_the_pickers_before_a_launch_keeps_the_launched_run_sho
     """A Runs-table tick sent while the pickers showed run 1 runs after Launch created run 2 and opened it: it
     brings run 2 into every picker's choices and sets no picker's value, so the launched run stays shown. A
     deleted run still moves its pickers to the newest run left."""
-    from app.tab_runs import _refresh_runs
+    from app.web.tabs.runs import _refresh_runs
 
     with session_scope(sqlite_url) as s:
         first = _seed_run(s, "first")

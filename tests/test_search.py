@@ -1,4 +1,4 @@
-"""Finding samples across a run and one question through time (app.store.search, app.diagnose_api, the
+"""Finding samples across a run and one question through time (app.store.search, app.service.diagnose_api, the
 ``/search_samples`` and ``/question_history`` endpoints), on SQLite and PostgreSQL.
 
 Run A records three steps of hand-made groups whose rewards, verdicts, lengths and truncation are known, so each
@@ -15,9 +15,11 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from sqlalchemy import event
 
-from app import diagnose_api, store
-from app.api import ApiError
-from app.db import alembic_config, make_engine, session_scope, upgrade_database
+from app import store
+
+from app.service import diagnose_api
+from app.service.api import ApiError
+from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
 from tests.test_store import new_run

@@ -1,4 +1,4 @@
-"""Login and secrets: app.auth, the settings, the CLI's hash-password.
+"""Login and secrets: app.core.auth, the settings, the CLI's hash-password.
 
 Unit tests: password hashes, the user list (GRPO_AUTH_USERS / GRPO_AUTH_FILE) and its errors, masking
 of URLs, the settings.
@@ -51,8 +51,8 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from sqlalchemy.engine import make_url
 
-from app import auth
-from app.auth import (
+from app.core import auth
+from app.core.auth import (
     AuthConfigError,
     check,
     hash_password,
@@ -62,7 +62,7 @@ from app.auth import (
     parse_hash,
     verify_password,
 )
-from app.settings import get_settings
+from app.core.settings import get_settings
 from tests.servers import ROOT, free_port, running_server, server_env
 
 FAST = auth.MIN_ITERATIONS  # hashes made in tests: the fewest iterations allowed, so logins are quick

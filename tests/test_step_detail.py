@@ -1,6 +1,6 @@
-"""A process sample step by step (app/step_detail.py): each step's text, the rules' label and share, the learned
+"""A process sample step by step (app/service/step_detail.py): each step's text, the rules' label and share, the learned
 PRM's score and the normalised reward; stored (samples.step_labels / step_shares, migration 0005) on SQLite and
-PostgreSQL, returned by /get_group (app.api.get_group) and drawn as the Groups tab's step table (app.render)."""
+PostgreSQL, returned by /get_group (app.service.api.get_group) and drawn as the Groups tab's step table (app.web.views.run)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect
 
-from app import api, store
-from app.db import alembic_config, make_engine, session_scope, upgrade_database
-from app.render_group import group_html
-from app.step_detail import step_details
+from app import store
+
+from app.service import api
+from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
+from app.web.views.group import group_html
+from app.service.step_detail import step_details
 from grpo_engine.recorder import GroupRecord, SampleRecord
 from tests.test_store import new_run
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app import store
-from app.db import session_scope, upgrade_database
+from app.store.db import session_scope, upgrade_database
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import MemoryRecorder
 from grpo_engine.trainer import train

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import delete, func, select, update
 
 from app import store
-from app.db import session_scope
-from app.models import Base, Group, Run, Sample
+from app.store.db import session_scope
+from app.store.models import Base, Group, Run, Sample
 from app.store.records import SAMPLE_COLUMNS
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord

@@ -9,9 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from app import api, store
-from app.db import session_scope
-from app.render_group import group_html
+from app import store
+
+from app.service import api
+from app.store.db import session_scope
+from app.web.views.group import group_html
 from app.store.records import pack, unpack
 from grpo_engine.config import validate_spec
 from grpo_engine.objective import grpo_loss, kl_k3

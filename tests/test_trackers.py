@@ -206,7 +206,7 @@ def test_the_worker_mirrors_a_stored_run_to_tensorboard(tmp_path, grpo_cache_dir
     """execute_run on a fresh SQLite store: the run completes, its log says where TensorBoard writes, and the event
     files under the data directory hold every step."""
     from app import store
-    from app.db import session_scope, upgrade_database
+    from app.store.db import session_scope, upgrade_database
     from workers.runner import execute_run
 
     url = f"sqlite:///{tmp_path / 'grpo.sqlite'}"

@@ -20,13 +20,13 @@ from gradio_client.exceptions import AppError
 from kombu import Connection
 
 from app import store
-from app.charts import PANELS, compare_figure, ema, metrics_figure
-from app.render import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
-from app.render_group import group_html, token_span
-from app.db import make_engine, session_scope, upgrade_database
+from app.web.views.charts import PANELS, compare_figure, ema, metrics_figure
+from app.web.views.run import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
+from app.web.views.group import group_html, token_span
+from app.store.db import make_engine, session_scope, upgrade_database
 from grpo_engine.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
-from app.broker import RUN_TASK
+from app.core.broker import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
@@ -287,9 +287,7 @@ def test_server_process_has_not_loaded_torch(server, client):
     client.predict("builtin-arith", api_name="/preview_dataset")  # the engine's pure-Python data module, no torch
     maps = Path(f"/proc/{server[3].pid}/maps").read_text()
     assert "libtorch" not in maps
-    check = (
-        "import sys, app.ui, app.endpoints, app.render; assert 'torch' not in sys.modules, 'the web app imported torch'"
-    )
+    check = "import sys, app.web.ui, app.web.endpoints, app.web.views.run; assert 'torch' not in sys.modules, 'the web app imported torch'"
     subprocess.run([sys.executable, "-c", check], cwd=ROOT, check=True)
 
 

@@ -25,10 +25,10 @@ import redis
 from celery import Celery
 
 from app import store
-from app.db import session_scope
+from app.store.db import session_scope
 from grpo_engine.config import validate_spec
 from grpo_engine.recorder import GroupRecord, SampleRecord
-from app.broker import RUN_TASK
+from app.core.broker import RUN_TASK
 from workers.recorder import DBRecorder
 from workers.runner import execute_run
 from tests.servers import ROOT, stop_process

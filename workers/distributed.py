@@ -39,8 +39,8 @@ import traceback
 from pathlib import Path
 
 from app import store
-from app.db import session_scope
-from app.settings import get_settings
+from app.store.db import session_scope
+from app.core.settings import get_settings
 from grpo_engine.config import RunSpec, validate_spec
 from grpo_engine.recorder import Recorder
 from workers.errors import one_line

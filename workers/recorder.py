@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 
 from app import store
-from app.db import session_scope
-from app.settings import get_settings
+from app.store.db import session_scope
+from app.core.settings import get_settings
 from grpo_engine.config import RunSpec
 from grpo_engine.recorder import GroupRecord, Recorder
 from grpo_engine.trackers import TrackerRecorder

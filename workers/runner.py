@@ -17,11 +17,13 @@ import traceback
 from collections.abc import Callable
 from enum import StrEnum
 
-from app import broker, store
-from app.admission import admit
-from app.db import session_scope
-from app.run_status import RunStatus
-from app.settings import get_settings
+from app import store
+
+from app.core import broker
+from app.core.admission import admit
+from app.store.db import session_scope
+from app.core.run_status import RunStatus
+from app.core.settings import get_settings
 from workers.distributed import run_processes
 from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt, with_trackers

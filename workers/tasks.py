@@ -6,7 +6,7 @@ the message is acknowledged when the run has ended, so a job whose worker died i
 
 from __future__ import annotations
 
-from app.broker import RUN_TASK, celery_app
+from app.core.broker import RUN_TASK, celery_app
 from workers.runner import execute_run
 
 

@@ -1,4 +1,4 @@
-"""The store: data access as small functions taking a Session (``app.db.session_scope`` owns the transaction).
+"""The store: data access as small functions taking a Session (``app.store.db.session_scope`` owns the transaction).
 
 ``runs``: a run's life cycle and lease, and the workers; ``records``: what a run records (metrics, groups
 and samples, logs); ``manage``: what users do to runs (rename, notes and tags, archive, delete); ``search``:

@@ -1,9 +1,9 @@
 """What users do to their runs: rename, notes and tags, archive, delete; and the newest metrics of many runs at
 once, for the Runs table. Small functions taking a Session (the caller owns the transaction).
 
-Checks of the values (lengths, NUL characters, tag syntax) are the caller's (app.manage_api); these functions
+Checks of the values (lengths, NUL characters, tag syntax) are the caller's (app.service.manage_api); these functions
 store what they are given. Deleting a run deletes every row under it through the foreign keys' ON DELETE
-CASCADE (SQLite enforces it: app.db turns ``foreign_keys`` on for every connection).
+CASCADE (SQLite enforces it: app.store.db turns ``foreign_keys`` on for every connection).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.models import Metric, Run
-from app.run_status import RunStatus
+from app.store.models import Metric, Run
+from app.core.run_status import RunStatus
 from app.store.runs import raise_high_water
 
 RUNS_PER_QUERY = 200  # runs per metrics_after query: SQLite parses an OR of n terms n levels deep (at most 1000)
@@ -67,7 +67,7 @@ def metrics_after(s: Session, after: dict[int, int]) -> list[tuple[int, int, dic
     """The metrics rows of several runs from a step on: ``after`` maps a run id to the first step wanted (0 or
     less: all of them); one query per RUNS_PER_QUERY runs. Returns ``(run_id, step, values)`` by run and step.
 
-    The Runs table reads only the steps recorded since it last looked (app.manage_api.HeadlineMetrics), so a
+    The Runs table reads only the steps recorded since it last looked (app.service.manage_api.HeadlineMetrics), so a
     refresh reads a few rows however long the runs are.
     """
     found = []

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.models import Group, Metric, Run, RunLog, Sample
+from app.store.models import Group, Metric, Run, RunLog, Sample
 from app.store.runs import UPSERT, LeaseLost, renew_lease
 
 # The tables a worker writes every step, for Core statements (no ORM unit of work on the hot path)

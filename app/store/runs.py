@@ -1,7 +1,7 @@
 """Runs' life cycle and leases, and the workers that hold them: small functions taking a Session.
 
 Every function returns plain JSON-able values (dicts, lists, str, numbers); datetimes are
-ISO-8601 strings in UTC. The caller owns the transaction (``app.db.session_scope``).
+ISO-8601 strings in UTC. The caller owns the transaction (``app.store.db.session_scope``).
 
 Status changes are single conditional UPDATEs, so the web process (cancel) and a worker
 (start / finish) can race on the same run without one silently undoing the other.
@@ -33,8 +33,8 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from app.models import IdHighWater, Run, Worker, utcnow
-from app.run_status import FINISHED_STATUSES, RunStatus
+from app.store.models import IdHighWater, Run, Worker, utcnow
+from app.core.run_status import FINISHED_STATUSES, RunStatus
 
 
 class LeaseLost(RuntimeError):

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from app.models import Group, Run, Sample
+from app.store.models import Group, Run, Sample
 from app.store.records import question_key
 
 OUTCOMES = ("any", "correct", "wrong", "no_answer", "truncated")  # what search_samples' ``outcome`` takes

@@ -1,0 +1,394 @@
+"""The dashboard's API: plain functions, JSON in and JSON out.
+
+The Gradio endpoints (app/web/endpoints.py) are thin wrappers around these (and around app.service.exports and
+app.service.datasets), so the same checks
+apply to the browser form and to ``gradio_client``. Bad input raises :class:`ApiError`
+with a message meant for the caller (a bad run spec names the key).
+
+A launch writes the run row first (status ``queued``) and then sends the job to the
+broker by task name, so this process never imports torch (the engine's modules it uses are torch-free).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from app import store
+from app.core.admission import admit
+from app.core.auth import mask_secrets, mask_url
+from app.core.broker import queue_for, send_run
+from app.store.db import session_scope
+from app.core.paths import is_local_path
+from app.core.run_status import RunStatus
+from app.core.settings import get_settings
+from app.service.run_health import run_warnings
+from app.service.step_detail import step_details
+from grpo_engine.config import SpecError, is_gguf, shown, validate_spec
+from grpo_engine.gguf_header import gguf_parameter_counts
+from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
+
+
+class ApiError(ValueError):
+    """A request was refused; the message says why."""
+
+
+MAX_ID = 2**31 - 1  # the store's integer keys (PostgreSQL integer)
+
+
+def as_id(value: Any, what: str = "run_id", low: int = 1) -> int:
+    """Accept 12, 12.0 and "12" (clients send ids in all three shapes), from ``low`` to MAX_ID."""
+    number = None
+    if isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and len(value) <= 20:
+        try:
+            number = int(value.strip())
+        except ValueError:
+            pass
+    if number is None or not low <= number <= MAX_ID:
+        raise ApiError(f"{what} must be an integer from {low} to {MAX_ID}, got {shown(value)}")
+    return number
+
+
+def checked_text(value: Any, what: str, max_length: int) -> str:
+    """``value`` as text: a string of at most ``max_length`` characters with no NUL, or ApiError naming ``what``."""
+    if not isinstance(value, str):
+        raise ApiError(f"{what} must be a string, got {type(value).__name__} {shown(value)}")
+    if len(value) > max_length:
+        raise ApiError(f"{what} must be at most {max_length} characters, got {len(value)}")
+    if "\0" in value:
+        raise ApiError(f"{what} must not contain a NUL character")
+    return value
+
+
+def require_run(s, run_id: int) -> dict:
+    """The run ``run_id`` as store.get_run gives it, or ApiError "run N not found"."""
+    run = store.get_run(s, run_id)
+    if run is None:
+        raise ApiError(f"run {run_id} not found")
+    return run
+
+
+def parse_spec(spec: Any) -> Any:
+    """A run spec given as JSON text made an object (empty text: ``{}``); anything else as it is, for validate_spec
+    to judge. Text that is not JSON is refused (ApiError)."""
+    if not isinstance(spec, str):
+        return spec
+    try:
+        return json.loads(spec) if spec.strip() else {}
+    except json.JSONDecodeError as e:
+        raise ApiError(f"the run spec is not valid JSON: {e}") from None
+
+
+def launch_run(spec: dict | str | None) -> dict:
+    """Validate a run spec, store the run (queued) and send it to the workers.
+
+    ``spec`` is a JSON object, or its text. Returns ``{run_id, status}``. A refused spec (a bad value, a
+    local path outside GRPO_PATH_ROOTS or unusable, a custom reward function without GRPO_ALLOW_CUSTOM_REWARDS,
+    a bad dataset file, a local model too big for every
+    GPU of the live workers: :func:`check_fits_a_gpu`, a Hub id that is not cached and that the Hub does not
+    confirm within GRPO_HUB_CHECK_SECONDS: grpo_engine.hub) stores nothing.
+    """
+    # 1. parse and validate (missing keys take defaults; a bad key is named)
+    spec = parse_spec(spec)
+    settings = get_settings()
+    try:
+        config = admit(spec, settings, placement=_placement).to_dict()
+    except SpecError as e:
+        raise ApiError(str(e)) from None
+    config["name"] = config["name"] or store.default_run_name(config["model"])
+
+    # 2. the row comes first, so a worker that picks the job up finds it
+    with session_scope() as s:
+        run_id = store.create_run(s, config, config["name"])
+
+    # 3. enqueue by name on the broker the settings name now
+    try:
+        send_run(run_id, config["device"])
+    except Exception as e:  # any broker failure: the run can never start
+        error = mask_secrets(f"could not reach the broker at {mask_url(settings.broker_url)}: {e}", settings)
+        with session_scope() as s:
+            store.finish_run(s, run_id, RunStatus.FAILED, error=error)
+        raise ApiError(f"run {run_id} failed: {error}") from e
+    return {"run_id": run_id, "status": RunStatus.QUEUED}
+
+
+def _placement(config: dict) -> None:
+    """Launch's own admission checks: where the live workers can take the run (app.core.admission.admit calls it)."""
+    check_gpu_worker(config)  # a 'gpu' run is not handed to workers that have no GPU
+    check_fits_a_gpu(config)  # its weights fit a GPU of the live workers that would take it
+
+
+def _local_counts(value: str) -> tuple[int, list[tuple[int, int]]] | None:
+    """count_parameters of a local model directory, or of a .gguf file from its header (the fp32 weights the run
+    trains, whatever the file's quantization); None for the built-in model, a Hugging Face id, a directory without
+    safetensors or a file whose headers do not read (the worker reports that when it loads it)."""
+    if not is_local_path(value):
+        return None
+    try:
+        if is_gguf(value):
+            return gguf_parameter_counts(Path(value).expanduser().resolve())
+        return count_parameters(Path(value).expanduser().resolve())
+    except (OSError, ValueError):
+        return None
+
+
+def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
+    """The memory of a validated run spec's weights (grpo_engine.memory), when its ``model`` is a local
+    directory with safetensors or a .gguf file; else None. The reward model (reward: model) is the policy's
+    weights when ``reward_model`` is empty, or a local directory or .gguf file; a Hugging Face id there is left
+    out (the estimate is then a lower bound)."""
+    counts = _local_counts(config["model"])
+    if counts is None:
+        return None
+    params, linear = counts
+    rank = config["lora_rank"]
+    adapter = lora_trainable_params(linear, rank) if rank else 0
+    rm_params = 0
+    if config["reward"] == "model":
+        rm_counts = _local_counts(config["reward_model"]) if config["reward_model"] else counts
+        rm_params = rm_counts[0] if rm_counts else 0
+    return estimate_memory(
+        params + adapter,
+        adapter if rank else params,
+        lora=rank > 0,
+        bf16=bf16,
+        rm_params=rm_params,
+        reference=config["kl_coef"] > 0,
+    )
+
+
+def check_gpu_worker(config: dict) -> None:
+    """Refuse a ``device: gpu`` run (SpecError naming ``device``) when the live workers that take 'gpu' runs
+    have no GPU among them: they would take it and fail it at once. Today that is the embedded worker on a
+    machine without a CUDA GPU, which takes every kind of run.
+
+    When no live worker takes 'gpu' runs (none reported yet, or only CPU workers of a separate broker, which
+    leave them on the queue), the run is accepted and waits for a GPU worker.
+    """
+    if config["device"] != "gpu":
+        return
+    settings = get_settings()
+    queue = queue_for("gpu", settings.queue)
+    with session_scope() as s:
+        takers = [w for w in store.live_workers(s, 2 * settings.lease_seconds) if queue in w["queues"]]
+    if not takers or any(w["gpus"] for w in takers):
+        return
+    if settings.embedded_worker:
+        why = "the embedded worker runs on this machine's CPU"
+    else:
+        why = f"the workers that take 'gpu' runs have none: {', '.join(w['name'] for w in takers)}"
+    raise SpecError(
+        "device",
+        f"'gpu' but no live worker has a GPU ({why}); use device 'auto' or 'cpu', or "
+        "start `grpo-dashboard worker` on a GPU machine",
+    )
+
+
+def check_fits_a_gpu(config: dict) -> None:
+    """Refuse a run whose weights, gradients, optimizer state, reference and reward model (activations
+    aside) need more memory than any GPU of the live workers that would take it has: SpecError naming
+    ``model``, with the keys that make the run smaller.
+
+    Live workers: those that reported within 2 x GRPO_LEASE_SECONDS and consume the run's queue. A
+    ``device: gpu`` run is refused when none of their GPUs is big enough; a ``device: auto`` run only when
+    every one of them has a GPU and none is big enough (a CPU worker may take it); a ``device: cpu`` run,
+    or any run when no GPU worker is known, is accepted. bf16 unless ``precision`` is 'fp32' ('auto' is
+    bf16 on a GPU). Only local models are measured, from their safetensors or GGUF headers: the
+    built-in model is tiny, and a Hugging Face id is not fetched here (it may be large, or the dashboard
+    offline); the worker checks those when it loads them.
+    """
+    if config["device"] == "cpu":
+        return
+    settings = get_settings()
+    queue = queue_for(config["device"], settings.queue)
+    with session_scope() as s:
+        workers = [w for w in store.live_workers(s, 2 * settings.lease_seconds) if queue in w["queues"]]
+    gpu_workers = [w for w in workers if w["gpus"]]
+    if not gpu_workers or (config["device"] == "auto" and len(gpu_workers) < len(workers)):
+        return
+    bf16 = config["precision"] != "fp32"
+    need = estimate_run_memory(config, bf16)
+    if need is None:
+        return
+    worker, gpu = max(((w["name"], g) for w in gpu_workers for g in w["gpus"]), key=lambda wg: wg[1]["memory"])
+    if need.total > gpu["memory"]:
+        where = f"the largest GPU of the live workers ({gpu['name']} on {worker})"
+        raise SpecError("model", too_big_message(need, gpu["memory"], where, lora=config["lora_rank"] > 0, bf16=bf16))
+
+
+def list_runs() -> list[dict]:
+    """Every run, newest first."""
+    with session_scope() as s:
+        return store.list_runs(s)
+
+
+def store_snapshot() -> tuple[list[dict], tuple[int, int, int]]:
+    """Every run (as list_runs) and the newest metric, group and log-line ids (store.latest_writes), in one
+    transaction: the page's timer compares them with its last tick's to know whether anything changed."""
+    with session_scope() as s:
+        return store.list_runs(s), store.latest_writes(s)
+
+
+def get_run(run_id: Any) -> dict:
+    """One run: status, config, progress, error and timestamps, and its health ``warnings`` (app.service.run_health: each
+    {rule, title, message, steps, metrics, severity}; [] while nothing looks wrong)."""
+    run_id = as_id(run_id)
+    with session_scope() as s:
+        return run_view(s, require_run(s, run_id))
+
+
+def run_view(s, run: dict) -> dict:
+    """A run as /get_run (and every endpoint that returns "the run as /get_run") gives it: the store's run with its
+    health ``warnings``."""
+    return {**run, "warnings": run_warnings(s, run)}
+
+
+def get_metrics(run_id: Any) -> list[dict]:
+    """Per-step metrics of a run, ordered by step."""
+    run_id = as_id(run_id)
+    with session_scope() as s:
+        require_run(s, run_id)
+        return store.get_metrics(s, run_id)
+
+
+MAX_LOG_LINES = 10_000  # the most log lines one get_logs call returns
+
+
+def get_logs(run_id: Any, limit: Any = 200) -> list[str]:
+    """The newest ``limit`` log lines of a run (1 to MAX_LOG_LINES; None: 200), oldest first."""
+    run_id = as_id(run_id)
+    limit = 200 if limit is None else as_id(limit, "limit")
+    if limit > MAX_LOG_LINES:
+        raise ApiError(f"limit must be an integer from 1 to {MAX_LOG_LINES}, got {limit}")
+    with session_scope() as s:
+        require_run(s, run_id)
+        return store.get_logs(s, run_id, limit)
+
+
+def group_steps(run_id: Any) -> list[int]:
+    """Steps of a run that have recorded groups, ascending."""
+    run_id = as_id(run_id)
+    with session_scope() as s:
+        require_run(s, run_id)
+        return store.group_steps(s, run_id)
+
+
+def list_groups(run_id: Any, step: Any = None, order: Any = None) -> list[dict]:
+    """Groups sampled at ``step`` (None or "": the latest step that has groups), sorted by ``order``:
+    "position" (sampling order, the default), "spread" (reward std, largest first), "mean" (reward mean,
+    highest first) or "mean_asc"."""
+    run_id = as_id(run_id)
+    step = None if step is None or step == "" else as_id(step, "step", low=0)
+    order = order or "position"
+    if order not in store.GROUP_ORDERS:
+        raise ApiError(f"order must be one of {', '.join(store.GROUP_ORDERS)}, got {shown(order)}")
+    with session_scope() as s:
+        require_run(s, run_id)
+        return store.list_groups(s, run_id, step, order)
+
+
+def get_group(group_id: Any) -> dict:
+    """One group with its G samples: tokens, rewards and per-token advantages; ``step_labels`` says where a
+    process-supervised run's step rewards came from and ``step_label_rule`` which rule labels its steps (both
+    None for outcome supervision). Each sample carries its ``steps`` (app.service.step_detail.sample_steps: text, the
+    rules' label and share, the PRM's score, the reward and its normalisation over the group; [] for outcome).
+    ``reward_weights`` maps each named reward of the run's ``rewards`` to its weight ({} without any).
+    ``rm_version``: with a learned reward model, the version that scored the group (:func:`rm_version`; else None)."""
+    group_id = as_id(group_id, "group_id")
+    with session_scope() as s:
+        group = store.get_group(s, group_id)
+        run = store.get_run(s, group["run_id"]) if group is not None else None
+    if group is None:
+        raise ApiError(f"group {group_id} not found")
+    config = run["config"] if run else {}
+    steps = step_details(group["samples"], prm=config.get("reward") == "model")
+    return {
+        **group,
+        "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps)],
+        "step_labels": step_label_source(config),
+        "step_label_rule": step_label_rule(config),
+        "reward_weights": {r["name"]: r["weight"] for r in config.get("rewards") or ()},
+        "rm_version": rm_version(config, group["step"]),
+    }
+
+
+def rm_version(config: dict, step: int) -> int | None:
+    """With ``reward: model``, the version of the reward model that scored the groups of ``step``: 1 is its first
+    training (before step 1), k + 1 its refresh after iteration k (at the last step of the iteration, once that
+    step's groups were scored); None without a learned reward model.
+
+    >>> rm_version({"reward": "model", "steps_per_iteration": 10}, 10), rm_version({"reward": "model",
+    ...     "steps_per_iteration": 10}, 11), rm_version({"reward": "rule"}, 3)
+    (1, 2, None)
+    """
+    if config.get("reward") != "model":
+        return None
+    return 1 + (max(step, 1) - 1) // max(int(config.get("steps_per_iteration") or 1), 1)
+
+
+def step_label_source(config: dict) -> str | None:
+    """Where a run's step rewards come from, in words: a learned PRM, or which rule labels the steps.
+
+    >>> step_label_source({"supervision": "process", "reward": "rule", "step_labels": "rollouts",
+    ...                    "label_rollouts": 4, "label_estimate": "hard", "dataset": "/data/gsm8k.jsonl"})
+    'rollouts, N=4, hard estimate'
+    >>> step_label_source({"supervision": "outcome"}) is None
+    True
+    """
+    if config.get("supervision") == "process" and config.get("reward") == "model":
+        return "the learned PRM's scores"
+    return step_label_rule(config)
+
+
+def step_label_rule(config: dict) -> str | None:
+    """The rule that labels a process run's steps, in words (with a learned PRM too: its checker's verdicts are
+    recorded beside the PRM's scores); None for outcome supervision.
+
+    >>> step_label_rule({"supervision": "process", "reward": "model", "step_labels": "arithmetic"})
+    'the arithmetic step checker'
+    >>> step_label_rule({"supervision": "process", "step_labels": "rollouts", "label_completer": "Qwen/Qwen2.5-Math-7B"})
+    'rollouts by Qwen/Qwen2.5-Math-7B, N=4, hard estimate'
+    """
+    if config.get("supervision") != "process":
+        return None
+    try:
+        spec = validate_spec(config)
+    except SpecError:  # a config stored under keys this version no longer has, or refuses now
+        return "the rules' step checker"
+    by = f" by {spec.label_completer}" if spec.label_completer else ""
+    return {
+        "builtin": "the built-in task's exact step checker",
+        "arithmetic": "the arithmetic step checker",
+        "rollouts": f"rollouts{by}, N={spec.label_rollouts}, {spec.label_estimate} estimate",
+    }[spec.step_checker]
+
+
+def cancel_run(run_id: Any) -> dict:
+    """Cancel a run: a queued run at once, a running one at its next step boundary."""
+    run_id = as_id(run_id)
+    with session_scope() as s:
+        require_run(s, run_id)
+        return store.request_cancel(s, run_id)
+
+
+def compare_runs(run_ids: Any) -> dict:
+    """Several runs side by side: ``{runs: [get_run each], differing_keys: [...], metrics: {"<run_id>": [...]}}``.
+
+    ``differing_keys`` are the run-spec keys whose values are not the same in every run (``name`` aside).
+    """
+    if isinstance(run_ids, str):
+        run_ids = [x for x in run_ids.replace(",", " ").split() if x]
+    if not isinstance(run_ids, (list, tuple)) or not run_ids:
+        raise ApiError(f"run_ids must be a non-empty list of run ids, got {shown(run_ids)}")
+    ids = list(dict.fromkeys(as_id(r) for r in run_ids))  # order kept, duplicates dropped
+    with session_scope() as s:
+        runs = [run_view(s, require_run(s, run_id)) for run_id in ids]
+        metrics = {str(run_id): store.get_metrics(s, run_id) for run_id in ids}
+    keys = sorted({k for r in runs for k in r["config"]} - {"name"})
+    differing = [k for k in keys if len({json.dumps(r["config"].get(k), sort_keys=True) for r in runs}) > 1]
+    return {"runs": runs, "differing_keys": differing, "metrics": metrics}

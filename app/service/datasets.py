@@ -1,0 +1,159 @@
+"""Datasets from the browser: uploading a file (checked, stored under its content hash) and previewing the first
+rows of the dataset a run spec names."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import shutil
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from app.service.api import ApiError
+from app.core.paths import is_local_path, resolve_inside, spec_fields
+from app.core.settings import get_settings
+from grpo_engine.builtin_task import builtin_examples
+from grpo_engine.config import BUILTIN_DATASET, MAX_TEXT, SpecError
+from grpo_engine.data import FIELDS, check_dataset_file
+
+PREVIEW_ROWS = 5
+CHECKS_AT_ONCE = 2  # dataset files checked at the same time; more requests wait their turn
+CACHED_CHECKS = 64  # checked files remembered, by (path, size, modification time, columns)
+_checking = threading.BoundedSemaphore(CHECKS_AT_ONCE)
+_checked: OrderedDict[tuple, tuple[int, list[dict]] | str] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def checked_file(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> tuple[int, list[dict]]:
+    """(row count, first PREVIEW_ROWS rows) of a dataset file, checked as a stream (grpo_engine.data.check_dataset_file:
+    bounded memory), at most CHECKS_AT_ONCE at a time, and remembered per (path, size, modification time, columns)
+    so that previewing the same file again costs nothing; a refusal is a ValueError naming the file and line."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, fields, name)
+    with _cache_lock:
+        found = _checked.get(key)
+        if found is not None:
+            _checked.move_to_end(key)
+    if found is None:
+        with _checking:
+            try:
+                found = check_dataset_file(path, name=name, fields=fields, keep=PREVIEW_ROWS)
+            except ValueError as e:
+                found = str(e)
+        with _cache_lock:
+            _checked[key] = found
+            while len(_checked) > CACHED_CHECKS:
+                _checked.popitem(last=False)
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found[0], [dict(row) for row in found[1]]
+
+
+SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _safe_name(name: str) -> str:
+    """A file name of letters, digits and ``._-`` only, at most 80 characters, its extension kept."""
+    stem, suffix = Path(name).stem, Path(name).suffix.lower()
+    stem = SAFE_NAME.sub("_", stem).strip("._-")[: 80 - len(suffix)] or "dataset"
+    return stem + suffix
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def upload_dataset(file: Any, remove_source: bool = False) -> dict:
+    """Check an uploaded dataset file and keep it; returns ``{dataset, rows, preview}``.
+
+    ``file`` is the path of the uploaded file, or Gradio's file dict (``{"path", "orig_name", ...}``).
+    It is refused when larger than GRPO_MAX_UPLOAD_MB or when it does not read as a dataset file
+    (grpo_engine.data.check_dataset_file: the message names the file and the line). A good file is stored
+    as ``<data dir>/uploads/<sha256 prefix>-<safe name>``; ``dataset`` is that path, for the run spec;
+    ``preview`` its first rows. ``remove_source``: delete the uploaded file afterwards, kept or refused (Gradio's
+    cached copy of an upload: nothing else needs it).
+    """
+    # 1. where the file is, and the name the user knows it by (never a path; the extension is the file's)
+    if isinstance(file, dict):
+        source, name = file.get("path"), file.get("orig_name")
+    else:
+        source, name = file, None
+    if not isinstance(source, (str, Path)) or not str(source):
+        raise ApiError("file must be an uploaded file (gradio_client: handle_file(path))")
+    source = Path(source)
+    name = Path(name or source.name).name
+    if Path(name).suffix.lower() != source.suffix.lower():
+        name = source.name
+    if not source.is_file():
+        raise ApiError(f"{name}: the uploaded file is missing")
+
+    try:
+        return _store_upload(source, name, get_settings())
+    finally:
+        if remove_source:
+            source.unlink(missing_ok=True)
+
+
+def _store_upload(source: Path, name: str, settings) -> dict:
+    """Check an uploaded file (size, then content) and keep it under a name its content decides."""
+    size = source.stat().st_size
+    if size > settings.max_upload_bytes:
+        raise ApiError(
+            f"{name}: the file is {size / 2**20:.2f} MiB, larger than the {settings.max_upload_mb:g} MiB "
+            "an upload may be (GRPO_MAX_UPLOAD_MB)"
+        )
+    try:
+        count, first = checked_file(source, name)
+    except ValueError as e:
+        raise ApiError(str(e)) from None
+
+    settings.uploads_dir.mkdir(parents=True, exist_ok=True)
+    stored = settings.uploads_dir / f"{_sha256(source)[:16]}-{_safe_name(name)}"
+    if not stored.exists():
+        partial = stored.with_name(f".{stored.name}.{secrets.token_hex(4)}.partial")
+        shutil.copyfile(source, partial)
+        partial.replace(stored)  # a reader never sees a half-written file; the same file uploaded twice is kept once
+    return {"dataset": str(stored), "rows": count, "preview": first}
+
+
+def preview_dataset(
+    dataset: Any, question_field: Any = None, answer_field: Any = None, solution_field: Any = None
+) -> dict:
+    """The first rows of the dataset a run spec names, as the run will read them; returns
+    ``{dataset, rows, preview}`` like /upload_dataset. The built-in dataset, or a local file (inside
+    GRPO_PATH_ROOTS, read and checked from the columns the ``*_field`` keys name, by default question,
+    answer, solution: a bad file is refused naming the file and line). A Hugging Face id is not
+    previewed (the worker resolves it): refused with a message saying so."""
+    fields = spec_fields(
+        {"question_field": question_field, "answer_field": answer_field, "solution_field": solution_field}
+    )
+    if not isinstance(dataset, str) or not dataset.strip():
+        raise ApiError("dataset: give the built-in name, or the path of a .jsonl, .csv or .parquet file")
+    dataset = dataset.strip()
+    if len(dataset) > MAX_TEXT or "\x00" in dataset:
+        raise ApiError(f"dataset: must be at most {MAX_TEXT} characters, with no NUL character")
+    if dataset == BUILTIN_DATASET:
+        train, heldout = builtin_examples()
+        return {"dataset": dataset, "rows": len(train) + len(heldout), "preview": train[:PREVIEW_ROWS]}
+    if not is_local_path(dataset):
+        raise ApiError(
+            f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are previewed"
+        )
+    try:
+        path = resolve_inside("dataset", dataset, get_settings().path_roots)
+    except SpecError as e:
+        raise ApiError(str(e)) from None
+    if path.is_dir():
+        raise ApiError(f"dataset: {dataset!r} is a dataset directory; only files and '{BUILTIN_DATASET}' are previewed")
+    try:
+        count, first = checked_file(path, dataset, fields)  # read once: its check and its preview
+    except ValueError as e:
+        raise ApiError(f"dataset: {e}") from None
+    return {"dataset": dataset, "rows": count, "preview": first}

@@ -1,0 +1,144 @@
+"""Diagnosing a run through the API: find samples across it, follow one question through time.
+
+Plain functions, JSON in and JSON out, raising app.service.api.ApiError with a message that names the bad parameter, as
+app.service.api's; app.web.endpoints wraps them for ``gradio_client`` (``/search_samples``, ``/question_history``) and the UI
+calls them directly, so the browser and clients get the same checks. Numbers may come as numbers or as their text
+(a form's fields); None or "" means "no bound".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from app import store
+from app.service.api import ApiError, as_id, checked_text, require_run
+from app.store.db import session_scope
+from app.store.search import KINDS, MAX_PAGE_SIZE, OUTCOMES, SORTS
+from grpo_engine.config import shown
+
+QUESTION_MAX = 100_000  # the longest question text accepted
+CONTAINS_MAX = 1_000  # the longest search text accepted
+
+
+def _unset(value: Any) -> bool:
+    """None, or text with nothing but spaces: the parameter was left empty."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def as_number(value: Any, what: str) -> float | None:
+    """A finite number from a number or its text; None when left empty; else ApiError naming ``what``."""
+    if _unset(value):
+        return None
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str) and len(value) <= 40:
+        try:
+            number = float(value.strip())
+        except ValueError:
+            pass
+    if number is None or not math.isfinite(number):
+        raise ApiError(f"{what} must be a number, got {shown(value)}")
+    return number
+
+
+def as_count(value: Any, what: str) -> int | None:
+    """A whole number from 0 (a step, a length) from a number or its text; None when left empty."""
+    return None if _unset(value) else as_id(value, what, low=0)
+
+
+def as_choice(value: Any, what: str, choices: tuple[str, ...], default: str) -> str:
+    """One of ``choices``; None or "" is ``default``."""
+    if _unset(value):
+        return default
+    if value not in choices:
+        raise ApiError(f"{what} must be one of {', '.join(choices)}, got {shown(value)}")
+    return value
+
+
+def as_flag(value: Any, what: str, default: bool) -> bool:
+    """A bool from true / false (or their text, or 1 / 0); None is ``default``."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ApiError(f"{what} must be true or false, got {shown(value)}")
+
+
+def _bounds(low: Any, high: Any, name: str, parse) -> tuple:
+    """The ``name``_min and ``name``_max bounds parsed; the min may not exceed the max."""
+    low, high = parse(low, f"{name}_min"), parse(high, f"{name}_max")
+    if low is not None and high is not None and low > high:
+        raise ApiError(f"{name}_min must be at most {name}_max, got {low:g} > {high:g}")
+    return low, high
+
+
+def search_samples(
+    run_id: Any,
+    reward_min: Any = None,
+    reward_max: Any = None,
+    outcome: Any = "any",
+    spread_min: Any = None,
+    spread_max: Any = None,
+    length_min: Any = None,
+    length_max: Any = None,
+    step_min: Any = None,
+    step_max: Any = None,
+    contains: Any = "",
+    kind: Any = "any",
+    sort: Any = "step",
+    descending: Any = False,
+    page: Any = 1,
+    page_size: Any = 50,
+) -> dict:
+    """One page of a run's samples that pass every filter (app.store.search.search_samples): bounds inclusive,
+    ``outcome`` one of OUTCOMES, ``kind`` one of KINDS (the group's), ``contains`` a case-insensitive substring of
+    the completion, ``sort`` one of SORTS (then by sample id), ``page`` from 1, ``page_size`` 1 to MAX_PAGE_SIZE."""
+    run_id = as_id(run_id)
+    filters = {}
+    filters["reward_min"], filters["reward_max"] = _bounds(reward_min, reward_max, "reward", as_number)
+    filters["spread_min"], filters["spread_max"] = _bounds(spread_min, spread_max, "spread", as_number)
+    filters["length_min"], filters["length_max"] = _bounds(length_min, length_max, "length", as_count)
+    filters["step_min"], filters["step_max"] = _bounds(step_min, step_max, "step", as_count)
+    filters.update(
+        outcome=as_choice(outcome, "outcome", OUTCOMES, "any"),
+        kind=as_choice(kind, "kind", KINDS, "any"),
+        sort=as_choice(sort, "sort", SORTS, "step"),
+        contains=checked_text("" if contains is None else contains, "contains", CONTAINS_MAX),
+        descending=as_flag(descending, "descending", False),
+    )
+    page = 1 if _unset(page) else as_id(page, "page")
+    page_size = 50 if _unset(page_size) else as_id(page_size, "page_size")
+    if page_size > MAX_PAGE_SIZE:
+        raise ApiError(f"page_size must be an integer from 1 to {MAX_PAGE_SIZE}, got {page_size}")
+    with session_scope() as s:
+        require_run(s, run_id)
+        return store.search_samples(s, run_id, page=page, page_size=page_size, **filters)
+
+
+def question_history(run_id: Any, question: Any, other_runs: Any = True) -> dict:
+    """Every group sampled for ``question`` (its exact text) in run ``run_id`` by step, and with ``other_runs`` in
+    up to 10 other runs on the same dataset, newest first (app.store.search.question_history)."""
+    run_id = as_id(run_id)
+    question = checked_text("" if question is None else question, "question", QUESTION_MAX)
+    if not question.strip():
+        raise ApiError("question must not be empty")
+    other_runs = as_flag(other_runs, "other_runs", True)
+    with session_scope() as s:
+        require_run(s, run_id)
+        return store.question_history(s, run_id, question, other_runs=other_runs)
+
+
+def question_of_group(group_id: Any) -> str:
+    """The question text of group ``group_id`` (what question_history takes), or ApiError when there is none."""
+    group_id = as_id(group_id, "group_id")
+    with session_scope() as s:
+        question = store.group_question(s, group_id)
+    if question is None:
+        raise ApiError(f"group {group_id} not found")
+    return question

@@ -1,0 +1,506 @@
+"""Health rules: warnings that say why a run is (not) learning, read from its recorded metrics alone.
+
+:func:`health_warnings` takes a run's per-step metrics (rows ``{"step", "iteration", <metric>: value}`` in
+step order, as app.service.api.get_metrics returns them; a metric may be missing or None on any row), the
+``(completion length in tokens, reward)`` pairs of the samples of its latest recorded steps, and its run spec,
+and returns one warning dict per rule that fires::
+
+    {"rule": "truncation", "title": "Outputs cut short", "message": "...", "steps": [31, 40],
+     "metrics": ["truncated_frac"], "severity": "warning"}
+
+``steps`` is the evidence window (first and last step), ``metrics`` the metrics that show it. :data:`RULES`
+lists the rules (id, title, when it fires, what to do) for the docs and the UI; :func:`rules_markdown` is
+that list as a Markdown table.
+
+Windows (app.service.health_metrics). The training steps are the recorded rows with step >= 1 (step 0 is the evaluation
+before training). The recent window is the last max(5, 20%) of them (rounded up), the earlier window as many rows
+just before it. A rule needs MIN_STEPS (10) training steps, except the two that read the recent
+window alone (zero_spread, truncation: MIN_STEPS_RECENT, 5) and answer_form, which reads the latest evaluation
+(step 0's, before training, included). A window's mean is over the rows that hold the
+metric; a rule whose metric is absent from a window it reads does not fire (older runs lack ``repetition``
+and ``groups/*``, a run with kl_coef 0 has no ``kl``).
+
+Pure Python, standard library only: no store, no torch, no Gradio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from app.service.health_metrics import Row, fmt, mean_of, number, pearson, span, training_rows, windows
+
+HealthWarning = dict[str, Any]  # one warning: rule, title, message, steps, metrics, severity
+
+# windows
+MIN_STEPS = 10  # training steps recorded before a rule that compares windows may fire
+MIN_STEPS_RECENT = 5  # ... before a rule that reads the recent window alone may fire
+
+# reward_hacking
+HACK_REWARD_RISE = 0.1  # reward_mean rise (recent window mean minus a baseline window mean), absolute
+HACK_EVAL_RISE = 0.02  # eval/accuracy counts as flat when it changed by less than this over the same span
+HACK_EVAL_POINTS = 3  # evaluations needed over the span
+HACK_EVAL_CEILING = 0.95  # held-out accuracy this high at the span's start has no room left to rise
+
+# length_reward
+LENGTH_R = 0.5  # Pearson r of (length, reward) at or above which longer outputs are paid more
+LENGTH_PAIRS = 30  # samples needed
+
+# repetition_rising
+REPETITION_LEVEL = 0.2  # recent mean share of repeated word 3-grams
+REPETITION_RISE = 0.1  # its rise over the earlier window
+
+# entropy_collapse
+ENTROPY_BASELINE_STEPS = 5  # the first training steps whose mean entropy is the baseline
+ENTROPY_SHARE = 0.2  # recent entropy below this share of the baseline ...
+ENTROPY_FLOOR = 0.05  # ... or below this many nats (when it fell to there)
+
+# kl_runaway
+KL_LIMIT = 0.5  # nats per token: recent mean above this
+KL_GROWTH = 4.0  # ... or above this many times the earlier window's mean ...
+KL_GROWTH_FLOOR = 0.1  # ... while above this many nats per token
+
+# zero_spread
+ZERO_SPREAD_LEVEL = 0.8  # recent mean share of groups whose rewards are all equal
+
+# truncation
+TRUNCATION_LEVEL = 0.2  # recent mean share of completions cut at max_new_tokens
+
+# answer_form: the latest evaluation's eval/accuracy_flexible, eval/accuracy_strict and eval/format
+FORM_FLEXIBLE_LEVEL = 0.2  # a fifth of the held-out questions answered right (by the last number) or more ...
+FORM_GAP = 0.15  # ... at least this much above the strict accuracy (right answers the reward does not see) ...
+FORM_FORMAT_LEVEL = 0.5  # ... while fewer than this share of the outputs state a final answer in the strict form
+FORM_METRICS = ("eval/accuracy_strict", "eval/accuracy_flexible", "eval/format")
+CAUSE_CUT_LEVEL = 0.5  # zero spread's cause: at least this share of the outputs cut at max_new_tokens, or ...
+CAUSE_STATED_LEVEL = 0.2  # ... mostly all wrong with fewer than this share stating an answer in the strict form
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One health rule as the docs and UI list it: its id, a short title, when it fires, what to do."""
+
+    id: str
+    title: str
+    condition: str
+    action: str
+
+
+ANSWER_FORM = Rule(
+    "answer_form",
+    "Right answers, wrong form",
+    f"at the latest evaluation (step 0's included), eval/accuracy_flexible is >= {FORM_FLEXIBLE_LEVEL} and "
+    f">= {FORM_GAP} above eval/accuracy_strict while eval/format is < {FORM_FORMAT_LEVEL}; not with answer_match "
+    "'flexible'",
+    "set answer_match: flexible; or ask for the form with question_template (e.g. '{question}\\nLet's think step "
+    'by step and output the final answer after "####".\'); or pay for it with format_reward',
+)
+REWARD_HACKING = Rule(
+    "reward_hacking",
+    "Reward up, accuracy flat",
+    f"reward_mean's recent-window mean is >= {HACK_REWARD_RISE} above its earlier-window mean (or, failing "
+    f"that, the mean of as many first training steps) while eval/accuracy, over >= {HACK_EVAL_POINTS} evaluations from the last "
+    f"one at or before that span to its end, changed by < {HACK_EVAL_RISE} (or fell); not when held-out "
+    f"accuracy already was >= {HACK_EVAL_CEILING} at the span's start",
+    "look at samples with a high reward that the verifier calls wrong; check the reward functions (or the "
+    "learned reward model) for what they pay for besides a right answer",
+)
+LENGTH_REWARD = Rule(
+    "length_reward",
+    "Longer outputs paid more",
+    f"Pearson r of (completion length, reward) over the latest recorded samples is >= {LENGTH_R}, over "
+    f">= {LENGTH_PAIRS} samples with some spread in both (a negative r is not flagged: short right answers "
+    "beating long wrong or cut ones is normal)",
+    "check that the reward does not pay for length (a length reward, a learned reward model)",
+)
+REPETITION_RISING = Rule(
+    "repetition_rising",
+    "Outputs repeat themselves",
+    f"repetition's recent-window mean is >= {REPETITION_LEVEL} and >= {REPETITION_RISE} above its earlier-window mean",
+    "look at the samples; add a repetition reward, lower the learning rate or raise kl_coef",
+)
+ENTROPY_COLLAPSE = Rule(
+    "entropy_collapse",
+    "Entropy collapsed",
+    f"entropy's recent-window mean is < {ENTROPY_SHARE:.0%} of its mean over the first "
+    f"{ENTROPY_BASELINE_STEPS} training steps, or < {ENTROPY_FLOOR} nats having started above that",
+    "lower the learning rate, raise the temperature, or use clip-higher (clip_eps_high)",
+)
+KL_RUNAWAY = Rule(
+    "kl_runaway",
+    "KL running away",
+    f"in the current iteration (the reference resets at each), kl's recent-window mean is > {KL_LIMIT} "
+    f"nats/token, or > {KL_GROWTH:g}x its earlier-window mean while > {KL_GROWTH_FLOOR} nats/token",
+    "raise kl_coef or lower the learning rate",
+)
+ZERO_SPREAD = Rule(
+    "zero_spread",
+    "Most groups teach nothing",
+    f"zero_std_frac's recent-window mean is >= {ZERO_SPREAD_LEVEL} (from {MIN_STEPS_RECENT} training steps on)",
+    "the message names the cause: outputs cut (raise max_new_tokens), no answer in the reward's form (answer_match, "
+    "question_template, format_reward), mostly all wrong (easier questions, group_size, temperature) or all right "
+    "(harder questions, skip_zero_spread)",
+)
+TRUNCATION = Rule(
+    "truncation",
+    "Outputs cut short",
+    f"truncated_frac's recent-window mean is >= {TRUNCATION_LEVEL} (from {MIN_STEPS_RECENT} training steps on)",
+    "raise max_new_tokens, or set mask_truncated or overlong_penalty",
+)
+
+# every rule, in the order health_warnings checks them
+RULES: tuple[Rule, ...] = (
+    ANSWER_FORM,
+    REWARD_HACKING,
+    LENGTH_REWARD,
+    REPETITION_RISING,
+    ENTROPY_COLLAPSE,
+    KL_RUNAWAY,
+    ZERO_SPREAD,
+    TRUNCATION,
+)
+
+
+def _warn(rule: Rule, message: str, steps: list[int], metrics: list[str]) -> HealthWarning:
+    return {
+        "rule": rule.id,
+        "title": rule.title,
+        "message": message,
+        "steps": steps,
+        "metrics": metrics,
+        "severity": "warning",
+    }
+
+
+# --- the rules --------------------------------------------------------------------------------------------
+
+
+def _eval_points(metrics: Sequence[Row], first: int, last: int) -> list[tuple[int, float]]:
+    """(step, eval/accuracy) of the evaluations from the last one at or before step ``first`` to step ``last``."""
+    points = [
+        (r["step"], v)
+        for r in metrics
+        if isinstance(r.get("step"), int) and (v := number(r.get("eval/accuracy"))) is not None
+    ]
+    start = max((i for i, (s, _) in enumerate(points) if s <= first), default=0)
+    return [(s, v) for s, v in points[start:] if s <= last]
+
+
+def check_reward_hacking(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """reward_hacking: reward_mean's recent-window mean is >= HACK_REWARD_RISE (0.1) above a baseline's mean
+    while eval/accuracy stayed flat: over >= HACK_EVAL_POINTS (3) evaluations, from the last one at or before
+    the baseline's first step to the recent window's last step, it moved by < HACK_EVAL_RISE (0.02) from the
+    first of them to the last (or fell). The baselines, tried in turn: the earlier window, then the first as
+    many training steps (a slow climb). After >= MIN_STEPS (10) training steps; not when held-out accuracy
+    was >= HACK_EVAL_CEILING (0.95) at the baseline's start (it has no room left to rise)."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS:
+        return None
+    earlier, recent = windows(rows)
+    now = mean_of(recent, "reward_mean")
+    for base in (earlier, rows[: len(recent)]):
+        before = mean_of(base, "reward_mean")
+        if now is None or before is None or now - before < HACK_REWARD_RISE:
+            continue
+        points = _eval_points(metrics, base[0]["step"], recent[-1]["step"])
+        if len(points) < HACK_EVAL_POINTS or points[0][1] >= HACK_EVAL_CEILING:
+            continue
+        change = points[-1][1] - points[0][1]
+        if change >= HACK_EVAL_RISE:
+            continue
+        rm = [v for r in metrics if (v := number(r.get("rm/accuracy_after"))) is not None]
+        also = f" and the learned reward model (held-out accuracy {rm[-1]:.2f} at its last training)" if rm else ""
+        return _warn(
+            REWARD_HACKING,
+            f"reward_mean rose by {fmt(now - before)} ({fmt(before)} -> {fmt(now)}, steps "
+            f"{base[0]['step']}-{base[-1]['step']} vs {recent[0]['step']}-{recent[-1]['step']}) while "
+            f"eval/accuracy changed by {change:+.3f} ({points[0][1]:.3f} -> {points[-1][1]:.3f} over "
+            f"{len(points)} evaluations): look at samples with a high reward that the verifier calls "
+            f"wrong, and check what the reward functions{also} pay for.",
+            [base[0]["step"], recent[-1]["step"]],
+            ["reward_mean", "eval/accuracy"] + (["rm/accuracy_after"] if rm else []),
+        )
+    return None
+
+
+def check_length_reward(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """length_reward: the Pearson r of the latest samples' (completion length, reward) pairs is >= LENGTH_R
+    (0.5), over >= LENGTH_PAIRS (30) pairs with some spread in both, after >= MIN_STEPS (10) training steps.
+    Only a positive r: short right answers beating long wrong (or cut) ones is normal. The window shown is
+    the recent one, where the samples come from."""
+    rows = training_rows(metrics)
+    pairs = [(x, y) for x, y in ((number(a), number(b)) for a, b in length_reward) if x is not None and y is not None]
+    if len(rows) < MIN_STEPS or len(pairs) < LENGTH_PAIRS:
+        return None
+    r = pearson(pairs)
+    if r is None or r < LENGTH_R:
+        return None
+    return _warn(
+        LENGTH_REWARD,
+        f"longer outputs get higher rewards (r = {r:.2f} over {len(pairs)} samples): check that the "
+        "reward does not pay for length (a length reward, a learned reward model).",
+        span(windows(rows)[1]),
+        ["completion_len", "reward_mean"],
+    )
+
+
+def check_repetition_rising(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """repetition_rising: repetition's recent-window mean is >= REPETITION_LEVEL (0.2) and >= REPETITION_RISE
+    (0.1) above its earlier-window mean, after >= MIN_STEPS (10) training steps."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS:
+        return None
+    earlier, recent = windows(rows)
+    now, before = mean_of(recent, "repetition"), mean_of(earlier, "repetition")
+    if now is None or before is None or now < REPETITION_LEVEL or now - before < REPETITION_RISE:
+        return None
+    return _warn(
+        REPETITION_RISING,
+        f"outputs repeat themselves more: {now:.0%} of word 3-grams repeated in steps "
+        f"{recent[0]['step']}-{recent[-1]['step']}, up from {before:.0%}. Look at the samples; add a "
+        "repetition reward, lower the learning rate or raise kl_coef.",
+        span(earlier + recent),
+        ["repetition"],
+    )
+
+
+def check_entropy_collapse(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """entropy_collapse: entropy's recent-window mean is < ENTROPY_SHARE (20%) of its mean over the first
+    ENTROPY_BASELINE_STEPS (5) training steps, or < ENTROPY_FLOOR (0.05) nats when that baseline was above
+    it (a policy that starts that sure has not collapsed), after >= MIN_STEPS (10) training steps."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS:
+        return None
+    recent = windows(rows)[1]
+    first = rows[:ENTROPY_BASELINE_STEPS]
+    now, start = mean_of(recent, "entropy"), mean_of(first, "entropy")
+    if now is None or start is None or start <= 0:
+        return None
+    if now >= ENTROPY_SHARE * start and not (now < ENTROPY_FLOOR < start):
+        return None
+    return _warn(
+        ENTROPY_COLLAPSE,
+        f"entropy fell to {fmt(now)} nats in steps {recent[0]['step']}-{recent[-1]['step']}, from "
+        f"{fmt(start)} in the first {len(first)} steps ({now / start:.0%} of it): the policy samples "
+        "almost one output and stops exploring. Lower the learning rate, raise the temperature, or "
+        "use clip-higher (clip_eps_high).",
+        [first[0]["step"], recent[-1]["step"]],
+        ["entropy"],
+    )
+
+
+def check_kl_runaway(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """kl_runaway: over the current iteration's training steps (the reference is reset to the policy when an
+    iteration starts, so kl restarts at 0), kl's recent-window mean is > KL_LIMIT (0.5) nats/token, or
+    > KL_GROWTH (4) times its earlier-window mean while > KL_GROWTH_FLOOR (0.1); needs >= MIN_STEPS (10)
+    training steps in the iteration."""
+    rows = training_rows(metrics)
+    if rows:
+        rows = [r for r in rows if r.get("iteration") == rows[-1].get("iteration")]
+    if len(rows) < MIN_STEPS:
+        return None
+    earlier, recent = windows(rows)
+    now, before = mean_of(recent, "kl"), mean_of(earlier, "kl")
+    where = f"steps {recent[0]['step']}-{recent[-1]['step']}"
+    if now is not None and now > KL_LIMIT:
+        found = f"kl averages {fmt(now)} nats/token in {where}, above {KL_LIMIT}"
+    elif now is not None and before is not None and now > KL_GROWTH_FLOOR and now > KL_GROWTH * before:
+        found = (
+            f"kl grew {now / before:.1f}x, from {fmt(before)} to {fmt(now)} nats/token in {where}"
+            if before > 0
+            else f"kl rose from 0 to {fmt(now)} nats/token in {where}"
+        )
+    else:
+        return None
+    coef = config.get("kl_coef")
+    return _warn(
+        KL_RUNAWAY,
+        f"{found}: the policy is running away from the reference. Raise kl_coef"
+        f"{f' (now {coef})' if coef is not None else ''} or lower the learning rate.",
+        span(earlier + recent),
+        ["kl"],
+    )
+
+
+def zero_spread_cause(rows: Sequence[Row], config: Mapping) -> str:
+    """Why groups had all rewards equal over ``rows`` (metrics rows: a window, or one step's), read from the
+    evidence, with the key to change: most outputs cut at max_new_tokens (truncated_frac >= CAUSE_CUT_LEVEL);
+    all-wrong groups whose outputs state no answer in the form the reward reads (answer_stated_frac <
+    CAUSE_STATED_LEVEL: the reward cannot see an answer, however right); else mostly all wrong (too hard) or
+    all right (too easy), from groups/all_right and groups/all_wrong; else a general sentence. One or two
+    sentences, starting with a capital, ending with a period.
+
+    >>> zero_spread_cause([{"truncated_frac": 0.75, "groups/all_wrong": 4}], {"max_new_tokens": 96})
+    '75% of the outputs were cut at max_new_tokens (now 96), so they state no answer. Raise max_new_tokens.'
+    """
+    cut, stated = mean_of(rows, "truncated_frac"), mean_of(rows, "answer_stated_frac")
+    right = sum(v for r in rows if (v := number(r.get("groups/all_right"))) is not None)
+    wrong = sum(v for r in rows if (v := number(r.get("groups/all_wrong"))) is not None)
+    if cut is not None and cut >= CAUSE_CUT_LEVEL:
+        limit = config.get("max_new_tokens")
+        return (
+            f"{cut:.0%} of the outputs were cut at max_new_tokens{f' (now {limit})' if limit else ''}, so they "
+            "state no answer. Raise max_new_tokens."
+        )
+    if wrong > right and stated is not None and stated < CAUSE_STATED_LEVEL:
+        remedies = _form_remedies(config)
+        return (
+            f"Most are all wrong, and only {stated:.0%} of the outputs state a final answer in the form the "
+            f"reward reads ('#### <answer>' or \\boxed{{}}). {remedies[0][0].upper()}{remedies[0][1:]}; or "
+            f"{'; or '.join(remedies[1:])}."
+        )
+    if wrong > right:
+        return (
+            f"Most are all wrong ({wrong:.0f} groups vs {right:.0f} all right): the questions are too hard. Use "
+            "easier questions, raise group_size or the temperature."
+        )
+    if right > wrong:
+        return (
+            f"Most are all right ({right:.0f} groups vs {wrong:.0f} all wrong): the questions are too easy. "
+            "Use harder questions" + ("." if config.get("skip_zero_spread") else ", or turn on skip_zero_spread.")
+        )
+    return "Raise group_size or the temperature, use questions nearer the model's level" + (
+        "." if config.get("skip_zero_spread") else ", or turn on skip_zero_spread."
+    )
+
+
+def recent_at_least(metrics: Sequence[Row], name: str, level: float) -> tuple[list[Row], float] | None:
+    """(the recent window, ``name``'s mean over it) when that mean is >= ``level`` after >= MIN_STEPS_RECENT
+    training steps; None otherwise (too few steps, the metric not recorded, or below ``level``)."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS_RECENT:
+        return None
+    recent = windows(rows)[1]
+    now = mean_of(recent, name)
+    return None if now is None or now < level else (recent, now)
+
+
+def check_zero_spread(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """zero_spread: zero_std_frac's recent-window mean is >= ZERO_SPREAD_LEVEL (0.8), after
+    >= MIN_STEPS_RECENT (5) training steps. The message names the cause and the key to change
+    (zero_spread_cause)."""
+    high = recent_at_least(metrics, "zero_std_frac", ZERO_SPREAD_LEVEL)
+    if high is None:
+        return None
+    recent, now = high
+    shown = ["zero_std_frac"] + [
+        m
+        for m in ("groups/all_right", "groups/all_wrong", "truncated_frac", "answer_stated_frac")
+        if mean_of(recent, m) is not None
+    ]
+    return _warn(
+        ZERO_SPREAD,
+        f"{now:.0%} of groups had all rewards equal in steps {recent[0]['step']}-{recent[-1]['step']}: "
+        f"their advantages are 0, so they teach nothing. {zero_spread_cause(recent, config)}",
+        span(recent),
+        shown,
+    )
+
+
+def check_truncation(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """truncation: truncated_frac's recent-window mean is >= TRUNCATION_LEVEL (0.2), after >= MIN_STEPS_RECENT
+    (5) training steps. The message gives max_new_tokens when the config has it, and names mask_truncated and
+    overlong_penalty unless they are set already."""
+    high = recent_at_least(metrics, "truncated_frac", TRUNCATION_LEVEL)
+    if high is None:
+        return None
+    recent, now = high
+    limit = config.get("max_new_tokens")
+    remedy = "raise max_new_tokens" + (f" (now {limit})" if limit is not None else "")
+    unset = [k for k in ("mask_truncated", "overlong_penalty") if not config.get(k)]
+    if unset:
+        remedy += ", or set " + " or ".join(unset)
+    return _warn(
+        TRUNCATION,
+        f"{now:.0%} of completions were cut at max_new_tokens in steps {recent[0]['step']}-"
+        f"{recent[-1]['step']}: they end without an answer. {remedy[0].upper()}{remedy[1:]}.",
+        span(recent),
+        ["truncated_frac", "completion_len"],
+    )
+
+
+def latest_evaluation(metrics: Sequence[Row]) -> tuple[int, list[float]] | None:
+    """(step, [strict accuracy, flexible accuracy, format share]) of the last row holding all FORM_METRICS; None
+    when none does (a run recorded before evaluation measured them, or with eval_every 0)."""
+    for row in reversed(metrics):
+        values = [number(row.get(k)) for k in FORM_METRICS]
+        if isinstance(row.get("step"), int) and all(v is not None for v in values):
+            return row["step"], values
+    return None
+
+
+def _form_remedies(config: Mapping) -> list[str]:
+    """What to change for answer_form, leaving out what the config already has."""
+    template = (
+        "reword question_template to ask for a last line '#### <answer>'"
+        if config.get("question_template")
+        else "ask for the form with question_template, e.g. '{question}\\nLet's think step by step and output "
+        'the final answer after "####".\''
+    )
+    remedies = ["set answer_match: flexible (the reward then also counts an output's last number)", template]
+    rewards = config.get("rewards") or []
+    if (
+        config.get("supervision") != "process"
+        and not config.get("format_reward")
+        and not any(r.get("name") == "format" for r in rewards if isinstance(r, Mapping))
+    ):
+        remedies.append(
+            'add {"name": "format", "weight": 0.2} to rewards'
+            if rewards
+            else "pay for the form with format_reward (e.g. 0.2)"
+        )
+    return remedies
+
+
+def check_answer_form(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """answer_form: at the latest evaluation (latest_evaluation; step 0's counts, so the warning comes before
+    training wastes steps on rewards of 0), eval/accuracy_flexible is >= FORM_FLEXIBLE_LEVEL (0.2) and
+    >= FORM_GAP (0.15) above eval/accuracy_strict, while eval/format is < FORM_FORMAT_LEVEL (0.5): the model
+    answers right in prose, which the strict verifier reads as no answer. Not with answer_match 'flexible' (the
+    reward counts those answers already)."""
+    latest = latest_evaluation(metrics)
+    if latest is None or config.get("answer_match") == "flexible":
+        return None
+    step, (strict, flexible, formatted) = latest
+    if flexible < FORM_FLEXIBLE_LEVEL or round(flexible - strict, 9) < FORM_GAP or formatted >= FORM_FORMAT_LEVEL:
+        return None
+    remedies = _form_remedies(config)
+    return _warn(
+        ANSWER_FORM,
+        f"at step {step}'s evaluation {flexible:.0%} of held-out answers are right by their last number but "
+        f"only {strict:.0%} as the reward reads them ('#### <answer>' or \\boxed{{}}, stated by "
+        f"{formatted:.0%} of the outputs): the model's answers are right but not stated in the form the "
+        f"reward reads, so they earn nothing. {remedies[0][0].upper()}{remedies[0][1:]}; or "
+        f"{'; or '.join(remedies[1:])}.",
+        [step, step],
+        list(FORM_METRICS),
+    )
+
+
+Check = Callable[[Sequence[Row], Sequence, Mapping], "HealthWarning | None"]
+# each rule's check, in RULES' order
+CHECKS: tuple[tuple[Rule, Check], ...] = (
+    (ANSWER_FORM, check_answer_form),
+    (REWARD_HACKING, check_reward_hacking),
+    (LENGTH_REWARD, check_length_reward),
+    (REPETITION_RISING, check_repetition_rising),
+    (ENTROPY_COLLAPSE, check_entropy_collapse),
+    (KL_RUNAWAY, check_kl_runaway),
+    (ZERO_SPREAD, check_zero_spread),
+    (TRUNCATION, check_truncation),
+)
+
+
+def health_warnings(
+    metrics: Sequence[Row], length_reward: Iterable[tuple[float, float]] = (), config: Mapping | None = None
+) -> list[HealthWarning]:
+    """The warnings of every rule that fires on this run, in RULES' order (an empty list: nothing to say)."""
+    rows, pairs, spec = list(metrics), list(length_reward), config or {}
+    found = (check(rows, pairs, spec) for _, check in CHECKS)
+    return [w for w in found if w is not None]
+
+
+def rules_markdown() -> str:
+    """RULES as a Markdown table: rule | fires when | what to do."""
+    lines = ["| rule | fires when | what to do |", "| --- | --- | --- |"]
+    lines += [f"| `{r.id}` ({r.title}) | {r.condition} | {r.action} |" for r in RULES]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""One module per tab of the page, and what the tabs share (shared)."""

@@ -1,0 +1,279 @@
+"""The Run tab: one run's progress (its phase, iteration, step, ETA and latest key numbers), live charts of the
+metrics it recorded (smoothed, a chosen few or all), where the gradient comes from (each step's groups all
+right, all wrong or mixed; a click on a bar opens those groups in the Groups tab), the reward model's refreshes,
+cancel, exports, "Launch again" (the Launch form filled from its config, under a new name), its config and its
+log (which follows its newest lines); redrawn when the run changes and on every tick, where anything new was
+recorded. Buttons that do not apply to the run (Cancel once it finished, the trained policy before it completed,
+the LoRA adapter of a run without one) are disabled or hidden."""
+
+import html
+import re
+
+import gradio as gr
+
+from app.service import api, exports
+from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, metrics_figure, recorded_metrics
+from app.web.endpoints import call_api
+from app.service.health_metrics import training_rows
+from app.web.views.run import health_html, progress_html, rm_refresh_frame
+from app.web.views.diagnose import gradient_chart_html
+from app.core.run_status import ACTIVE_STATUSES, RunStatus
+from app.web.tabs.launch import LaunchForm, form_values
+from app.web.tabs.shared import PRIVATE, QUIET, Shared
+from grpo_engine.config import FIELDS
+
+NO_RUN = "<div>No run selected.</div>"
+EXPORTS = (
+    ("export-parquet", "Groups as Parquet", "parquet"),
+    ("export-csv", "Groups as CSV", "csv"),
+    ("export-config", "Config as JSON", "config"),
+    ("export-model", "Trained policy", "model"),
+    ("export-adapter", "LoRA adapter", "adapter"),
+)  # (elem_id, button text, export kind)
+_NUMBERED = re.compile(r"^(.*) \((\d+)\)$")  # a name ending in " (n)"
+# the health badge: a click on a warning (its data-rule) asks for its evidence to be charted
+HEALTH_CLICK = (
+    "element.addEventListener('click', e => { const li = e.target.closest('[data-rule]');"
+    " if (li) trigger('click', {rule: li.dataset.rule}); });"
+)
+
+
+def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
+    """The tab and its listeners: show the run, redraw its charts when the smoothing or the metrics picked
+    change, cancel it, export it, launch it again from the Launch tab."""
+    with gr.Tab("Run", id="run", elem_id="tab-run"):
+        with gr.Row():
+            shared.run_select.render()
+            cancel_button = gr.Button(
+                "Cancel run", variant="stop", elem_id="cancel-button", scale=0, min_width=170, interactive=False
+            )
+            relaunch_button = gr.Button("Launch again", elem_id="relaunch-button", scale=0, min_width=170)
+        progress = gr.HTML(elem_id="run-progress")
+        health = gr.HTML(elem_id="run-health", js_on_load=HEALTH_CLICK)
+        shared.gradient_chart.render()
+        with gr.Row(elem_id="chart-controls"):
+            smoothing = gr.Slider(
+                0,
+                0.99,
+                value=SMOOTHING,
+                step=0.01,
+                label="Smoothing",
+                info=SMOOTHING_INFO,
+                elem_id="chart-smoothing",
+                scale=1,
+            )
+            picked = gr.Dropdown(
+                [],
+                value=[],
+                multiselect=True,
+                label="Metrics to chart",
+                info="None picked: every recorded metric",
+                elem_id="chart-metrics",
+                scale=2,
+            )
+        charts = gr.Plot(show_label=False, elem_id="run-charts")
+        rm_table = gr.Dataframe(
+            rm_refresh_frame([]),
+            interactive=False,
+            visible=False,
+            label="Reward model: first training (step 0) and refresh after each iteration "
+            "(held-out accuracy on fresh policy samples)",
+            elem_id="rm-refreshes",
+        )
+        with gr.Row(equal_height=True):
+            buttons = {
+                kind: gr.Button(text, size="sm", elem_id=elem_id, interactive=kind in ("parquet", "csv", "config"))
+                for elem_id, text, kind in EXPORTS
+            }
+        export_file = gr.File(label="Download", interactive=False, elem_id="export-file", height=60, visible=False)
+        with gr.Row():
+            config_view = gr.JSON(label="Config", elem_id="run-config")
+            log_view = gr.Textbox(
+                label="Log", lines=14, max_lines=14, interactive=False, autoscroll=True, elem_id="run-log"
+            )
+        chart_seen = gr.State(None)  # [run_id, metric rows, last step, log lines, last line, recorded metrics]
+
+    run_select = shared.run_select
+    health.click(_chart_evidence, [run_select, smoothing], [picked, charts], **PRIVATE)
+    relaunch_button.click(_relaunch, run_select, [*launch.inputs, shared.tabs, launch.result], **PRIVATE)
+    outputs = [
+        progress,
+        health,
+        charts,
+        shared.gradient_chart,
+        rm_table,
+        config_view,
+        log_view,
+        chart_seen,
+        picked,
+        cancel_button,
+        buttons["model"],
+        buttons["adapter"],
+    ]
+    inputs = [run_select, chart_seen, smoothing, picked]
+    # a tick and a change of run in one queue, one at a time: a tick that read the run before a Launch or a pick
+    # lands before the change's view of the new run, never after it
+    run_select.change(_show_run, inputs, outputs, concurrency_id="run-view", **PRIVATE)
+    shared.store_seen.change(_show_run, inputs, outputs, concurrency_id="run-view", **QUIET)
+    smoothing.change(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
+    picked.input(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
+    cancel_button.click(_cancel, run_select, [progress, cancel_button], **PRIVATE)
+    for kind, button in buttons.items():
+        button.click(_export(kind), run_select, export_file, **PRIVATE)
+
+
+def next_name(name: str) -> str:
+    """The name a relaunch proposes: "<name> (2)", or the next number where the name already ends in " (n)"."""
+    numbered = _NUMBERED.match(name)
+    if numbered:
+        return f"{numbered.group(1)} ({int(numbered.group(2)) + 1})"
+    return f"{name} (2)" if name else name
+
+
+def _relaunch(run_id):
+    """The Launch form's values from the run's config under a new name, and the Launch tab opened on them."""
+    if run_id is None:
+        return [gr.skip()] * len(FIELDS) + [gr.skip(), NO_RUN]
+    try:
+        run = api.get_run(run_id)
+    except api.ApiError as e:
+        return [gr.skip()] * len(FIELDS) + [gr.skip(), f'<div class="error">{html.escape(str(e))}</div>']
+    config = {**run["config"], "name": next_name(run["config"].get("name") or run["name"])}
+    values = form_values([config.get(f.name, f.default) for f in FIELDS])
+    return values + [
+        gr.Tabs(selected="launch"),
+        f'<div class="ok">The form holds the config of run {run_id}: change what you like, then Launch.</div>',
+    ]
+
+
+def _button_states(run: dict | None) -> tuple:
+    """Cancel, "Trained policy" and "LoRA adapter" for ``run``: Cancel while it is queued or running and not yet
+    asked to stop; the policy once it completed; the adapter only for LoRA runs (hidden otherwise), once
+    completed."""
+    if run is None:
+        return gr.Button(interactive=False), gr.Button(interactive=False), gr.Button(interactive=False)
+    status, lora = run["status"], (run.get("config") or {}).get("lora_rank", 0) > 0
+    can_cancel = status in ACTIVE_STATUSES and not run.get("cancel_requested")
+    return (
+        gr.Button(interactive=can_cancel),
+        gr.Button(interactive=status == RunStatus.COMPLETED),
+        gr.Button(interactive=status == RunStatus.COMPLETED and lora, visible=lora),
+    )
+
+
+def _show_run(run_id, seen, smoothing, picked):
+    """Progress, the health badge (app.service.run_health caches the warnings) and buttons always; charts (the gradient
+    chart too: its clicks are the Groups tab's, app.web.tabs.groups_find), RM table, config and log only when a metric
+    or a log line was added (``seen`` holds what was drawn last); the config only when another run is picked (a
+    run's config never changes); the metric picker's choices when the recorded metrics change (reset to none on
+    another run). One listener reads the run once a tick for all of them."""
+    if run_id is None:
+        if api.list_runs():  # the Runs tab's refresh picks the newest in a moment: keep what is shown till then
+            return (gr.skip(),) * 12
+        return (
+            NO_RUN,
+            "",
+            None,
+            "",
+            gr.Dataframe(visible=False),
+            None,
+            "",
+            None,
+            gr.Dropdown([], value=[]),
+            *_button_states(None),
+        )
+    try:
+        run, metrics, logs = api.get_run(run_id), api.get_metrics(run_id), api.get_logs(run_id)
+    except api.ApiError as e:
+        return (
+            f'<div class="run-error">{html.escape(str(e))}</div>',
+            "",
+            None,
+            "",
+            gr.Dataframe(visible=False),
+            None,
+            "",
+            None,
+            gr.skip(),
+            *_button_states(None),
+        )
+    recorded = recorded_metrics(metrics)
+    key = [
+        run_id,
+        len(metrics),
+        metrics[-1]["step"] if metrics else None,
+        len(logs),
+        logs[-1] if logs else None,
+        recorded,
+    ]
+    same_run = seen is not None and seen[0] == run_id
+    picker = (
+        gr.skip()
+        if same_run and seen[5:] == [recorded]
+        else gr.Dropdown(recorded, value=[v for v in picked or [] if v in recorded] if same_run else [])
+    )
+    head = (progress_html(run, metrics=metrics), health_html(run["warnings"], len(training_rows(metrics))))
+    if seen is not None and key == list(seen):
+        return *head, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen, picker, *_button_states(run)
+    refreshes = rm_refresh_frame(metrics)
+    return (
+        *head,
+        metrics_figure(metrics, smoothing, picked if same_run else None),
+        gradient_chart_html(metrics),
+        gr.Dataframe(value=refreshes, visible=not refreshes.empty),
+        gr.skip() if same_run else run["config"],
+        "\n".join(logs),
+        key,
+        picker,
+        *_button_states(run),
+    )
+
+
+def _chart_evidence(run_id, smoothing, evt: gr.EventData):
+    """The metrics of the clicked warning picked in the chart, and the charts redrawn with them."""
+    rule = getattr(evt, "rule", None)
+    if run_id is None or not rule:
+        return gr.skip(), gr.skip()
+    try:
+        warning = next((w for w in api.get_run(run_id)["warnings"] if w["rule"] == rule), None)
+        if warning is None:
+            return gr.skip(), gr.skip()
+        metrics = api.get_metrics(run_id)
+    except api.ApiError:
+        return gr.skip(), gr.skip()
+    picked = [m for m in warning["metrics"] if m in recorded_metrics(metrics)]
+    return gr.Dropdown(value=picked), metrics_figure(metrics, smoothing, picked)
+
+
+def _redraw(run_id, smoothing, picked):
+    """The charts again, with another smoothing or other metrics picked."""
+    if run_id is None:
+        return None
+    try:
+        return metrics_figure(api.get_metrics(run_id), smoothing, picked)
+    except api.ApiError:
+        return gr.skip()
+
+
+def _cancel(run_id):
+    """Ask the run to stop, and show its progress after the request (Cancel then disabled)."""
+    if run_id is None:
+        return NO_RUN, gr.Button(interactive=False)
+    try:
+        api.cancel_run(run_id)
+        run = api.get_run(run_id)
+        return progress_html(run, metrics=api.get_metrics(run_id)), _button_states(run)[0]
+    except api.ApiError as e:
+        return f'<div class="run-error">{html.escape(str(e))}</div>', gr.skip()
+
+
+def _export(kind):
+    """The listener of one export button: the file of the run's export of that kind, offered for download."""
+
+    def export(run_id):
+        """The export's file, and the download box shown with it."""
+        if run_id is None:
+            raise gr.Error("No run selected.")
+        return gr.File(value=call_api(exports.export_run, run_id, kind), visible=True)
+
+    return export

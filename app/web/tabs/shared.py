@@ -1,0 +1,79 @@
+"""What the dashboard's tabs share: the components that more than one tab reads or writes, and the listener
+options of the UI's own events.
+
+app.web.ui.build_ui makes one :class:`Shared` and hands it to each tab builder (app/tab_*.py). The run pickers
+and the timer are made here unrendered: the tab they belong to places its picker (``.render()``), build_ui
+places the timer after the tabs, and a tab built earlier (Launch, Runs) can already name them in its
+listeners. So is the Run tab's gradient chart: the Run tab places and redraws it, the Groups tab (built later)
+answers its clicks.
+
+The timer's tick only looks at the store (:func:`store_state`, a few bytes); the tabs refresh on a change of
+``store_seen``, so a page open while nothing runs redraws nothing and costs one small request a tick.
+"""
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+
+import gradio as gr
+
+from app.service import api
+from app.web.views.diagnose import CHART_CLICK_JS
+from app.core.run_status import ACTIVE_STATUSES
+
+REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
+IDLE_REFRESH_SECONDS = 10.0  # its period while none is: a run launched elsewhere shows within this
+PRIVATE = dict(api_visibility="private")  # the UI's own listeners: not part of the API
+QUIET = dict(api_visibility="private", show_progress="hidden")  # timer refreshes: no spinner
+
+
+@dataclass(frozen=True)
+class Shared:
+    """The cross-tab components: opening a run switches tabs and sets the run pickers, and the timer
+    refreshes the Runs table, the Run view and the Groups steps."""
+
+    demo: gr.Blocks  # its load event fills the page on opening
+    tabs: gr.Tabs  # a listener selects "run" or "launch" through it
+    timer: gr.Timer  # every REFRESH_SECONDS (IDLE_REFRESH_SECONDS while nothing runs) it sets store_seen
+    store_seen: gr.State  # store_state() at the last tick: the tabs' refreshes listen to its change
+    run_select: gr.Dropdown  # the Run tab's run
+    groups_run_select: gr.Dropdown  # the Groups tab's run, kept equal to the Run tab's
+    compare_select: gr.Dropdown  # the Compare tab's runs (several)
+    gradient_chart: gr.HTML  # the Run tab's "Where the gradient comes from"; a click opens groups in the Groups tab
+
+
+def make_shared(demo: gr.Blocks, tabs: gr.Tabs) -> Shared:
+    """The shared components of ``demo``, whose tabs are ``tabs``; the pickers and the timer are still to render."""
+    return Shared(
+        demo=demo,
+        tabs=tabs,
+        timer=gr.Timer(REFRESH_SECONDS, render=False),
+        store_seen=gr.State(None, render=False),
+        run_select=gr.Dropdown([], value=None, label="Run", elem_id="run-select", render=False),
+        groups_run_select=gr.Dropdown([], value=None, label="Run", elem_id="groups-run-select", render=False),
+        compare_select=gr.Dropdown([], value=[], multiselect=True, label="Runs", elem_id="compare-runs", render=False),
+        gradient_chart=gr.HTML(elem_id="gradient-chart", js_on_load=CHART_CLICK_JS, render=False),
+    )
+
+
+def tick(seen: str | None) -> tuple[str, object]:
+    """The timer's tick: the store's state (:func:`store_state`) for ``store_seen``, and the timer's period
+    when it must change (REFRESH_SECONDS while a run is queued or running, IDLE_REFRESH_SECONDS otherwise)."""
+    state = store_state()
+    active = "@" in state
+    if seen is not None and ("@" in seen) == active:
+        return state, gr.skip()
+    return state, gr.Timer(REFRESH_SECONDS if active else IDLE_REFRESH_SECONDS)
+
+
+def store_state() -> str:
+    """What the views draw from, in a few bytes: a digest of every run's row (status, step, phase, name, tags,
+    archived; a deleted or new run changes it too) and of the newest metric, group and log line, and, while a
+    run is queued or running, the time of the tick, so that its elapsed time is redrawn on every tick. While
+    nothing is queued or running and nothing is written it stays the same from tick to tick: nothing is
+    redrawn."""
+    runs, writes = api.store_snapshot()
+    active = any(run["status"] in ACTIVE_STATUSES for run in runs)
+    rows = json.dumps([runs, writes], sort_keys=True, default=str)
+    return hashlib.sha1(rows.encode()).hexdigest() + (f"@{time.time():.1f}" if active else "")
