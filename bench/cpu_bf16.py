@@ -4,12 +4,12 @@
 Three timings per precision, each the median of --repeats after one warm-up:
 
   matmul    a 2048 x 2048 matmul (bf16 tensors against fp32 ones)
-  sampling  grpo_engine.sampling.generate: B prompts x G, --new-tokens tokens each (no end token stops it),
+  sampling  grpo_engine.rollout.sampling.generate: B prompts x G, --new-tokens tokens each (no end token stops it),
             under torch.autocast for bf16, as a sampler in bf16 would run
-  update    the log-prob pass and its backward on the same B x G rows (grpo_engine.forwards, the update's
+  update    the log-prob pass and its backward on the same B x G rows (grpo_engine.rollout.forwards, the update's
             code path), under Learner.autocast's context for bf16
 
-The last line says what ``precision: auto`` picks on this CPU (grpo_engine.loading.cpu_bf16_is_fast: the
+The last line says what ``precision: auto`` picks on this CPU (grpo_engine.train.loading.cpu_bf16_is_fast: the
 avx512_bf16 or amx_bf16 flag) and the speed-ups measured: bf16 pays off for the update only where the CPU has
 those instructions; elsewhere it is emulated, and slower.
 
@@ -52,10 +52,10 @@ def main() -> int:
 
     import torch
 
-    from grpo_engine.forwards import micro_batch_logprobs, plan_micro_batches
-    from grpo_engine.loading import cpu_bf16_is_fast, resolve_precision
-    from grpo_engine.model import load_causal_lm
-    from grpo_engine.sampling import generate
+    from grpo_engine.rollout.forwards import micro_batch_logprobs, plan_micro_batches
+    from grpo_engine.train.loading import cpu_bf16_is_fast, resolve_precision
+    from grpo_engine.model.model import load_causal_lm
+    from grpo_engine.rollout.sampling import generate
 
     model, tokenizer = load_causal_lm(str(smollm2_dir(args.gguf, Path(args.cache_dir).expanduser().resolve())))
     tokenizer.padding_side = "left"

@@ -3,7 +3,7 @@
 Both sample B word problems (bench/word_problems.py, worded by bench/real_model.py's question_template, in the
 model's chat template) G times each, fp32 on the CPU, temperature 0.7, top-p 1, no top-k, in inference mode:
 
-  engine    grpo_engine.sampling.generate (the run's sampler, ``--decode`` dynamic or static): each prompt
+  engine    grpo_engine.rollout.sampling.generate (the run's sampler, ``--decode`` dynamic or static): each prompt
             prefilled once and its KV cache repeated G times; ended rows dropped as they accumulate
   generate  model.generate on the N = B x G rows (each prompt repeated G times, as TRL calls it)
 
@@ -65,9 +65,9 @@ def main() -> int:
 
     import torch
 
-    from grpo_engine.model import load_causal_lm
-    from grpo_engine.sampling import generate
-    from grpo_engine.tokenization import completion_mask, end_token_ids
+    from grpo_engine.model.model import load_causal_lm
+    from grpo_engine.rollout.sampling import generate
+    from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
 
     model, tokenizer = load_causal_lm(str(smollm2_dir(args.gguf, Path(args.cache_dir).expanduser().resolve())))
     model.eval()

@@ -36,12 +36,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from grpo_engine.builtin_task import PRECEDENCE_SHAPES, builtin_examples, solve  # noqa: E402
-from grpo_engine.config import RunSpec, validate_spec  # noqa: E402
-from grpo_engine.data import load_dataset  # noqa: E402
-from grpo_engine.model import BUILTIN_ARCH, build_tokenizer, train_from_scratch  # noqa: E402
-from grpo_engine.recorder import MemoryRecorder  # noqa: E402
-from grpo_engine.trainer import train  # noqa: E402
+from grpo_engine.data.builtin_task import PRECEDENCE_SHAPES, builtin_examples, solve  # noqa: E402
+from grpo_engine.spec.config import RunSpec, validate_spec  # noqa: E402
+from grpo_engine.data.data import load_dataset  # noqa: E402
+from grpo_engine.model.model import BUILTIN_ARCH, build_tokenizer, train_from_scratch  # noqa: E402
+from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
+from grpo_engine.train.trainer import train  # noqa: E402
 
 RECIPE_VERSION = "v1"  # bump when the data or the warm start below changes; the cached model is keyed by it
 SETTINGS = ("arithmetic", "rollouts", "builtin")

@@ -1,6 +1,6 @@
 """Learned reward models on the built-in task: an ORM run with the iterative refresh, and a PRM run.
 
-Runs the engine directly (grpo_engine.trainer.train with an in-memory recorder; no dashboard):
+Runs the engine directly (grpo_engine.train.trainer.train with an in-memory recorder; no dashboard):
 
   (a) outcome supervision, reward: model (a learned ORM), 3 iterations of 20 steps, other settings
       default. Prints each RM refresh (held-out accuracy on fresh policy samples before -> after), the
@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpo_engine.config import validate_spec
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.trainer import train
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.train.trainer import train
 
 TARGET_ACCURACY = 0.85
 

@@ -3,7 +3,7 @@
 With a 152k-token vocabulary (Qwen2's) the output layer's logits, not the transformer, set the
 update's memory: N x T x V floats per tensor. This script builds a small Qwen2-architecture model with
 that vocabulary (random weights; hidden 64, 2 layers, so the logits dominate) and runs one
-``grpo_engine.step.token_logprobs`` forward and backward over N completions of T tokens after
+``grpo_engine.train.step.token_logprobs`` forward and backward over N completions of T tokens after
 P-token prompts, printing the rise of the process's peak resident memory (VmHWM, reset through
 /proc/self/clear_refs just before; Linux only), the size of one (N, T, V) fp32 tensor for scale, and
 the time.
@@ -37,7 +37,7 @@ def main() -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpo_engine.outputs import token_logprobs
+    from grpo_engine.rollout.outputs import token_logprobs
 
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(

@@ -6,7 +6,7 @@
 
 Two models: the built-in one (~0.6M parameters), and a ~25M-parameter Llama with random weights
 and the built-in tokenizer, saved to a temporary directory (the spec's ``model`` takes a local
-directory). Each (model, full | LoRA) pair runs ``grpo_engine.trainer.train`` on the built-in
+directory). Each (model, full | LoRA) pair runs ``grpo_engine.train.trainer.train`` on the built-in
 dataset with the same spec except ``lora_rank``, each run in its own fresh Python process, so
 nothing one run allocated is still held when the next one is measured.
 
@@ -66,10 +66,10 @@ def measure(spec: dict, cache_dir: str) -> dict:
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    from grpo_engine.config import validate_spec
-    from grpo_engine.model import resolve_model_path
-    from grpo_engine.recorder import MemoryRecorder
-    from grpo_engine.trainer import train
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.model.model import resolve_model_path
+    from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.train.trainer import train
 
     run_spec = validate_spec(spec)
     cuda = torch.cuda.is_available()
@@ -130,7 +130,7 @@ def write_random_llama(out_dir: Path, cache_dir: str) -> int:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging
 
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.model.model import builtin_model_dir
 
     logging.disable_progress_bar()
     torch.manual_seed(0)
@@ -193,7 +193,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="grpo-lora-mem-") as tmp:
         cache_dir = args.cache_dir or str(Path(tmp) / "cache")
-        from grpo_engine.model import builtin_model_dir
+        from grpo_engine.model.model import builtin_model_dir
 
         builtin_model_dir(Path(cache_dir))
         compare(

@@ -5,7 +5,7 @@
     .venv/bin/python bench/no_reference.py --model DIR --steps 5    # any local causal LM directory instead
     .venv/bin/python bench/no_reference.py --steps 3 --repeats 1    # a quick look
 
-Runs ``grpo_engine.trainer.train`` on the built-in dataset with the default spec (``kl_coef`` 0.04: a frozen copy of
+Runs ``grpo_engine.train.trainer.train`` on the built-in dataset with the default spec (``kl_coef`` 0.04: a frozen copy of
 the policy as reference) and with ``kl_coef`` 0, ``steps_per_iteration`` = --steps and ``eval_every`` 0, alternated
 (default, kl 0, default, kl 0, ...) --repeats times each so that drift of a shared machine falls on both. Each run
 is a fresh Python process, so each one's peak memory is its own: the peak resident set size (``VmHWM`` of
@@ -48,9 +48,9 @@ def child(spec: dict, cache_dir: str) -> dict:
     """One run in this process: its peak memory and step times (what the parent reads as JSON)."""
     import torch
 
-    from grpo_engine.config import validate_spec
-    from grpo_engine.recorder import MemoryRecorder
-    from grpo_engine.trainer import train
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.train.trainer import train
 
     recorder = MemoryRecorder()
     train(validate_spec(spec), recorder, Path(cache_dir))

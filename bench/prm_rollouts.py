@@ -1,6 +1,6 @@
 """A learned PRM trained only on rollout labels, on the built-in task: does it learn the exact checker's labels?
 
-Runs the engine in this process (grpo_engine.trainer.train with an in-memory recorder; no dashboard): process
+Runs the engine in this process (grpo_engine.train.trainer.train with an in-memory recorder; no dashboard): process
 supervision with a learned PRM (reward: model) whose training samples are labelled by Math-Shepherd's rollouts
 (step_labels: rollouts, N = 4, hard estimation), never by the built-in task's exact checker, and with no rm_data;
 3 iterations, the PRM refreshed on the policy's own samples after each but the last.
@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpo_engine import trainer  # noqa: E402
-from grpo_engine.config import validate_spec  # noqa: E402
-from grpo_engine.recorder import MemoryRecorder  # noqa: E402
-from grpo_engine.reward_model import accuracy  # noqa: E402
-from grpo_engine.rm_training import sample_labelled  # noqa: E402
+from grpo_engine.train import trainer  # noqa: E402
+from grpo_engine.spec.config import validate_spec  # noqa: E402
+from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
+from grpo_engine.rm.reward_model import accuracy  # noqa: E402
+from grpo_engine.rm.rm_training import sample_labelled  # noqa: E402
 
 EXACT_SAMPLES = 512  # held-out outputs labelled by the exact checker at each measurement
 

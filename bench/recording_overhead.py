@@ -2,7 +2,7 @@
 
 Runs the default spec (built-in model and dataset, B = 8, G = 8, 32 new tokens) for --steps steps with
 ``eval_every`` 0 (evaluation is the same either way and would dominate), driving the engine's TrainingRun step by
-step as ``grpo_engine.trainer.train`` does (what it loaded frozen for the garbage collector, gc.freeze), and
+step as ``grpo_engine.train.trainer.train`` does (what it loaded frozen for the garbage collector, gc.freeze), and
 switching recording on and off in alternate blocks of --block steps within the run:
 
   on   the worker's recorder, workers.recorder.DBRecorder, on a fresh migrated SQLite store in a temporary data
@@ -43,7 +43,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from grpo_engine.recorder import Recorder
+from grpo_engine.report.recorder import Recorder
 
 
 class NoRecorder(Recorder):
@@ -154,7 +154,7 @@ def block_is_on(step: int, block: int, phase: int) -> bool:
 
 def run_blocks(spec, cache_dir: Path, block: int, phase: int) -> dict:
     """One run of ``spec`` that records in alternate blocks of ``block`` steps (``block_is_on``), driven step by
-    step as ``grpo_engine.trainer.train`` drives it. On a recording step the run has its spec and the worker's
+    step as ``grpo_engine.train.trainer.train`` drives it. On a recording step the run has its spec and the worker's
     DBRecorder (``store_recorder``): the engine builds the step's groups, the recorder queues them with the metrics
     for its writer thread, and the cancel poll runs; the last step of a block also waits for the writer to finish
     (``flush``), so no write of a block spills into the next. Off a recording step the spec says ``record_every``
@@ -164,8 +164,8 @@ def run_blocks(spec, cache_dir: Path, block: int, phase: int) -> dict:
     completion_len) of each step, "recorded": the steps the store holds metrics for}."""
     from app import store
     from app.store.db import session_scope
-    from grpo_engine.loading import load_learner
-    from grpo_engine.trainer import TrainingRun
+    from grpo_engine.train.loading import load_learner
+    from grpo_engine.train.trainer import TrainingRun
 
     off_spec, nothing = replace(spec, record_every=0), NoRecorder()
     with store_recorder(spec, "recording-overhead") as (db, url, run_id):
@@ -214,8 +214,8 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from grpo_engine.config import validate_spec
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.model.model import builtin_model_dir
 
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="grpo-rec-overhead-cache-")).resolve()
     spec = validate_spec({"steps_per_iteration": args.steps, "eval_every": 0})

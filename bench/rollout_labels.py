@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from grpo_engine.builtin_task import STEP_DELIMITER
-from grpo_engine.data import load_dataset
-from grpo_engine.model import load_policy
-from grpo_engine.rollout_labels import rollout_verdicts
-from grpo_engine.sampling import generate
-from grpo_engine.outputs import encode_prompts, judge
-from grpo_engine.tokenization import completion_mask, end_token_ids, prompt_formatter
+from grpo_engine.data.builtin_task import STEP_DELIMITER
+from grpo_engine.data.data import load_dataset
+from grpo_engine.model.model import load_policy
+from grpo_engine.rollout.rollout_labels import rollout_verdicts
+from grpo_engine.rollout.sampling import generate
+from grpo_engine.rollout.outputs import encode_prompts, judge
+from grpo_engine.rollout.tokenization import completion_mask, end_token_ids, prompt_formatter
 
 
 def labelled_steps(cache_dir: Path, questions: int, n: int, estimate: str, seed: int = 0):

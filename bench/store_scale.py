@@ -9,7 +9,7 @@ task's: its questions, their step-by-step solutions cut into the built-in tokeni
 (numbers of up to 3 digits, single characters, then "</s>"): most end after their answer line
 (40% of them with a wrong answer), the rest ramble on without one until cut at max_new_tokens
 (truncated), each question with a difficulty of its own (easy ones' groups are often all right,
-hard ones' all wrong); the built-in verifier (grpo_engine.rewards.outcome_reward) gives their
+hard ones' all wrong); the built-in verifier (grpo_engine.rewards.rewards.outcome_reward) gives their
 reward_components (correct, formatted). Per-token advantages are normalised within the group;
 every 4th group is process-supervised (step_rewards and step_end_indices). Seeding goes through
 app.store (record_step, record_groups, which fill the columns a search filters on) in transactions
@@ -61,7 +61,7 @@ SAMPLES_PER_GROUP = 8  # G, the default group_size
 TOKENS_PER_SAMPLE = 32  # the default max_new_tokens
 PROCESS_EVERY = 4  # every 4th group is process-supervised
 EOS = "</s>"
-TOKEN_PATTERN = re.compile(r"\d{1,3}|\D")  # the built-in tokenizer's pre-tokenizer (grpo_engine/model.py)
+TOKEN_PATTERN = re.compile(r"\d{1,3}|\D")  # the built-in tokenizer's pre-tokenizer (grpo_engine/model/model.py)
 ADV_EPS = 1e-4
 
 
@@ -95,7 +95,7 @@ def step_ends(tokens: list[str]) -> list[int]:
 def make_group(example: dict, process: bool, rng: random.Random) -> dict:
     """One group as ``GroupRecord.to_dict()`` gives it: G samples with the verifier's reward components, whether
     they were truncated, rewards and advantages."""
-    from grpo_engine.rewards import outcome_reward
+    from grpo_engine.rewards.rewards import outcome_reward
 
     samples = []
     difficulty = random.Random(example["question"]).random()  # the same for every group of a question
@@ -153,8 +153,8 @@ def seed_store(url: str, min_tokens: int, steps_per_commit: int, seed: int) -> d
     from app import store
     from app.store.db import session_scope, upgrade_database
     from app.store.models import Group
-    from grpo_engine.config import validate_spec
-    from grpo_engine.data import load_dataset
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.data.data import load_dataset
 
     rng = random.Random(seed)
     train_set, _ = load_dataset("builtin-arith")

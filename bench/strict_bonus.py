@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_engine.rewards import outcome_reward
+from grpo_engine.rewards.rewards import outcome_reward
 
 
 def stated_right(question: str, completion: str, reference: str, **row: Any) -> float:

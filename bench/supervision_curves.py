@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpo_engine.config import validate_spec  # noqa: E402
-from grpo_engine.recorder import MemoryRecorder  # noqa: E402
-from grpo_engine.trainer import train  # noqa: E402
+from grpo_engine.spec.config import validate_spec  # noqa: E402
+from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
+from grpo_engine.train.trainer import train  # noqa: E402
 
 
 def run(spec: dict, cache_dir: Path) -> tuple[list[tuple[int, float, float]], float]:

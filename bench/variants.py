@@ -1,6 +1,6 @@
 """GRPO's variants side by side on the built-in task: steps and seconds to a held-out accuracy, and the output length.
 
-Trains each variant for each seed with the engine (grpo_engine.trainer.train, no dashboard), every run in its own
+Trains each variant for each seed with the engine (grpo_engine.train.trainer.train, no dashboard), every run in its own
 process so that its peak memory is its own:
 
   grpo      the paper's GRPO (every default)
@@ -55,9 +55,9 @@ def peak_rss_mb() -> float:
 def one_run(spec: dict, cache_dir: Path, target: float) -> dict:
     """Train one spec here; the first step (and second) at which eval/accuracy reaches ``target``, the last step's
     completion length, the median step time and this process's peak memory."""
-    from grpo_engine.config import validate_spec
-    from grpo_engine.recorder import MemoryRecorder
-    from grpo_engine.trainer import train
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.train.trainer import train
 
     stamps: dict[int, float] = {}
     t0 = time.time()

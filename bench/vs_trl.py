@@ -41,7 +41,7 @@ epsilon, mu = 1, temperature, top-p and no top-k, learning rate (constant, AdamW
 normalised by the std within each group. B, max new tokens and the steps are per configuration (OVERRIDES,
 STEP_FLAGS); the rest is shared. Variants:
 
-  engine off  grpo_engine.trainer.train with a recorder that records nothing
+  engine off  grpo_engine.train.trainer.train with a recorder that records nothing
   engine on   the same with the worker's DBRecorder on a fresh migrated SQLite store (as
               bench/recording_overhead.py does; builtin only): the dashboard's rate while it records
   trl         trl.GRPOTrainer (its options and why: bench/vs_trl_trials.py's trl_config)
@@ -64,7 +64,7 @@ fed, with B prompts, N = B x G completions, P the longest prompt of the step and
 
   engine  sampling: B x P (each distinct prompt prefilled once, its KV cache repeated G times), then one
           token per decoded row and step, the rows that ended dropped once they are at least
-          grpo_engine.sampling.PRUNE_SHARE of those still decoded (the sampler's loop, replayed from the
+          grpo_engine.rollout.sampling.PRUNE_SHARE of those still decoded (the sampler's loop, replayed from the
           lengths); reference forward and the update's forward + backward: B x P + N x T each (each prompt
           run once per micro-batch, its completions attending to its keys and values; micro_batch_size 0:
           one micro-batch)

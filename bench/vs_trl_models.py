@@ -78,10 +78,10 @@ LENGTH_CHECK = 8  # questions whose G completions the header samples to show a c
 def prompt_text(tokenizer, question: str, chat: bool, question_template: str = "") -> str:
     """The prompt text both sides train on: the plain template (``question\\n``), or with ``chat`` the tokenizer's
     chat template with the question (worded by the run-spec key ``question_template``) as the user's turn and the
-    assistant's turn opened: the engine's prompt_template "chat" (grpo_engine.tokenization.prompt_formatter);
+    assistant's turn opened: the engine's prompt_template "chat" (grpo_engine.rollout.tokenization.prompt_formatter);
     TRL gets the same text as a plain string prompt."""
-    from grpo_engine.data import format_prompt
-    from grpo_engine.tokenization import prompt_formatter
+    from grpo_engine.data.data import format_prompt
+    from grpo_engine.rollout.tokenization import prompt_formatter
 
     if not chat:
         return format_prompt(question)
@@ -98,7 +98,7 @@ def write_random_model(name: str, out_dir: Path, seed: int, chat: bool = False) 
     import transformers
     from transformers import AutoModelForCausalLM
 
-    from grpo_engine.model import build_tokenizer
+    from grpo_engine.model.model import build_tokenizer
 
     model_spec = MODELS[name]
     config_class, arch = ARCH[model_spec["arch"]]
@@ -147,7 +147,7 @@ def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int, chat: b
     """(local model directory, parameter count) of a configuration (``chat``: see write_random_model)."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.model.model import builtin_model_dir
 
     log = lambda message: print(f"  {message}", flush=True)  # noqa: E731
     if name == "builtin":
@@ -166,15 +166,15 @@ def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int, chat: b
 def show_prompt_and_lengths(model_dir: str, s: dict) -> None:
     """Print a chat configuration's prompt length (its system prompt's tokens, each checked to be in the
     vocabulary, and the whole prompt's over the training questions) and the lengths of completions sampled as
-    the engine's step samples them (grpo_engine.sampling.generate: LENGTH_CHECK questions x G, the trial's
+    the engine's step samples them (grpo_engine.rollout.sampling.generate: LENGTH_CHECK questions x G, the trial's
     temperature, top-p and max new tokens, seeded): what the EOS lift gives."""
     import torch
 
-    from grpo_engine.data import load_dataset
-    from grpo_engine.model import load_causal_lm
-    from grpo_engine.outputs import encode_prompts
-    from grpo_engine.sampling import generate
-    from grpo_engine.tokenization import completion_mask, end_token_ids
+    from grpo_engine.data.data import load_dataset
+    from grpo_engine.model.model import load_causal_lm
+    from grpo_engine.rollout.outputs import encode_prompts
+    from grpo_engine.rollout.sampling import generate
+    from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
 
     model, tokenizer = load_causal_lm(model_dir)
     tokenizer.padding_side = "left"

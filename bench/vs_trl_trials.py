@@ -65,12 +65,12 @@ class TrainingMemory:
 
 
 def engine_trial(t: dict) -> dict:
-    """grpo_engine.trainer.train on the trial's settings, recording into a fresh store (t["record"]) or nowhere."""
+    """grpo_engine.train.trainer.train on the trial's settings, recording into a fresh store (t["record"]) or nowhere."""
     from transformers import AutoTokenizer
 
-    from grpo_engine.config import validate_spec
-    from grpo_engine.data import load_dataset
-    from grpo_engine.trainer import train
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.data.data import load_dataset
+    from grpo_engine.train.trainer import train
 
     cuda = t["device"] == "cuda"
     chat = t.get("chat", False)
@@ -205,8 +205,8 @@ def trl_trial(t: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    from grpo_engine.data import load_dataset
-    from grpo_engine.rewards import outcome_reward
+    from grpo_engine.data.data import load_dataset
+    from grpo_engine.rewards.rewards import outcome_reward
 
     cuda = t["device"] == "cuda"
     n = t["batch_size"] * t["group_size"]
@@ -304,7 +304,7 @@ def run_child(trial: dict) -> dict:
 def decoded_tokens(lengths: list[int], max_new_tokens: int, prune_share: float) -> int:
     """Tokens the engine's sampler decodes for completions of ``lengths`` (their EOS included; a completion cut
     at max_new_tokens has that length): one per row of the decoded batch and step, replaying
-    grpo_engine.sampling._decode's loop, which stops when every row has ended or at max_new_tokens and drops
+    grpo_engine.rollout.sampling._decode's loop, which stops when every row has ended or at max_new_tokens and drops
     the rows that ended once they are at least ``prune_share`` of the rows it decodes. The first step's token
     comes from the prefill's logits, so the decode forwards take N tokens fewer (TRL's count is made the same way).
 
@@ -326,7 +326,7 @@ def engine_step_tokens(prompt_lens: list[int], lengths: list[int], max_new_token
     """Tokens the engine feeds its model in a step of B prompts (``prompt_lens``, real tokens) and N completions
     (``lengths``, EOS included; bench/vs_trl.py's docstring): prefill B x P, decode (decoded_tokens), and each
     training forward (the reference's, the update's) B x P + N x T, one micro-batch holding all N."""
-    from grpo_engine.sampling import PRUNE_SHARE
+    from grpo_engine.rollout.sampling import PRUNE_SHARE
 
     prefill = len(prompt_lens) * max(prompt_lens)
     return {

@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpo_engine.model import write_builtin_model
+    from grpo_engine.model.model import write_builtin_model
 
     out = write_builtin_model(Path(args.dir), get_settings().cache_dir)
     print(f"wrote the built-in model to {out}:")

@@ -20,7 +20,7 @@ from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 
 if TYPE_CHECKING:
-    from grpo_engine.config import RunSpec
+    from grpo_engine.spec.config import RunSpec
 
 HELP = "run one run spec (JSON file) in the foreground"
 
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_spec(path: str) -> RunSpec | None:
     """The valid run spec in the JSON file ``path``, or None after saying on stderr why there is none."""
-    from grpo_engine.config import SpecError, validate_spec
+    from grpo_engine.spec.config import SpecError, validate_spec
 
     try:
         return validate_spec(json.loads(Path(path).read_text()))

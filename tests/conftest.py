@@ -61,7 +61,7 @@ def db_url(request):
 @pytest.fixture(scope="session")
 def grpo_cache_dir(tmp_path_factory) -> Path:
     """One model cache for the whole session, with the built-in model already built in it."""
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.model.model import builtin_model_dir
 
     # pytest-xdist's workers each have a base temp under one shared folder: the cache goes there, so the model
     # is built once for all of them (the other workers wait on its lock)

@@ -11,7 +11,7 @@ import pytest
 
 from app.core.admission import admit
 from app.core.settings import get_settings
-from grpo_engine.config import RunSpec, SpecError
+from grpo_engine.spec.config import RunSpec, SpecError
 from tests.servers import ROOT
 
 CHECKS = {"validate_spec", "check_budget", "check_spec_paths", "check_custom_rewards", "check_hub_ids"}

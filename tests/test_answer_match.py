@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_engine.reward_functions import accuracy_reward, format_reward, named_rewards
-from grpo_engine.reward_preview import preview
-from grpo_engine.rewards import final_answer, last_number, outcome_reward
+from grpo_engine.rewards.reward_functions import accuracy_reward, format_reward, named_rewards
+from grpo_engine.rewards.reward_preview import preview
+from grpo_engine.rewards.rewards import final_answer, last_number, outcome_reward
 
 # --- last_number: lm-eval's flexible-extract, (text, number) -----------------------------------------------
 

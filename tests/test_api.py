@@ -13,8 +13,8 @@ from app import store
 
 from app.service import api, manage_api
 from app.store.db import session_scope
-from grpo_engine.config import RunSpec
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.spec.config import RunSpec
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from app.core.broker import RUN_TASK
 
 QUEUE = "grpo-test"

@@ -22,7 +22,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from app import store
 from app.store.db import make_engine, session_scope
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from tests.test_e2e import ROOT, RUN_TIMEOUT
 
 CHROMIUM = "/usr/bin/chromium"

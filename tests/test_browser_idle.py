@@ -11,7 +11,7 @@ from app import store
 from app.store.db import make_engine, session_scope, upgrade_database
 from app.store.models import Run
 from app.web.tabs.shared import IDLE_REFRESH_SECONDS
-from grpo_engine.config import validate_spec
+from grpo_engine.spec.config import validate_spec
 from tests.servers import browser_page, running_server, server_env
 
 # before any page script: counts the animation frames run, the queue calls sent and the changes to the page (but

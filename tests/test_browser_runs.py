@@ -17,7 +17,7 @@ from sqlalchemy import update
 from app import store
 from app.store.db import make_engine, session_scope, upgrade_database
 from app.store.models import Run
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from tests.servers import CHROMIUM, ROOT, browser_page, running_server, server_env
 
 SPEC = {

@@ -2,7 +2,7 @@
 stopped (same metrics, step for step, on the CPU), for full fine-tuning, LoRA across a reference
 reset, and a learned reward model; old checkpoints are pruned; the final policy is saved loadable.
 
-Short real runs of grpo_engine.trainer.train on the built-in model (``grpo_cache_dir`` fixture).
+Short real runs of grpo_engine.train.trainer.train on the built-in model (``grpo_cache_dir`` fixture).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_engine import checkpoint
-from grpo_engine.config import validate_spec
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.trainer import train
+from grpo_engine.train import checkpoint
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.train.trainer import train
 
 BASE = dict(steps_per_iteration=6, batch_size=4, group_size=4, eval_every=3, checkpoint_every=2)
 COMPARED = ("reward_mean", "loss", "kl", "grad_norm", "eval/accuracy", "rm/accuracy_after")
@@ -126,7 +126,7 @@ def test_final_policy_is_a_loadable_model_and_lora_also_an_adapter(grpo_cache_di
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.model.model import builtin_model_dir
 
     spec = validate_spec({**BASE, "steps_per_iteration": 2, "lora_rank": 4, "eval_every": 0, "learning_rate": 1e-2})
     train(spec, PauseAt(None), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)

@@ -22,7 +22,7 @@ from celery import Celery
 
 from app import store
 from app.store.db import make_engine, session_scope, upgrade_database
-from grpo_engine.config import validate_spec
+from grpo_engine.spec.config import validate_spec
 from tests.servers import free_port, wait_until_answers
 from tests.test_worker import TINY_SPEC
 from app.core.broker import RUN_TASK

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from grpo_engine.config import FIELDS, RunSpec, SpecError, validate_spec
+from grpo_engine.spec.config import FIELDS, RunSpec, SpecError, validate_spec
 
 
 def test_defaults():

@@ -15,8 +15,14 @@ from gradio_client.exceptions import AppError
 
 from app.service import api, reward_preview
 from app.core.paths import check_custom_rewards
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.reward_functions import RewardFunctionError, call_reward, load_reward, named_rewards, score_outputs
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.rewards.reward_functions import (
+    RewardFunctionError,
+    call_reward,
+    load_reward,
+    named_rewards,
+    score_outputs,
+)
 
 PACKAGE = '''
 CALLS = [0]

@@ -17,8 +17,8 @@ import pytest
 
 from app import store
 from app.store.db import session_scope
-from grpo_engine.config import validate_spec
-from grpo_engine.recorder import EVAL_METRICS
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.report.recorder import EVAL_METRICS
 from workers.distributed import MainProcessRecorder
 from workers.recorder import interrupt
 from workers.runner import execute_run

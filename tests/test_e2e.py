@@ -25,7 +25,7 @@ from gradio_client.exceptions import AppError
 
 from app import store
 from app.store.db import session_scope
-from grpo_engine.recorder import EVAL_METRICS, METRICS
+from grpo_engine.report.recorder import EVAL_METRICS, METRICS
 from tests.servers import free_port, wait_until_answers
 
 ROOT = Path(__file__).resolve().parents[1]

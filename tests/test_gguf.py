@@ -1,6 +1,6 @@
-""".gguf files as a run's model, without a real model: the header's shapes (grpo_engine.gguf_header, checked against
+""".gguf files as a run's model, without a real model: the header's shapes (grpo_engine.spec.gguf_header, checked against
 the gguf package's reader), the launch checks (app.core.paths: a file inside the roots, starting with the GGUF magic;
-app.service.api: the GPU-memory estimate from the header), and the conversion's cache (grpo_engine.gguf_model: once per
+app.service.api: the GPU-memory estimate from the header), and the conversion's cache (grpo_engine.model.gguf_model: once per
 file, again when it changes). The real SmolLM2 file converted and trained: tests/test_smollm2.py."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from app import store
 from app.service import api
 from app.store.db import session_scope
 from app.core.paths import check_spec_paths
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.gguf_header import gguf_parameter_counts, gguf_tensor_shapes
-from grpo_engine.memory import estimate_memory
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.spec.gguf_header import gguf_parameter_counts, gguf_tensor_shapes
+from grpo_engine.spec.memory import estimate_memory
 from tests.servers import ROOT
 
 QUEUE = "grpo-gguf-test"
@@ -181,8 +181,8 @@ def test_launch_sizes_a_gguf_model_from_its_header(launch_env, gguf_root):
 
 
 def test_a_gguf_file_converts_once_and_again_when_it_changes(tmp_path, monkeypatch):
-    from grpo_engine import gguf_model
-    from grpo_engine.model import resolve_model_path
+    from grpo_engine.model.model import gguf_model
+    from grpo_engine.model.model import resolve_model_path
 
     converted = []
 
@@ -207,7 +207,7 @@ def test_a_gguf_file_converts_once_and_again_when_it_changes(tmp_path, monkeypat
 
 
 def test_a_failed_conversion_leaves_nothing_that_looks_converted(tmp_path, monkeypatch):
-    from grpo_engine import gguf_model
+    from grpo_engine.model.model import gguf_model
 
     def failing(source: Path, out_dir: Path) -> None:
         out_dir.mkdir(parents=True)

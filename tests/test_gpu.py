@@ -20,9 +20,9 @@ import re
 import pytest
 import torch
 
-from grpo_engine.config import validate_spec
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.trainer import train
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.train.trainer import train
 from tests.tiny_models import write_tiny_model
 
 pytestmark = pytest.mark.gpu
@@ -121,10 +121,10 @@ def test_a_short_run_trains_on_the_gpu(variant, model_and_data, grpo_cache_dir, 
 def test_the_fixed_shape_decodes_give_the_default_greedy_outputs_on_the_gpu(decode, grpo_cache_dir):
     """decode 'static' and 'compiled' (torch.compile, CUDA graphs) sample on the GPU what the default loop does,
     greedy, with left padding and groups."""
-    from grpo_engine.data import load_dataset
-    from grpo_engine.model import load_policy
-    from grpo_engine.outputs import encode_prompts
-    from grpo_engine.sampling import generate
+    from grpo_engine.data.data import load_dataset
+    from grpo_engine.model.model import load_policy
+    from grpo_engine.rollout.outputs import encode_prompts
+    from grpo_engine.rollout.sampling import generate
 
     model, tokenizer = load_policy("builtin-arith", grpo_cache_dir, torch.device("cuda"))
     model.eval()

@@ -1,4 +1,4 @@
-"""Hub ids in a run spec (grpo_engine.hub): which keys name one, the cache and HF_HUB_OFFLINE, and the Hub's
+"""Hub ids in a run spec (grpo_engine.spec.hub): which keys name one, the cache and HF_HUB_OFFLINE, and the Hub's
 answers. The Hub itself is played by a local HTTP server answering as the Hub does (huggingface_hub's client reads
 its X-Error-Code header), since this machine cannot reach the real one; an unreachable Hub is a closed port."""
 
@@ -12,8 +12,8 @@ import time
 import pytest
 from huggingface_hub import constants
 
-from grpo_engine.config import SpecError
-from grpo_engine.hub import check_hub_ids, hub_ids
+from grpo_engine.spec.config import SpecError
+from grpo_engine.spec.hub import check_hub_ids, hub_ids
 from tests.servers import free_port
 
 MODEL = "someone/tiny-model"

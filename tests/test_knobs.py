@@ -12,17 +12,17 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from grpo_engine import loading, trainer
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.dynamic_sampling import fill_informative, join, take
-from grpo_engine.forwards import plan_micro_batches
-from grpo_engine.memory import estimate_memory
-from grpo_engine.overlong import add_overlong_penalty, loss_mask, overlong_penalty
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.schedule import learning_rate_at
-from grpo_engine.outputs import encode_prompts
-from grpo_engine.step import Sampled, grpo_step, update
-from grpo_engine.tokenization import completion_mask
+from grpo_engine.train import loading, trainer
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.algo.dynamic_sampling import fill_informative, join, take
+from grpo_engine.rollout.forwards import plan_micro_batches
+from grpo_engine.spec.memory import estimate_memory
+from grpo_engine.algo.overlong import add_overlong_penalty, loss_mask, overlong_penalty
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.train.schedule import learning_rate_at
+from grpo_engine.rollout.outputs import encode_prompts
+from grpo_engine.train.step import Sampled, grpo_step, update
+from grpo_engine.rollout.tokenization import completion_mask
 from tests.test_checkpoint import assert_same_metrics, straight_and_resumed
 
 RUN = dict(batch_size=2, group_size=4, steps_per_iteration=3, max_new_tokens=16, eval_every=0)

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from app.web.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
-from grpo_engine.config import FIELDS, validate_spec
-from grpo_engine.spec_values import SpecError
+from grpo_engine.spec.config import FIELDS, validate_spec
+from grpo_engine.spec.spec_values import SpecError
 from tests.test_custom_rewards import FILE
 
 

@@ -1,4 +1,4 @@
-"""LoRA runs (lora_rank > 0) of grpo_engine.trainer.train on the built-in model, recorded in memory.
+"""LoRA runs (lora_rank > 0) of grpo_engine.train.trainer.train on the built-in model, recorded in memory.
 
 The trainer wraps the policy in a peft LoRA adapter; the reference policy is the same model with
 the adapter disabled (no second copy of the weights). The run's peft model is caught by wrapping
@@ -13,12 +13,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo_engine import loading, sampling, step, trainer
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.model import builtin_model_dir, load_policy
-from grpo_engine.outputs import token_logprobs
-from grpo_engine.recorder import EVAL_METRICS, METRICS, MemoryRecorder
-from grpo_engine.tokenization import completion_mask
+from grpo_engine.rollout import sampling
+
+from grpo_engine.train import loading, step, trainer
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.model.model import builtin_model_dir, load_policy
+from grpo_engine.rollout.outputs import token_logprobs
+from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
+from grpo_engine.rollout.tokenization import completion_mask
 
 SPEC = dict(
     lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, group_size=4, eval_every=0, max_new_tokens=24

@@ -1,4 +1,4 @@
-"""A run's memory estimate (grpo_engine.memory), the workers table, and launch refusing what fits no GPU.
+"""A run's memory estimate (grpo_engine.spec.memory), the workers table, and launch refusing what fits no GPU.
 
 Estimates and messages on hand-computed numbers; the safetensors-header counts against the loaded torch
 model and peft's own LoRA count; the workers table and its store functions on SQLite and PostgreSQL;
@@ -26,7 +26,7 @@ from app import store
 from app.service import api
 from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.store.models import Worker
-from grpo_engine.memory import (
+from grpo_engine.spec.memory import (
     MemoryEstimate,
     count_parameters,
     estimate_memory,
@@ -132,8 +132,8 @@ def test_a_cpu_worker_refuses_a_run_over_its_memory_cap(tiny_models, monkeypatch
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_engine import loading
-    from grpo_engine.config import validate_spec
+    from grpo_engine.train import loading
+    from grpo_engine.spec.config import validate_spec
 
     policy = AutoModelForCausalLM.from_pretrained(tiny_models["llama"])
     spec = validate_spec({"model": str(tiny_models["llama"])})

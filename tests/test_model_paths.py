@@ -16,15 +16,15 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from grpo_engine.config import validate_spec
-from grpo_engine.model import disable_dropout, load_causal_lm
-from grpo_engine.objective import outcome_advantages
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.reward_model import RewardModel
-from grpo_engine.sampling import generate
-from grpo_engine.tokenization import completion_mask, end_token_ids, step_boundaries, token_pieces
-from grpo_engine.outputs import encode_prompts as _encode_prompts, token_logprobs
-from grpo_engine.trainer import train
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.model.model import disable_dropout, load_causal_lm
+from grpo_engine.algo.objective import outcome_advantages
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.rm.reward_model import RewardModel
+from grpo_engine.rollout.sampling import generate
+from grpo_engine.rollout.tokenization import completion_mask, end_token_ids, step_boundaries, token_pieces
+from grpo_engine.rollout.outputs import encode_prompts as _encode_prompts, token_logprobs
+from grpo_engine.train.trainer import train
 from tests.device_guard import DeviceGuard, DeviceMixError
 from tests.test_real_models import write_dataset
 from tests.tiny_models import write_tiny_model
@@ -358,11 +358,11 @@ def test_a_bf16_checkpoint_is_trained_in_fp32(tmp_path):
 def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grpo_cache_dir, tmp_path):
     from safetensors import safe_open
 
-    from grpo_engine import checkpoint
+    from grpo_engine.train import checkpoint
     from tests.test_checkpoint import PauseAt
 
-    from grpo_engine.memory import estimate_memory
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.spec.memory import estimate_memory
+    from grpo_engine.model.model import builtin_model_dir
 
     spec = validate_spec(
         {
@@ -441,7 +441,7 @@ def test_a_reward_model_from_another_checkpoint_is_counted_once_loaded(grpo_cach
 
 def test_the_group_view_shows_each_tokens_text_in_context():
     """What judge() records as a sample's tokens: the pieces that spell the completion, then the end token."""
-    from grpo_engine.outputs import judge
+    from grpo_engine.rollout.outputs import judge
 
     for tokenizer, text in (
         (sentencepiece_style_tokenizer(), "Natalia sold 48 clips\n#### 72"),

@@ -1,4 +1,4 @@
-"""grpo_engine.objective on hand-computed numbers (docs/algorithm.md), each computation written out."""
+"""grpo_engine.algo.objective on hand-computed numbers (docs/algorithm.md), each computation written out."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grpo_engine.objective import (
+from grpo_engine.algo.objective import (
     ADV_EPS,
     clipped_surrogate,
     grpo_loss,

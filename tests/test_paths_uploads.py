@@ -15,7 +15,7 @@ import pytest
 from app.service import api, datasets
 from app.core.paths import check_spec_paths, is_local_path
 from app.core.settings import get_settings
-from grpo_engine.config import SpecError
+from grpo_engine.spec.config import SpecError
 from tests.servers import ROOT
 from tests.test_security import GOOD_ROWS, write_jsonl
 
@@ -191,7 +191,7 @@ def test_exports_go_to_a_private_directory_and_never_through_a_link(settings_env
 
     from app.service import exports
     from app.store.db import session_scope, upgrade_database
-    from grpo_engine.config import RunSpec
+    from grpo_engine.spec.config import RunSpec
 
     upgrade_database()
     with session_scope() as s:

@@ -1,6 +1,6 @@
 """Run phases: what a run is doing now ("loading model", "training", ...) and how far.
 
-The engine reports them to ``Recorder.phase`` (short real runs of ``grpo_engine.trainer.train`` on the built-in
+The engine reports them to ``Recorder.phase`` (short real runs of ``grpo_engine.train.trainer.train`` on the built-in
 model, and the built-in model's warm start), the store keeps the current one on the run (``set_phase``, cleared
 when the run ends or goes back to the queue) on SQLite and PostgreSQL, and the worker's ``DBRecorder`` writes
 them through its background writer, at most a few count updates a second.
@@ -14,11 +14,11 @@ from sqlalchemy import event
 
 from app import store
 from app.store.db import make_engine, session_scope
-from grpo_engine import model
-from grpo_engine.config import validate_spec
-from grpo_engine.loading import building_progress
-from grpo_engine.recorder import Recorder
-from grpo_engine.trainer import train
+from grpo_engine.model.model import model
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.train.loading import building_progress
+from grpo_engine.report.recorder import Recorder
+from grpo_engine.train.trainer import train
 from workers.recorder import PHASE_WRITE_SECONDS, DBRecorder
 
 TINY = dict(steps_per_iteration=3, batch_size=2, group_size=4, max_new_tokens=16)

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from gradio_client import Client
 
-from grpo_engine.config import validate_spec
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.tokenization import prompt_formatter
-from grpo_engine.trainer import train
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.rollout.tokenization import prompt_formatter
+from grpo_engine.train.trainer import train
 from tests.test_e2e import clean_env, start_server, wait_finished
 from tests.tiny_models import write_tiny_model
 
@@ -50,7 +50,7 @@ def models(tmp_path_factory):
 def test_each_model_gets_its_chat_template_and_base_models_a_plain_prompt(models, grpo_cache_dir):
     from transformers import AutoTokenizer
 
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.model.model import builtin_model_dir
 
     llama = AutoTokenizer.from_pretrained(models["llama"])
     qwen = AutoTokenizer.from_pretrained(models["qwen2"])
@@ -160,7 +160,7 @@ def test_a_hub_model_that_cannot_be_reached_fails_with_a_message_saying_so():
     import sys
 
     code = (
-        "from grpo_engine.model import load_causal_lm\n"
+        "from grpo_engine.model.model import load_causal_lm\n"
         "try:\n    load_causal_lm('nobody/no-such-model')\nexcept FileNotFoundError as e:\n    print(e)\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # no hub here: fail at once, not after the retries

@@ -12,15 +12,17 @@ import random
 import pytest
 import torch
 
-from grpo_engine import rm_training, trainer
-from grpo_engine.builtin_task import check_step
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.data import format_prompt, load_dataset
-from grpo_engine.model import load_policy, resolve_model_path
-from grpo_engine.objective import process_advantages
-from grpo_engine.recorder import EVAL_METRICS, METRICS, RM_METRICS, MemoryRecorder
-from grpo_engine.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
-from grpo_engine.rewards import outcome_reward
+from grpo_engine.rm import rm_training
+
+from grpo_engine.train import trainer
+from grpo_engine.data.builtin_task import check_step
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.data.data import format_prompt, load_dataset
+from grpo_engine.model.model import load_policy, resolve_model_path
+from grpo_engine.algo.objective import process_advantages
+from grpo_engine.report.recorder import EVAL_METRICS, METRICS, RM_METRICS, MemoryRecorder
+from grpo_engine.rm.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
+from grpo_engine.rewards.rewards import outcome_reward
 
 BASE = dict(reward="model", batch_size=2, group_size=4, max_new_tokens=24, eval_every=0, rm_samples=48)
 
@@ -251,7 +253,7 @@ def write_math_shepherd(path, n: int = 40):
     the tag 'ки'; the label text has '+' (the step checker accepts it) or '-' in its place."""
     import json
 
-    from grpo_engine.builtin_task import builtin_examples, solve
+    from grpo_engine.data.builtin_task import builtin_examples, solve
 
     rows = []
     for k, ex in enumerate(builtin_examples()[0][:n]):

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from grpo_engine.builtin_task import (
+from grpo_engine.data.builtin_task import (
     HELDOUT_SIZE,
     PRECEDENCE_SHARE,
     builtin_examples,
@@ -15,9 +15,9 @@ from grpo_engine.builtin_task import (
     solve,
     warmup_examples,
 )
-from grpo_engine.data import load_dataset, read_dataset_file
-from grpo_engine.rewards import extract_final_answer, outcome_reward
-from grpo_engine.tokenization import completion_mask, step_boundaries
+from grpo_engine.data.data import load_dataset, read_dataset_file
+from grpo_engine.rewards.rewards import extract_final_answer, outcome_reward
+from grpo_engine.rollout.tokenization import completion_mask, step_boundaries
 
 
 def steps_of(text: str) -> list[str]:
@@ -342,7 +342,7 @@ def test_an_unreachable_hub_dataset_fails_with_a_message_saying_so():
     import sys
 
     code = (
-        "from grpo_engine.data import load_dataset\n"
+        "from grpo_engine.data.data import load_dataset\n"
         "try:\n    load_dataset('nobody/no-such-dataset')\nexcept ValueError as e:\n    print(e)\n"
     )
     env = {

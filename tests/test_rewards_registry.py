@@ -1,4 +1,4 @@
-"""Named rewards (grpo_engine.reward_functions): each built-in on hand-computed numbers, the weighted sum, the
+"""Named rewards (grpo_engine.rewards.reward_functions): each built-in on hand-computed numbers, the weighted sum, the
 ``rewards`` key's refusals (each naming ``rewards``), the reward/<name> metrics and where the charts draw them, and
 the group view's words for named rewards."""
 
@@ -10,9 +10,9 @@ import pytest
 
 from app.web.views.charts import chart_panels
 from app.web.views.group import _verdicts
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.recorder import METRICS
-from grpo_engine.reward_functions import (
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.report.recorder import METRICS
+from grpo_engine.rewards.reward_functions import (
     BUILTINS,
     accuracy_reward,
     format_reward,

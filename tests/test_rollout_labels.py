@@ -1,4 +1,4 @@
-"""Step labels by rollouts (grpo_engine.rollout_labels, Math-Shepherd's): the hard and soft estimates on hand-made
+"""Step labels by rollouts (grpo_engine.rollout.rollout_labels, Math-Shepherd's): the hard and soft estimates on hand-made
 continuation verdicts and on a hand-made completer (a language model whose continuations are fixed in advance), the
 labels of the built-in policy's own outputs against the exact step checker, and process-supervision runs whose rule
 reward, or whose learned PRM's training data, comes from rollouts on the built-in task."""
@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from grpo_engine.model import build_tokenizer
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.rollout_labels import Completer, labels_from_rollouts, rollout_shares, rollout_verdicts
-from grpo_engine.sampling import CACHE
+from grpo_engine.model.model import build_tokenizer
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.rollout.rollout_labels import Completer, labels_from_rollouts, rollout_shares, rollout_verdicts
+from grpo_engine.rollout.sampling import CACHE
 from tests.servers import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -148,9 +148,9 @@ def test_rollout_labels_of_the_builtin_policy_agree_with_the_exact_checker(grpo_
 @pytest.mark.slow
 @pytest.mark.parametrize("completer", ["", "builtin"])
 def test_a_process_run_rewarded_by_rollout_labels(grpo_cache_dir, completer):
-    from grpo_engine.config import validate_spec
-    from grpo_engine.model import builtin_model_dir
-    from grpo_engine.trainer import train
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.model.model import builtin_model_dir
+    from grpo_engine.train.trainer import train
 
     recorder = MemoryRecorder()
     spec = validate_spec(
@@ -181,8 +181,8 @@ def test_a_process_run_rewarded_by_rollout_labels(grpo_cache_dir, completer):
 
 @pytest.mark.slow
 def test_a_prm_learns_from_rollout_labels_of_the_policys_samples(grpo_cache_dir):
-    from grpo_engine.config import validate_spec
-    from grpo_engine.trainer import train
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.train.trainer import train
 
     recorder = MemoryRecorder()
     spec = validate_spec(

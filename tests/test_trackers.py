@@ -17,10 +17,10 @@ from urllib.parse import urlparse
 
 import pytest
 
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.recorder import MemoryRecorder
-from grpo_engine.trackers import COLUMNS, TrackerRecorder
-from grpo_engine.trainer import train
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.report.trackers import COLUMNS, TrackerRecorder
+from grpo_engine.train.trainer import train
 
 RUN = dict(
     name="mirrored",
@@ -230,7 +230,7 @@ def test_the_worker_mirrors_a_stored_run_to_tensorboard(tmp_path, grpo_cache_dir
 def test_tensorboard_replaces_the_steps_after_the_checkpoint_a_run_resumes_from(tmp_path):
     """A second attempt resumed after step 1 records steps 2 and 3 again: TensorBoard shows its values, not the first
     attempt's."""
-    from grpo_engine.trackers import TensorBoardTracker
+    from grpo_engine.report.trackers import TensorBoardTracker
 
     first = TensorBoardTracker(tmp_path)
     first.resume(0)

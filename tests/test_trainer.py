@@ -1,4 +1,4 @@
-"""Short real runs of grpo_engine.trainer.train on the built-in model, recorded in memory.
+"""Short real runs of grpo_engine.train.trainer.train on the built-in model, recorded in memory.
 
 The built-in model is built once per session in the ``grpo_cache_dir`` fixture (tests/conftest.py).
 """
@@ -10,14 +10,14 @@ import math
 import pytest
 import torch
 
-from grpo_engine.builtin_task import check_step
-from grpo_engine.config import validate_spec
-from grpo_engine.data import format_prompt
-from grpo_engine.objective import ADV_EPS, process_advantages
-from grpo_engine.recorder import EVAL_METRICS, METRICS, MemoryRecorder
-from grpo_engine.rewards import outcome_reward
-from grpo_engine.tokenization import step_boundaries
-from grpo_engine.trainer import eval_scores, train
+from grpo_engine.data.builtin_task import check_step
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.data.data import format_prompt
+from grpo_engine.algo.objective import ADV_EPS, process_advantages
+from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
+from grpo_engine.rewards.rewards import outcome_reward
+from grpo_engine.rollout.tokenization import step_boundaries
+from grpo_engine.train.trainer import eval_scores, train
 
 BASE = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
 
@@ -227,7 +227,7 @@ def test_a_tokenizer_without_a_pad_token_pads_with_eos(grpo_cache_dir, tmp_path)
     import json
     import shutil
 
-    from grpo_engine.model import builtin_model_dir
+    from grpo_engine.model.model import builtin_model_dir
 
     model_dir = tmp_path / "no-pad"
     shutil.copytree(builtin_model_dir(grpo_cache_dir), model_dir)

@@ -24,7 +24,7 @@ from app.web.views.charts import PANELS, compare_figure, ema, metrics_figure
 from app.web.views.run import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
 from app.web.views.group import group_html, token_span
 from app.store.db import make_engine, session_scope, upgrade_database
-from grpo_engine.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
+from grpo_engine.report.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
 from app.core.broker import RUN_TASK
 

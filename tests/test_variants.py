@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from grpo_engine.config import SpecError, validate_spec
-from grpo_engine.objective import (
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.algo.objective import (
     ADV_EPS,
     advantage_divisor,
     aggregate,
@@ -339,8 +339,8 @@ def test_the_defaults_are_the_paper_and_clip_eps_high_zero_means_clip_eps():
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
 )
 def test_a_run_with_each_choice_completes(grpo_cache_dir, overrides):
-    from grpo_engine.recorder import MemoryRecorder
-    from grpo_engine.trainer import train
+    from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.train.trainer import train
 
     rec = MemoryRecorder()
     spec = validate_spec(

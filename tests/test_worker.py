@@ -26,8 +26,8 @@ from celery import Celery
 
 from app import store
 from app.store.db import session_scope
-from grpo_engine.config import validate_spec
-from grpo_engine.recorder import GroupRecord, SampleRecord
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from app.core.broker import RUN_TASK
 from workers.recorder import DBRecorder
 from workers.runner import execute_run
@@ -121,7 +121,7 @@ def test_background_recorder_writes_in_order_and_surfaces_a_lost_lease(sqlite_ur
 def test_execute_run_without_work(sqlite_url, monkeypatch):
     """Missing, finished and cancelled-while-queued runs end at once, without the engine."""
     monkeypatch.setenv("GRPO_DATABASE_URL", sqlite_url)
-    monkeypatch.delitem(sys.modules, "grpo_engine.trainer", raising=False)  # other tests may have imported it
+    monkeypatch.delitem(sys.modules, "grpo_engine.train.trainer", raising=False)  # other tests may have imported it
     assert execute_run(12345) == "missing"
 
     done = _create_run(sqlite_url, TINY_SPEC)
@@ -132,7 +132,7 @@ def test_execute_run_without_work(sqlite_url, monkeypatch):
     assert execute_run(done) == "completed"
     assert execute_run(queued_then_cancelled) == "cancelled"
     assert _get_run(sqlite_url, queued_then_cancelled)["started_at"] is None
-    assert "grpo_engine.trainer" not in sys.modules
+    assert "grpo_engine.train.trainer" not in sys.modules
 
 
 # ---- real worker processes ---------------------------------------------------------------------

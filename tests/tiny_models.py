@@ -37,7 +37,7 @@ def write_tiny_model(out_dir: Path, arch: str, seed: int = 0) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-    from grpo_engine.model import build_tokenizer
+    from grpo_engine.model.model import build_tokenizer
 
     chat = CHAT[arch]
     tokenizer = build_tokenizer()

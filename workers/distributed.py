@@ -5,7 +5,7 @@ The worker that claimed the run keeps its lease (its LeaseKeeper thread) and sta
     python -m accelerate.commands.launch --multi_gpu --num_processes <devices> ... -m workers.distributed <run id> ...
 
 in a session of its own (a Ctrl-C in the worker's terminal reaches the worker only). Each process runs
-``grpo_engine.trainer.train``, data-parallel (see grpo_engine/parallel.py); on a worker without a GPU,
+``grpo_engine.train.trainer.train``, data-parallel (see grpo_engine/train/parallel.py); on a worker without a GPU,
 or for a run with ``device: cpu``, the processes run on the CPU and talk over gloo. The main process
 (rank 0) records (steps, logs, phases) through a DBRecorder under the worker's name, so the lease fences
 its writes exactly as for a single-process run; the other processes record nothing.
@@ -41,8 +41,8 @@ from pathlib import Path
 from app import store
 from app.store.db import session_scope
 from app.core.settings import get_settings
-from grpo_engine.config import RunSpec, validate_spec
-from grpo_engine.recorder import Recorder
+from grpo_engine.spec.config import RunSpec, validate_spec
+from grpo_engine.report.recorder import Recorder
 from workers.errors import one_line
 from workers.recorder import DBRecorder, with_trackers
 
@@ -95,7 +95,7 @@ def on_cpu(spec: RunSpec) -> bool:
     A GPU run needs one GPU per process (ValueError naming ``devices`` otherwise)."""
     import torch
 
-    from grpo_engine.loading import run_device  # the single-process rule: cpu, gpu (refused without one) or auto
+    from grpo_engine.train.loading import run_device  # the single-process rule: cpu, gpu (refused without one) or auto
 
     if run_device(spec.device) == "cpu" or not torch.cuda.is_available():
         return True
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
 
-    from grpo_engine.trainer import train
+    from grpo_engine.train.trainer import train
 
     settings = get_settings()
     with session_scope() as s:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_engine.memory import memory_limit
+from grpo_engine.spec.memory import memory_limit
 
 
 def one_line(exc: BaseException) -> str:

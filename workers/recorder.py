@@ -29,9 +29,9 @@ from collections.abc import Callable
 from app import store
 from app.store.db import session_scope
 from app.core.settings import get_settings
-from grpo_engine.config import RunSpec
-from grpo_engine.recorder import GroupRecord, Recorder
-from grpo_engine.trackers import TrackerRecorder
+from grpo_engine.spec.config import RunSpec
+from grpo_engine.report.recorder import GroupRecord, Recorder
+from grpo_engine.report.trackers import TrackerRecorder
 
 logger = logging.getLogger("grpo.worker")
 
@@ -168,7 +168,7 @@ class DBRecorder(Recorder):
 
 def with_trackers(recorder: Recorder, run_id: int, spec: RunSpec) -> contextlib.AbstractContextManager[Recorder]:
     """The recorder a run trains with, as a context manager: ``recorder`` itself, or, when the spec's ``report_to``
-    names trackers, a TrackerRecorder around it that mirrors metrics and groups to them (grpo_engine.trackers, under
+    names trackers, a TrackerRecorder around it that mirrors metrics and groups to them (grpo_engine.report.trackers, under
     the data directory), whose trackers are closed when the block ends, however it ends."""
     if not spec.report_to:
         return contextlib.nullcontext(recorder)

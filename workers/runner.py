@@ -134,7 +134,7 @@ def execute_run(
         try:
             try:
                 recorder.phase("loading model")  # shown from the claim on: importing torch alone takes seconds
-                from grpo_engine.trainer import train  # torch is imported here, in the worker only
+                from grpo_engine.train.trainer import train  # torch is imported here, in the worker only
 
                 spec = admit(run["config"], settings)  # launch's checks again, with this machine's settings
                 if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches

@@ -3,11 +3,11 @@ again on the worker that takes it (workers.runner.execute_run), each against the
 on, so a worker with a smaller budget, other path roots, custom rewards switched off or no way to the Hub refuses
 what the dashboard let through.
 
-In order: the spec is valid (grpo_engine.config.validate_spec), a step and a reward-model refresh sample within the
+In order: the spec is valid (grpo_engine.spec.config.validate_spec), a step and a reward-model refresh sample within the
 budget (check_budget, GRPO_MAX_TOKENS_PER_STEP), its local paths lie inside the roots and are usable
 (app.core.paths.check_spec_paths, GRPO_PATH_ROOTS), its custom reward functions are allowed (check_custom_rewards,
 GRPO_ALLOW_CUSTOM_REWARDS), then the caller's own checks (``placement``: at launch, where the live workers can take
-it), and last, because it may wait on the network, its Hub ids are cached or confirmed (grpo_engine.hub,
+it), and last, because it may wait on the network, its Hub ids are cached or confirmed (grpo_engine.spec.hub,
 GRPO_HUB_CHECK_SECONDS). Each refusal is a SpecError that names the key. Pure Python: no torch, no store.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 from app.core.paths import check_custom_rewards, check_spec_paths
 from app.core.settings import Settings
-from grpo_engine.config import RunSpec, check_budget, validate_spec
-from grpo_engine.hub import check_hub_ids
+from grpo_engine.spec.config import RunSpec, check_budget, validate_spec
+from grpo_engine.spec.hub import check_hub_ids
 
 
 def admit(spec: Any, settings: Settings, placement: Callable[[dict], None] | None = None) -> RunSpec:

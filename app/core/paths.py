@@ -6,7 +6,7 @@ must resolve, after ``~``, ``..`` and symlinks, inside one of the roots (GRPO_PA
 the data directory and the directory the process started in, plus the uploads directory), so a run
 spec cannot make a worker read files elsewhere on its machine. Then it must exist, a model directory
 must hold a ``config.json`` (or the model is a .gguf file: a file starting with the GGUF magic, where the gguf
-package that converts it is installed), a dataset file must read cleanly (grpo_engine.data.check_dataset_file, from
+package that converts it is installed), a dataset file must read cleanly (grpo_engine.data.data.check_dataset_file, from
 the spec's question / answer / solution columns), and a dataset directory (a Hugging Face dataset saved
 locally, read by the ``datasets`` library) must hold data files.
 
@@ -19,10 +19,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from grpo_engine.config import SpecError, is_gguf, is_local_path  # noqa: F401 (is_local_path: app.service.api uses it too)
-from grpo_engine.data import check_dataset_file
-from grpo_engine.gguf_header import is_gguf_file
-from grpo_engine.reward_functions import check_custom_allowed, file_reference
+from grpo_engine.spec.config import SpecError, is_gguf, is_local_path  # noqa: F401 (is_local_path: app.service.api uses it too)
+from grpo_engine.data.data import check_dataset_file
+from grpo_engine.spec.gguf_header import is_gguf_file
+from grpo_engine.rewards.reward_functions import check_custom_allowed, file_reference
 
 PATH_KEYS = (
     "model",

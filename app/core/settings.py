@@ -1,6 +1,6 @@
 """One settings object for the dashboard, the workers and Alembic, read from the environment.
 
-Infrastructure only; training settings are the run spec (grpo_engine.config).
+Infrastructure only; training settings are the run spec (grpo_engine.spec.config).
 
 | variable | default | meaning |
 | --- | --- | --- |

@@ -25,9 +25,15 @@ from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 from app.service.run_health import run_warnings
 from app.service.step_detail import step_details
-from grpo_engine.config import SpecError, is_gguf, shown, validate_spec
-from grpo_engine.gguf_header import gguf_parameter_counts
-from grpo_engine.memory import MemoryEstimate, count_parameters, estimate_memory, lora_trainable_params, too_big_message
+from grpo_engine.spec.config import SpecError, is_gguf, shown, validate_spec
+from grpo_engine.spec.gguf_header import gguf_parameter_counts
+from grpo_engine.spec.memory import (
+    MemoryEstimate,
+    count_parameters,
+    estimate_memory,
+    lora_trainable_params,
+    too_big_message,
+)
 
 
 class ApiError(ValueError):
@@ -91,7 +97,7 @@ def launch_run(spec: dict | str | None) -> dict:
     local path outside GRPO_PATH_ROOTS or unusable, a custom reward function without GRPO_ALLOW_CUSTOM_REWARDS,
     a bad dataset file, a local model too big for every
     GPU of the live workers: :func:`check_fits_a_gpu`, a Hub id that is not cached and that the Hub does not
-    confirm within GRPO_HUB_CHECK_SECONDS: grpo_engine.hub) stores nothing.
+    confirm within GRPO_HUB_CHECK_SECONDS: grpo_engine.spec.hub) stores nothing.
     """
     # 1. parse and validate (missing keys take defaults; a bad key is named)
     spec = parse_spec(spec)
@@ -138,7 +144,7 @@ def _local_counts(value: str) -> tuple[int, list[tuple[int, int]]] | None:
 
 
 def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
-    """The memory of a validated run spec's weights (grpo_engine.memory), when its ``model`` is a local
+    """The memory of a validated run spec's weights (grpo_engine.spec.memory), when its ``model`` is a local
     directory with safetensors or a .gguf file; else None. The reward model (reward: model) is the policy's
     weights when ``reward_model`` is empty, or a local directory or .gguf file; a Hugging Face id there is left
     out (the estimate is then a lower bound)."""

@@ -15,9 +15,9 @@ from typing import Any
 from app.service.api import ApiError
 from app.core.paths import is_local_path, resolve_inside, spec_fields
 from app.core.settings import get_settings
-from grpo_engine.builtin_task import builtin_examples
-from grpo_engine.config import BUILTIN_DATASET, MAX_TEXT, SpecError
-from grpo_engine.data import FIELDS, check_dataset_file
+from grpo_engine.data.builtin_task import builtin_examples
+from grpo_engine.spec.config import BUILTIN_DATASET, MAX_TEXT, SpecError
+from grpo_engine.data.data import FIELDS, check_dataset_file
 
 PREVIEW_ROWS = 5
 CHECKS_AT_ONCE = 2  # dataset files checked at the same time; more requests wait their turn
@@ -28,7 +28,7 @@ _cache_lock = threading.Lock()
 
 
 def checked_file(path: Path, name: str, fields: tuple[str, str, str] = FIELDS) -> tuple[int, list[dict]]:
-    """(row count, first PREVIEW_ROWS rows) of a dataset file, checked as a stream (grpo_engine.data.check_dataset_file:
+    """(row count, first PREVIEW_ROWS rows) of a dataset file, checked as a stream (grpo_engine.data.data.check_dataset_file:
     bounded memory), at most CHECKS_AT_ONCE at a time, and remembered per (path, size, modification time, columns)
     so that previewing the same file again costs nothing; a refusal is a ValueError naming the file and line."""
     stat = path.stat()
@@ -75,7 +75,7 @@ def upload_dataset(file: Any, remove_source: bool = False) -> dict:
 
     ``file`` is the path of the uploaded file, or Gradio's file dict (``{"path", "orig_name", ...}``).
     It is refused when larger than GRPO_MAX_UPLOAD_MB or when it does not read as a dataset file
-    (grpo_engine.data.check_dataset_file: the message names the file and the line). A good file is stored
+    (grpo_engine.data.data.check_dataset_file: the message names the file and the line). A good file is stored
     as ``<data dir>/uploads/<sha256 prefix>-<safe name>``; ``dataset`` is that path, for the run spec;
     ``preview`` its first rows. ``remove_source``: delete the uploaded file afterwards, kept or refused (Gradio's
     cached copy of an upload: nothing else needs it).

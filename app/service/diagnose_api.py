@@ -15,7 +15,7 @@ from app import store
 from app.service.api import ApiError, as_id, checked_text, require_run
 from app.store.db import session_scope
 from app.store.search import KINDS, MAX_PAGE_SIZE, OUTCOMES, SORTS
-from grpo_engine.config import shown
+from grpo_engine.spec.config import shown
 
 QUESTION_MAX = 100_000  # the longest question text accepted
 CONTAINS_MAX = 1_000  # the longest search text accepted

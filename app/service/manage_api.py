@@ -17,7 +17,7 @@ from app import store
 from app.service.api import ApiError, as_id, checked_text, require_run, run_view
 from app.store.db import session_scope
 from app.core.settings import get_settings
-from grpo_engine.config import FIELD_BY_NAME, shown
+from grpo_engine.spec.config import FIELD_BY_NAME, shown
 
 NAME_MAX = FIELD_BY_NAME["name"].max_length  # a run's name: as long as a run spec's ``name`` may be
 NOTES_MAX = 10_000

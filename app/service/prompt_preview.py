@@ -2,7 +2,7 @@
 exactly as the model will read it (question_template, system_prompt and prompt_template applied, the chat template's
 special tokens included) with its length in tokens.
 
-The tokenizer is loaded in a subprocess (``python -m grpo_engine.prompt_preview``, JSON in and out, with a timeout):
+The tokenizer is loaded in a subprocess (``python -m grpo_engine.rewards.prompt_preview``, JSON in and out, with a timeout):
 the web process never imports torch. A .gguf model is converted into the model cache on its first preview, as its
 first run would.
 """
@@ -19,7 +19,7 @@ from app.service.api import ApiError, parse_spec
 from app.service.datasets import preview_dataset
 from app.core.paths import check_spec_paths
 from app.core.settings import get_settings
-from grpo_engine.config import BUILTIN_DATASET, SpecError, is_local_path, validate_spec
+from grpo_engine.spec.config import BUILTIN_DATASET, SpecError, is_local_path, validate_spec
 
 PREVIEW_TIMEOUT_S = 180  # loading a tokenizer; a .gguf model's first conversion takes about a minute on 2 cores
 STAND_IN = "(a question of the dataset)"  # worded for a dataset not read here (a Hub id, a dataset directory)
@@ -60,10 +60,10 @@ def _read_by_the_worker(dataset: str) -> bool:
 
 
 def _run_subprocess(request: dict) -> dict:
-    """``python -m grpo_engine.prompt_preview`` on ``request``: its answer, or ApiError naming the model."""
+    """``python -m grpo_engine.rewards.prompt_preview`` on ``request``: its answer, or ApiError naming the model."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "grpo_engine.prompt_preview"],
+            [sys.executable, "-m", "grpo_engine.rewards.prompt_preview"],
             input=json.dumps(request),
             capture_output=True,
             text=True,

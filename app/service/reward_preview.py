@@ -1,7 +1,7 @@
 """The Launch tab's "Test rewards" and the ``/preview_rewards`` endpoint: a run spec's named rewards on the dataset's
 first rows, each row's reference solution scored as the completion.
 
-The scoring runs in a subprocess (``python -m grpo_engine.reward_preview``, JSON in and out, with a timeout): a custom
+The scoring runs in a subprocess (``python -m grpo_engine.rewards.reward_preview``, JSON in and out, with a timeout): a custom
 reward function is user code, and the web process neither runs it nor imports torch. Custom rewards are refused here
 as at launch unless GRPO_ALLOW_CUSTOM_REWARDS is set (app.core.paths.check_custom_rewards).
 """
@@ -18,7 +18,7 @@ from app.service.api import ApiError, parse_spec
 from app.service.datasets import preview_dataset
 from app.core.paths import check_custom_rewards
 from app.core.settings import get_settings
-from grpo_engine.config import SpecError, validate_spec
+from grpo_engine.spec.config import SpecError, validate_spec
 
 PREVIEW_TIMEOUT_S = 60  # the subprocess's limit: loading the rewards and scoring the rows
 
@@ -59,11 +59,11 @@ def preview_rewards(spec: dict | str | None) -> dict:
 
 
 def _run_subprocess(request: dict) -> dict:
-    """``python -m grpo_engine.reward_preview`` on ``request``: its answer, or ApiError with its error, its last
+    """``python -m grpo_engine.rewards.reward_preview`` on ``request``: its answer, or ApiError with its error, its last
     line of stderr, or the timeout."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "grpo_engine.reward_preview"],
+            [sys.executable, "-m", "grpo_engine.rewards.reward_preview"],
             input=json.dumps(request),
             capture_output=True,
             text=True,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from grpo_engine.config import BUILTIN_DATASET, FIELDS, labelled_by_rollouts
-from grpo_engine.data import DATASET_SUFFIXES
+from grpo_engine.spec.config import BUILTIN_DATASET, FIELDS, labelled_by_rollouts
+from grpo_engine.data.data import DATASET_SUFFIXES
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def _learned_reward(values: dict) -> bool:
 
 
 def _rollouts(values: dict) -> bool:
-    """Whether steps are labelled by rollouts (grpo_engine.spec_checks.labelled_by_rollouts, the validator's
+    """Whether steps are labelled by rollouts (grpo_engine.spec.spec_checks.labelled_by_rollouts, the validator's
     rule), with the form's ``rewards`` box (a JSON list) read as names."""
     rewards = values.get("rewards") if values.get("reward") != "model" else None
     if isinstance(rewards, str):

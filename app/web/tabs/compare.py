@@ -9,7 +9,7 @@ from app.service import api
 from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, compare_figure
 from app.web.views.run import config_diff_html
 from app.web.tabs.shared import PRIVATE, Shared
-from grpo_engine.recorder import METRICS, RM_METRICS
+from grpo_engine.report.recorder import METRICS, RM_METRICS
 
 
 def build_compare_tab(shared: Shared) -> None:

@@ -27,7 +27,7 @@ from app.web.launch_form import (
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
 from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared
-from grpo_engine.config import FIELDS
+from grpo_engine.spec.config import FIELDS
 
 FIELD = {f.name: f for f in FIELDS}
 # where a refusal names its key: "group_size: must be ..." (the first word before a colon)

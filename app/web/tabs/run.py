@@ -20,7 +20,7 @@ from app.web.views.diagnose import gradient_chart_html
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
 from app.web.tabs.launch import LaunchForm, form_values
 from app.web.tabs.shared import PRIVATE, QUIET, Shared
-from grpo_engine.config import FIELDS
+from grpo_engine.spec.config import FIELDS
 
 NO_RUN = "<div>No run selected.</div>"
 EXPORTS = (

@@ -1,0 +1,1 @@
+"""Models: the built-in model, the model cache, .gguf conversion. Needs torch."""

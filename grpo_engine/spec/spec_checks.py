@@ -1,0 +1,104 @@
+"""Run-spec checks that need nothing of RunSpec: report_to's tracker names, the prompt keys (question_template's
+slot, a .gguf model's reader), and when steps are labelled by rollouts (the rule the Launch form's fields follow
+too). config.validate_spec calls them; pure Python, no torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from typing import Any
+
+from grpo_engine.spec.spec_values import SpecError, shown
+
+# report_to's trackers: name (also the library's import name) -> what to pip install for it
+TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow-skinny", "wandb": "wandb"}
+QUESTION_SLOT = "{question}"  # where question_template puts the question
+
+
+def check_report_to(value: Any) -> list[str]:
+    """``report_to`` as a list of tracker names: a JSON list, or text (the Launch form's) holding a JSON list or names
+    separated by commas. Refused (SpecError naming the key): an unknown or repeated name, and one whose library is not
+    installed here; the worker validates the spec again, so a run fails at its start on a worker without it.
+
+    >>> check_report_to(" ")
+    []
+    >>> try:
+    ...     check_report_to(["neptune"])
+    ... except SpecError as e:
+    ...     print(e)
+    report_to: unknown tracker 'neptune'; the trackers are 'tensorboard', 'mlflow', 'wandb'
+    """
+    allowed = ", ".join(map(repr, TRACKERS))
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text) if text.startswith("[") else [n.strip() for n in text.split(",") if n.strip()]
+        except json.JSONDecodeError as e:
+            raise SpecError(
+                "report_to",
+                f"must be a list of tracker names or names separated by commas, got text that is not JSON ({e})",
+            ) from None
+    if not isinstance(value, (list, tuple)):
+        raise SpecError(
+            "report_to", f"must be a list of tracker names ({allowed}), got {type(value).__name__} {shown(value)}"
+        )
+    names: list[str] = []
+    for name in value:
+        if not isinstance(name, str) or name.strip().lower() not in TRACKERS:
+            raise SpecError("report_to", f"unknown tracker {shown(name)}; the trackers are {allowed}")
+        name = name.strip().lower()
+        if name in names:
+            raise SpecError("report_to", f"names {name!r} twice")
+        if importlib.util.find_spec(name) is None:
+            raise SpecError(
+                "report_to",
+                f"{name!r} is not installed on this machine: pip install {TRACKERS[name]} "
+                "(or all three: pip install 'grpo-dashboard[trackers]')",
+            )
+        names.append(name)
+    return names
+
+
+def check_prompt_keys(values: dict[str, Any]) -> None:
+    """Refuse, naming the key, a question_template without exactly one {question} (the question would be lost
+    or asked twice), and a .gguf model where the gguf package that reads it is missing.
+
+    >>> check_prompt_keys({"question_template": "Q: {question}", "model": "m"})
+    >>> try:
+    ...     check_prompt_keys({"question_template": "Solve it.", "model": "m"})
+    ... except SpecError as e:
+    ...     print(e)
+    question_template: must hold {question} once, where the question goes; got 'Solve it.'
+    """
+    template = values["question_template"]
+    if template and template.count(QUESTION_SLOT) != 1:
+        raise SpecError(
+            "question_template", f"must hold {QUESTION_SLOT} once, where the question goes; got {shown(template)}"
+        )
+    if is_gguf(values["model"]) and importlib.util.find_spec("gguf") is None:
+        raise SpecError(
+            "model",
+            f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
+            "pip install 'grpo-dashboard[gguf]'",
+        )
+
+
+def is_gguf(model: str) -> bool:
+    """Whether ``model`` names a local GGUF file (converted once into a model directory where it is loaded)."""
+    return model.lower().endswith(".gguf")
+
+
+def labelled_by_rollouts(supervision: Any, step_labels: Any, builtin_dataset: bool, rewards: Any) -> bool:
+    """Whether a run's steps are labelled by rollouts (Math-Shepherd), so that label_rollouts, label_estimate and
+    label_completer are read: process supervision whose steps are not rewarded by named ``rewards``, with
+    step_labels 'rollouts', or 'auto' on a dataset other than the built-in one. The one rule for those keys:
+    validate_spec refuses them otherwise, and the Launch form shows them only then.
+
+    >>> labelled_by_rollouts("process", "auto", False, []), labelled_by_rollouts("process", "rollouts", True, [])
+    (True, True)
+    >>> labelled_by_rollouts("process", "rollouts", False, ["correct"]), labelled_by_rollouts("outcome", "auto", False, [])
+    (False, False)
+    """
+    if supervision != "process" or rewards:
+        return False
+    return step_labels == "rollouts" or (step_labels == "auto" and not builtin_dataset)

@@ -1,0 +1,2 @@
+"""A run: the outer loop (trainer), one step, loading, checkpoints, data parallelism, the learning-rate schedule.
+Needs torch."""
