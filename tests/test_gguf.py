@@ -181,7 +181,7 @@ def test_launch_sizes_a_gguf_model_from_its_header(launch_env, gguf_root):
 
 
 def test_a_gguf_file_converts_once_and_again_when_it_changes(tmp_path, monkeypatch):
-    from grpo_engine.model.model import gguf_model
+    from grpo_engine.model import gguf_model
     from grpo_engine.model.model import resolve_model_path
 
     converted = []
@@ -207,7 +207,7 @@ def test_a_gguf_file_converts_once_and_again_when_it_changes(tmp_path, monkeypat
 
 
 def test_a_failed_conversion_leaves_nothing_that_looks_converted(tmp_path, monkeypatch):
-    from grpo_engine.model.model import gguf_model
+    from grpo_engine.model import gguf_model
 
     def failing(source: Path, out_dir: Path) -> None:
         out_dir.mkdir(parents=True)
