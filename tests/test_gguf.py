@@ -137,7 +137,7 @@ def test_without_the_gguf_package_a_gguf_model_is_refused_at_launch(gguf_root, m
 
 def test_the_launch_checks_of_a_gguf_model_leave_torch_unloaded(gguf_root):
     code = (
-        "import sys\nfrom app import api, paths\n"
+        "import sys\nfrom app.core import paths\nfrom app.service import api\n"
         f"paths.check_spec_paths({{'model': {str(gguf_root / 'model.gguf')!r}}}, [{str(gguf_root)!r}])\n"
         f"print(api._local_counts({str(gguf_root / 'model.gguf')!r})[0], 'torch' in sys.modules)\n"
     )
