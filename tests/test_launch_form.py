@@ -81,31 +81,71 @@ def test_more_options_is_shown_only_where_a_key_under_it_applies():
     assert folds(dataset="builtin-arith", supervision="outcome", reward="model")["Reward"]
 
 
-@pytest.mark.parametrize("supervision", ["outcome", "process"])
-@pytest.mark.parametrize("step_labels", ["auto", "rollouts", "arithmetic"])
-@pytest.mark.parametrize("dataset", ["builtin-arith", "openai/gsm8k"])
-@pytest.mark.parametrize("named", [False, True])
-def test_the_form_shows_the_rollout_keys_exactly_when_launch_accepts_them(
-    supervision, step_labels, dataset, named, tmp_path
-):
-    """label_rollouts, label_estimate and label_completer: shown by the form for these values exactly when
-    validate_spec accepts a value other than the default (process supervision with named rewards, which reward
-    the steps, labels none by rollouts: the form once showed the keys there, and Launch refused them)."""
-    (tmp_path / "file_rewards.py").write_text(FILE)
-    rewards = [{"name": f"{tmp_path / 'file_rewards.py'}:equations", "weight": 1.0}] if named else []
-    spec = {"supervision": supervision, "step_labels": step_labels, "dataset": dataset, "rewards": rewards}
-    form = {**spec, "rewards": json.dumps(rewards)}  # the form's box holds the JSON list
+# For each key that only some runs read: a value other than its default, valid on its own.
+OTHER = {
+    "dataset_config": "main",
+    "dataset_split": "test",
+    "eval_split": "test",
+    "question_field": "problem",
+    "answer_field": "solution_text",
+    "solution_field": "worked",
+    "format_reward": 0.5,
+    "step_delimiter": "|",
+    "label_rollouts": 8,
+    "label_estimate": "soft",
+    "label_completer": "builtin-arith",
+    "reward_model": "builtin-arith",
+    "rm_data": "/data/prm.jsonl",
+    "rm_samples": 64,
+    "rm_learning_rate": 3e-4,
+    "rm_replay_ratio": 0.5,
+    "max_resample": 3,
+    "overlong_buffer": 16,
+}
+DEFAULT = {f.name: f.default for f in FIELDS}
+
+
+def _accepted(spec: dict, key: str) -> bool:
+    """Whether launch's validator takes ``spec``; a refusal must name ``key``."""
     try:
         validate_spec(spec)
-    except SpecError as e:  # refused whatever the rollout keys (step_labels without process supervision)
-        assert e.key == "step_labels" and supervision == "outcome"
-        assert not any(applies(k, form) for k in ("label_rollouts", "label_estimate", "label_completer"))
-        return
-    for key, value in (("label_rollouts", 8), ("label_estimate", "soft"), ("label_completer", "builtin-arith")):
-        try:
-            validate_spec({**spec, key: value})
-            accepted = True
-        except SpecError as e:
-            assert e.key == key
-            accepted = False
-        assert applies(key, form) == accepted, (key, spec)
+        return True
+    except SpecError as e:
+        assert e.key == key, (key, spec, str(e))
+        return False
+
+
+@pytest.mark.parametrize("dataset", ["builtin-arith", "/data/train.jsonl", "openai/gsm8k"])
+@pytest.mark.parametrize("supervision", ["outcome", "process"])
+@pytest.mark.parametrize("reward", ["rule", "model"])
+def test_the_form_shows_a_key_exactly_when_launch_accepts_it(dataset, supervision, reward, tmp_path):
+    """Every key with a rule, over every choice of the keys its rule reads: the form shows it exactly when
+    validate_spec accepts a value other than its default. (The form once showed label_rollouts with process
+    supervision, step_labels 'rollouts' and named rewards, which reward the steps themselves; Launch refused it.)"""
+    assert set(OTHER) | {"rewards", "step_labels"} == set(APPLIES)
+    assert all(OTHER[k] != DEFAULT[k] for k in OTHER)
+    (tmp_path / "file_rewards.py").write_text(FILE)
+    named = [{"name": f"{tmp_path / 'file_rewards.py'}:equations", "weight": 1.0}]
+    for rewards in ([], named):
+        for step_labels in ("auto", "rollouts", "arithmetic"):
+            for skip_zero_spread in (False, True):
+                for overlong_penalty in (0.0, 0.5):
+                    spec = {
+                        "dataset": dataset,
+                        "supervision": supervision,
+                        "reward": reward,
+                        "rewards": rewards,
+                        "step_labels": step_labels,
+                        "skip_zero_spread": skip_zero_spread,
+                        "overlong_penalty": overlong_penalty,
+                    }
+                    form = {**spec, "rewards": json.dumps(rewards)}  # the form's box holds the JSON list
+                    try:
+                        validate_spec(spec)
+                    except SpecError as e:  # a deciding key given where it is not read: the form hides it
+                        assert e.key in ("rewards", "step_labels") and not applies(e.key, form), (spec, str(e))
+                        continue
+                    assert applies("rewards", form) or not rewards
+                    assert applies("step_labels", form) or step_labels == "auto"
+                    for key, value in OTHER.items():
+                        assert applies(key, form) == _accepted({**spec, key: value}, key), (key, spec)

@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from grpo_engine.data.builtin_task import HELDOUT_SIZE, builtin_examples
-from grpo_engine.spec.config import BUILTIN_DATASET
+from grpo_engine.spec.spec_values import BUILTIN_DATASET, DATASET_SUFFIXES
 
-DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files read_dataset_file reads
 MIN_ROWS = 2  # a dataset file needs a training row and a held-out row
 
 

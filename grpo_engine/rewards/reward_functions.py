@@ -178,21 +178,9 @@ def check_reward_list(items: list | tuple) -> list[dict]:
     return out
 
 
-def check_rewards_apply(rewards: list[dict], supervision: str, reward: str, format_reward: float) -> None:
-    """Refuse (ValueError) named rewards the run would not use as asked: beside format_reward (the ``format``
-    reward replaces it), with a learned reward model, or a built-in (an outcome reward) with process supervision."""
-    if not rewards:
-        return
-    if format_reward > 0:
-        raise ValueError(
-            f'replaces format_reward: set format_reward to 0 and add {{"name": "format", "weight": '
-            f"{format_reward:g}}} to rewards"
-        )
-    if reward == "model":
-        raise ValueError(
-            "are the rule's rewards; with reward 'model' a learned reward model scores the outputs: "
-            "leave rewards empty or use reward 'rule'"
-        )
+def check_rewards_apply(rewards: list[dict], supervision: str) -> None:
+    """Refuse (ValueError) named rewards the run would not use as asked: a built-in (an outcome reward) with process
+    supervision. (When they are read at all, and format_reward beside them: grpo_engine.spec.applicability.)"""
     builtin = [r["name"] for r in rewards if r["name"] in BUILTINS]
     if supervision == "process" and builtin:
         raise ValueError(

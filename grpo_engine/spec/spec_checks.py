@@ -1,6 +1,5 @@
-"""Run-spec checks that need nothing of RunSpec: report_to's tracker names, the prompt keys (question_template's
-slot, a .gguf model's reader), and when steps are labelled by rollouts (the rule the Launch form's fields follow
-too). config.validate_spec calls them; pure Python, no torch."""
+"""Run-spec checks that need nothing of RunSpec: report_to's tracker names and the prompt keys (question_template's
+slot, a .gguf model's reader). config.validate_spec and cross_checks call them; pure Python, no torch."""
 
 from __future__ import annotations
 
@@ -86,19 +85,3 @@ def check_prompt_keys(values: dict[str, Any]) -> None:
 def is_gguf(model: str) -> bool:
     """Whether ``model`` names a local GGUF file (converted once into a model directory where it is loaded)."""
     return model.lower().endswith(".gguf")
-
-
-def labelled_by_rollouts(supervision: Any, step_labels: Any, builtin_dataset: bool, rewards: Any) -> bool:
-    """Whether a run's steps are labelled by rollouts (Math-Shepherd), so that label_rollouts, label_estimate and
-    label_completer are read: process supervision whose steps are not rewarded by named ``rewards``, with
-    step_labels 'rollouts', or 'auto' on a dataset other than the built-in one. The one rule for those keys:
-    validate_spec refuses them otherwise, and the Launch form shows them only then.
-
-    >>> labelled_by_rollouts("process", "auto", False, []), labelled_by_rollouts("process", "rollouts", True, [])
-    (True, True)
-    >>> labelled_by_rollouts("process", "rollouts", False, ["correct"]), labelled_by_rollouts("outcome", "auto", False, [])
-    (False, False)
-    """
-    if supervision != "process" or rewards:
-        return False
-    return step_labels == "rollouts" or (step_labels == "auto" and not builtin_dataset)

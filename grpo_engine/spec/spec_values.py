@@ -14,11 +14,15 @@ from typing import Any
 from grpo_engine.rewards.reward_functions import check_reward_list
 
 MAX_TEXT = 4096  # the longest text value a key takes (paths, ids, field names); ``name`` takes 200
+BUILTIN_MODEL = "builtin-arith"  # the built-in tiny model (grpo_engine.model.model)
+BUILTIN_DATASET = "builtin-arith"  # the built-in arithmetic questions (grpo_engine.data.builtin_task)
+DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files grpo_engine.data.data reads
 
 
 @dataclass(frozen=True)
 class Field:
-    """One run-spec key as the launch form, validation and docs read it: its type, default, bounds and help."""
+    """One run-spec key as the launch form, validation and docs read it: its type, default, bounds, help, and
+    where the form shows it and when a run reads it."""
 
     name: str
     type: type
@@ -30,6 +34,10 @@ class Field:
     min_exclusive: bool = False  # if True, the value must be > min
     max_length: int = MAX_TEXT  # text: the longest value
     note: str = ""  # what the type, bounds and choices leave unsaid: a list's form, a rule between keys (docs)
+    section: str = ""  # the Launch form's section (run_spec.SECTIONS)
+    fold: bool = False  # under the section's "More options" rather than shown at once
+    label: str = ""  # what the form calls the key, where its name spaced and capitalised would not say it
+    applies: Any = None  # applicability.Applies: when the key is read; None: by every run
 
 
 class SpecError(ValueError):
