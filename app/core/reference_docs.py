@@ -97,7 +97,12 @@ def run_spec_markdown() -> str:
         f"| `{f.name}` | {f.type.__name__} | `{_cell(json.dumps(f.default))}` | {allowed(f)} | {_cell(f.help)} |"
         for f in FIELDS
     ]
-    return GENERATED.format(source="RunSpec (grpo_engine/spec/run_spec.py)") + RUN_SPEC_INTRO + "\n".join(lines) + "\n"
+    return (
+        GENERATED.format(source="RunSpec (its keys in grpo_engine/spec/keys/)")
+        + RUN_SPEC_INTRO
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 def metrics_markdown() -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_engine.spec.applicability import form_values
-from grpo_engine.spec.run_spec import DEFAULTS, FIELDS, SECTIONS as SECTION_TITLES
+from grpo_engine.spec.run_spec import DEFAULTS, FIELDS
+from grpo_engine.spec.spec_values import SECTIONS as SECTION_TITLES
 
 
 @dataclass(frozen=True)

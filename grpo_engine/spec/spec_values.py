@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_engine.rewards.reward_functions import check_reward_list
@@ -17,6 +17,10 @@ MAX_TEXT = 4096  # the longest text value a key takes (paths, ids, field names);
 BUILTIN_MODEL = "builtin-arith"  # the built-in tiny model (grpo_engine.model.model)
 BUILTIN_DATASET = "builtin-arith"  # the built-in arithmetic questions (grpo_engine.data.builtin_task)
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files grpo_engine.data.data reads
+
+# The Launch form's sections, in its order; each key names its own (grpo_engine/spec/keys/, a module a section).
+MODEL_AND_DATA, ALGORITHM, REWARD, RUNTIME = "Model & data", "Algorithm", "Reward", "Runtime & saving"
+SECTIONS = (MODEL_AND_DATA, ALGORITHM, REWARD, RUNTIME)
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,50 @@ class Field:
     min_exclusive: bool = False  # if True, the value must be > min
     max_length: int = MAX_TEXT  # text: the longest value
     note: str = ""  # what the type, bounds and choices leave unsaid: a list's form, a rule between keys (docs)
-    section: str = ""  # the Launch form's section (run_spec.SECTIONS)
+    section: str = ""  # the Launch form's section (SECTIONS)
     fold: bool = False  # under the section's "More options" rather than shown at once
     label: str = ""  # what the form calls the key, where its name spaced and capitalised would not say it
     applies: Any = None  # applicability.Applies: when the key is read; None: by every run
+
+
+def key(
+    default: Any,
+    help: str,
+    *,
+    section: str,
+    fold: bool = False,
+    label: str = "",
+    applies: Any = None,
+    min: float | None = None,
+    max: float | None = None,
+    choices: tuple | None = None,
+    min_exclusive: bool = False,
+    max_length: int = MAX_TEXT,
+    note: str = "",
+):
+    """One run-spec key of :class:`RunSpec`: its default, and in the field's metadata its one-line help; the form's
+    ``section``, whether it is folded under "More options" (``fold``) and its ``label`` where the key's own words
+    would not say it; ``applies``, the rule of when a run reads it (None: always); inclusive bounds
+    (``min_exclusive``: the value must be > min), allowed values, for text its longest length, and a ``note`` for the
+    docs' "allowed" column on what the rest leaves unsaid (a list's form, a rule between keys)."""
+    if section not in SECTIONS:
+        raise ValueError(f"unknown section {section!r}")
+    metadata = {
+        "help": help,
+        "section": section,
+        "fold": fold,
+        "label": label,
+        "applies": applies,
+        "min": min,
+        "max": max,
+        "choices": choices,
+        "min_exclusive": min_exclusive,
+        "max_length": max_length,
+        "note": note,
+    }
+    if isinstance(default, list):  # a list default: each spec gets its own copy
+        return field(default_factory=default.copy, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 class SpecError(ValueError):
