@@ -1,14 +1,12 @@
 """The Compare tab: several runs' curves of the chosen metrics overlaid, and their configs side by side with
 the differing keys marked."""
 
-import html
-
 import gradio as gr
 
 from app.service import api
 from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, compare_figure
 from app.web.views.run import config_diff_html
-from app.web.tabs.shared import PRIVATE, Shared
+from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
 from grpo_engine.report.recorder import METRICS, RM_METRICS
 
 
@@ -39,8 +37,7 @@ def _show_compare(run_ids, metric_keys, smoothing):
     """The picked runs' curves (one panel per metric, smoothed by ``smoothing``) and their configs."""
     if not run_ids:
         return None, "<div>Pick runs to compare.</div>"
-    try:
-        compared = api.compare_runs(run_ids)
-    except api.ApiError as e:
-        return None, f'<div class="run-error">{html.escape(str(e))}</div>'
-    return compare_figure(compared, metric_keys, smoothing), config_diff_html(compared)
+    got = attempt(api.compare_runs, run_ids)
+    if not got.ok:
+        return None, error_html(got.error, "run-error")
+    return compare_figure(got.value, metric_keys, smoothing), config_diff_html(got.value)

@@ -6,8 +6,6 @@ hover). Between the table and the group, "Find samples" searches the whole run; 
 through time" follows its question (app.web.tabs.groups_find). A group opened from Find samples or from the Run tab's
 gradient chart stays shown while a running run records new steps, until the slider, the order or a row is used."""
 
-import html
-
 import gradio as gr
 
 from app.service import api
@@ -15,7 +13,7 @@ from app.web.views.run import groups_frame
 from app.service.health import zero_spread_cause
 from app.web.views.group import COLOURINGS, flat_groups, group_html, zero_spread_banner
 from app.web.tabs.groups_find import build_find, build_history, wire_find, wire_history
-from app.web.tabs.shared import PRIVATE, QUIET, Shared
+from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
 
 TINTS = tuple((words, key) for key, (words, _, _) in COLOURINGS.items())  # the tint picker's (label, value)
 GROUP_ORDERS = (
@@ -92,10 +90,10 @@ def _refresh_steps(run_id, value, seen, pinned=None):
     that group's step)."""
     if run_id is None:
         return gr.Slider(0, 1, value=0), None
-    try:
-        steps = api.group_steps(run_id)
-    except api.ApiError:
+    got = attempt(api.group_steps, run_id)
+    if not got.ok:
         return gr.Slider(0, 1, value=0), None
+    steps = got.value
     if seen is not None and seen[0] == run_id and seen[1] == steps:
         return gr.skip(), seen
     if not steps:
@@ -123,11 +121,10 @@ def _show_step(run_id, value, order, seen, tint, pinned=None):
     step = _nearest_step(steps, value)
     if run_id is None or step is None:
         return gr.HTML(visible=False), groups_frame([]), "<div>No groups recorded yet.</div>", None
-    try:
-        groups = api.list_groups(run_id, step, order)
-        first = api.get_group(groups[0]["group_id"]) if groups else None
-    except api.ApiError as e:
-        return gr.HTML(visible=False), groups_frame([]), f'<div class="run-error">{html.escape(str(e))}</div>', None
+    got = attempt(_groups_and_first, run_id, step, order)
+    if not got.ok:
+        return gr.HTML(visible=False), groups_frame([]), error_html(got.error, "run-error"), None
+    groups, first = got.value
     banner = zero_spread_banner(
         groups, _zero_spread_cause(run_id, step) if 2 * flat_groups(groups) > len(groups) else ""
     )
@@ -141,29 +138,33 @@ def _show_step(run_id, value, order, seen, tint, pinned=None):
     )
 
 
+def _groups_and_first(run_id: int, step: int, order: str) -> tuple[list[dict], dict | None]:
+    """The step's groups in ``order``, and the first of them in full (None where the step has none)."""
+    groups = api.list_groups(run_id, step, order)
+    return groups, api.get_group(groups[0]["group_id"]) if groups else None
+
+
 def _zero_spread_cause(run_id: int, step: int) -> str:
     """The zero-spread banner's cause at ``step``, from that step's metrics and the run's config."""
-    try:
-        row = next((m for m in api.get_metrics(run_id) if m["step"] == step), None)
-        config = api.get_run(run_id)["config"]
-    except api.ApiError:
+    got = attempt(lambda: (api.get_metrics(run_id), api.get_run(run_id)["config"]))
+    if not got.ok:
         return ""
+    metrics, config = got.value
+    row = next((m for m in metrics if m["step"] == step), None)
     return zero_spread_cause([row] if row else [], config)
 
 
 def _show_group(tint, evt: gr.SelectData):
     """The group of the clicked row, and its id."""
-    try:
-        return group_html(api.get_group(evt.row_value[0]), tint), evt.row_value[0]
-    except api.ApiError as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>', None
+    got = attempt(api.get_group, evt.row_value[0])
+    if not got.ok:
+        return error_html(got.error, "run-error"), None
+    return group_html(got.value, tint), evt.row_value[0]
 
 
 def _retint(group_id, tint):
     """The shown group again, tinted by ``tint``."""
     if group_id is None:
         return gr.skip()
-    try:
-        return group_html(api.get_group(group_id), tint)
-    except api.ApiError as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>'
+    got = attempt(api.get_group, group_id)
+    return group_html(got.value, tint) if got.ok else error_html(got.error, "run-error")

@@ -6,7 +6,6 @@ app.web.tabs.groups places them (:func:`build_find`, :func:`build_history`) and 
 :func:`wire_history`); the searches are app.service.diagnose_api's, the views app.web.views.diagnose's.
 """
 
-import html
 from dataclasses import dataclass
 
 import gradio as gr
@@ -14,7 +13,7 @@ import gradio as gr
 from app.service import api, diagnose_api
 from app.web.views.diagnose import mark_sample, pager_text, question_history_html, samples_frame
 from app.web.views.group import group_html
-from app.web.tabs.shared import PRIVATE, Shared
+from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
 
 OUTCOMES = (
     ("any", "any"),
@@ -176,10 +175,8 @@ def _search(run_id, values, page: int):
     """A page of the run's samples that pass ``values`` (FILTERS' values), or the refusal's message."""
     if run_id is None:
         return None, "Pick a run first."
-    try:
-        return diagnose_api.search_samples(run_id, **dict(zip(FILTERS, values)), page=page, page_size=PAGE_SIZE), None
-    except api.ApiError as e:
-        return None, str(e)
+    got = attempt(diagnose_api.search_samples, run_id, **dict(zip(FILTERS, values)), page=page, page_size=PAGE_SIZE)
+    return got.value, got.error
 
 
 def _page(run_id, values, result, error) -> tuple:
@@ -219,11 +216,10 @@ def _found_group(run_id, result, tint: str) -> tuple:
 
 def _shown(run_id, group_id: int, sample_id: int, tint: str) -> tuple:
     """The group view with ``sample_id`` marked, the group's id and step, and ``run_id`` (pinned)."""
-    try:
-        group = api.get_group(group_id)
-    except api.ApiError as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>', None, gr.skip(), gr.skip()
-    return mark_sample(group_html(group, tint), sample_id), group_id, group["step"], run_id
+    got = attempt(api.get_group, group_id)
+    if not got.ok:
+        return error_html(got.error, "run-error"), None, gr.skip(), gr.skip()
+    return mark_sample(group_html(got.value, tint), sample_id), group_id, got.value["step"], run_id
 
 
 def _find(run_id, tint, *values):
@@ -251,7 +247,7 @@ def _open_found(run_id, tint, evt: gr.SelectData):
     try:
         group_id, sample_id = int(evt.row_value[1]), int(evt.row_value[2])
     except (TypeError, ValueError, IndexError) as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>', gr.skip(), gr.skip(), gr.skip()
+        return error_html(str(e), "run-error"), gr.skip(), gr.skip(), gr.skip()
     return _shown(run_id, group_id, sample_id, tint)
 
 
@@ -282,7 +278,5 @@ def _history(run_id, group_id):
     """The shown group's question through time, in this run and in the other runs on its dataset."""
     if run_id is None or group_id is None:
         return "<div>Show a group first.</div>"
-    try:
-        return question_history_html(diagnose_api.question_history(run_id, diagnose_api.question_of_group(group_id)))
-    except api.ApiError as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>'
+    got = attempt(lambda: diagnose_api.question_history(run_id, diagnose_api.question_of_group(group_id)))
+    return question_history_html(got.value) if got.ok else error_html(got.error, "run-error")

@@ -5,7 +5,6 @@ marks the field it names and opens its section. The dataset upload and the datas
 'dataset' field; "Show the model's prompt" shows its first training question as the model reads it; "Test rewards" scores the dataset's first rows with the form's named rewards. Launch opens the Run
 tab on the new run."""
 
-import html
 import json
 import re
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from app.web.launch_form import (
 )
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
-from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared
+from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
 from grpo_engine.spec.config import FIELDS
 
 FIELD = {f.name: f for f in FIELDS}
@@ -201,17 +200,16 @@ def _launch(*values):
     """Launch the form's run spec; on success open the Run tab on it (both run pickers), else say why not, mark
     the field the refusal names and open its section."""
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
-    try:
-        result = api.launch_run(spec)
-    except api.ApiError as e:
-        key = match.group(1) if (match := _KEY.match(str(e))) and match.group(1) in FIELD else None
+    got = attempt(api.launch_run, spec)
+    if not got.ok:
+        key = match.group(1) if (match := _KEY.match(got.error)) and match.group(1) in FIELD else None
         marks = [gr.update(elem_classes=["invalid"] if f.name == key else []) for f in FIELDS]
         folds = [
             gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential else gr.skip()
             for i in range(len(SECTIONS))
         ]
         return (
-            f'<div class="error" data-key="{key or ""}">Not launched: {html.escape(str(e))}</div>',
+            error_html(got.error, prefix="Not launched: ", data={"key": key or ""}),
             gr.skip(),
             gr.skip(),
             gr.skip(),
@@ -219,6 +217,7 @@ def _launch(*values):
             *marks,
             *folds,
         )
+    result = got.value
     runs = api.list_runs()
     run_id = result["run_id"]
     choices = run_choices(runs)
@@ -236,35 +235,28 @@ def _launch(*values):
 def _test_rewards(*values):
     """The form's named rewards on the dataset's first rows (app.service.reward_preview), as a table, or why not."""
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
-    try:
-        return reward_preview.preview_html(reward_preview.preview_rewards(spec))
-    except api.ApiError as e:
-        return f'<div class="error">{html.escape(str(e))}</div>'
+    got = attempt(reward_preview.preview_rewards, spec)
+    return reward_preview.preview_html(got.value) if got.ok else error_html(got.error)
 
 
 def _show_prompt(*values):
     """The dataset's first training question as the form's model reads it (app.service.prompt_preview), or why not."""
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
-    try:
-        return prompt_preview.prompt_html(prompt_preview.preview_prompt(spec))
-    except api.ApiError as e:
-        return f'<div class="error">{html.escape(str(e))}</div>'
+    got = attempt(prompt_preview.preview_prompt, spec)
+    return prompt_preview.prompt_html(got.value) if got.ok else error_html(got.error)
 
 
 def _upload(path):
     """Store an uploaded dataset: its stored path goes into 'dataset', its first rows below the upload."""
     if not path:
         return gr.skip(), ""
-    try:
-        result = datasets.upload_dataset(path, remove_source=True)
-    except api.ApiError as e:
-        return gr.skip(), f'<div class="error">Not stored: {html.escape(str(e))}</div>'
-    return result["dataset"], upload_preview_html(result)
+    got = attempt(datasets.upload_dataset, path, remove_source=True)
+    if not got.ok:
+        return gr.skip(), error_html(got.error, prefix="Not stored: ")
+    return got.value["dataset"], upload_preview_html(got.value)
 
 
 def _preview(dataset, *fields):
     """The first rows of the dataset the form names, read through its question/answer/solution fields."""
-    try:
-        return upload_preview_html(datasets.preview_dataset(dataset, *fields), uploaded=False)
-    except api.ApiError as e:
-        return f'<div class="error">{html.escape(str(e))}</div>'
+    got = attempt(datasets.preview_dataset, dataset, *fields)
+    return upload_preview_html(got.value, uploaded=False) if got.ok else error_html(got.error)

@@ -6,7 +6,6 @@ log (which follows its newest lines); redrawn when the run changes and on every 
 recorded. Buttons that do not apply to the run (Cancel once it finished, the trained policy before it completed,
 the LoRA adapter of a run without one) are disabled or hidden."""
 
-import html
 import re
 
 import gradio as gr
@@ -19,7 +18,7 @@ from app.web.views.run import health_html, progress_html, rm_refresh_frame
 from app.web.views.diagnose import gradient_chart_html
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
 from app.web.tabs.launch import LaunchForm, form_values
-from app.web.tabs.shared import PRIVATE, QUIET, Shared
+from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
 from grpo_engine.spec.config import FIELDS
 
 NO_RUN = "<div>No run selected.</div>"
@@ -134,10 +133,10 @@ def _relaunch(run_id):
     """The Launch form's values from the run's config under a new name, and the Launch tab opened on them."""
     if run_id is None:
         return [gr.skip()] * len(FIELDS) + [gr.skip(), NO_RUN]
-    try:
-        run = api.get_run(run_id)
-    except api.ApiError as e:
-        return [gr.skip()] * len(FIELDS) + [gr.skip(), f'<div class="error">{html.escape(str(e))}</div>']
+    got = attempt(api.get_run, run_id)
+    if not got.ok:
+        return [gr.skip()] * len(FIELDS) + [gr.skip(), error_html(got.error)]
+    run = got.value
     config = {**run["config"], "name": next_name(run["config"].get("name") or run["name"])}
     values = form_values([config.get(f.name, f.default) for f in FIELDS])
     return values + [
@@ -182,11 +181,10 @@ def _show_run(run_id, seen, smoothing, picked):
             gr.Dropdown([], value=[]),
             *_button_states(None),
         )
-    try:
-        run, metrics, logs = api.get_run(run_id), api.get_metrics(run_id), api.get_logs(run_id)
-    except api.ApiError as e:
+    got = attempt(lambda: (api.get_run(run_id), api.get_metrics(run_id), api.get_logs(run_id)))
+    if not got.ok:
         return (
-            f'<div class="run-error">{html.escape(str(e))}</div>',
+            error_html(got.error, "run-error"),
             "",
             None,
             "",
@@ -197,6 +195,7 @@ def _show_run(run_id, seen, smoothing, picked):
             gr.skip(),
             *_button_states(None),
         )
+    run, metrics, logs = got.value
     recorded = recorded_metrics(metrics)
     key = [
         run_id,
@@ -234,37 +233,38 @@ def _chart_evidence(run_id, smoothing, evt: gr.EventData):
     rule = getattr(evt, "rule", None)
     if run_id is None or not rule:
         return gr.skip(), gr.skip()
-    try:
-        warning = next((w for w in api.get_run(run_id)["warnings"] if w["rule"] == rule), None)
-        if warning is None:
-            return gr.skip(), gr.skip()
-        metrics = api.get_metrics(run_id)
-    except api.ApiError:
+    run = attempt(api.get_run, run_id)
+    warning = next((w for w in run.value["warnings"] if w["rule"] == rule), None) if run.ok else None
+    metrics = attempt(api.get_metrics, run_id) if warning is not None else None
+    if metrics is None or not metrics.ok:
         return gr.skip(), gr.skip()
-    picked = [m for m in warning["metrics"] if m in recorded_metrics(metrics)]
-    return gr.Dropdown(value=picked), metrics_figure(metrics, smoothing, picked)
+    picked = [m for m in warning["metrics"] if m in recorded_metrics(metrics.value)]
+    return gr.Dropdown(value=picked), metrics_figure(metrics.value, smoothing, picked)
 
 
 def _redraw(run_id, smoothing, picked):
     """The charts again, with another smoothing or other metrics picked."""
     if run_id is None:
         return None
-    try:
-        return metrics_figure(api.get_metrics(run_id), smoothing, picked)
-    except api.ApiError:
-        return gr.skip()
+    got = attempt(api.get_metrics, run_id)
+    return metrics_figure(got.value, smoothing, picked) if got.ok else gr.skip()
 
 
 def _cancel(run_id):
     """Ask the run to stop, and show its progress after the request (Cancel then disabled)."""
     if run_id is None:
         return NO_RUN, gr.Button(interactive=False)
-    try:
-        api.cancel_run(run_id)
-        run = api.get_run(run_id)
-        return progress_html(run, metrics=api.get_metrics(run_id)), _button_states(run)[0]
-    except api.ApiError as e:
-        return f'<div class="run-error">{html.escape(str(e))}</div>', gr.skip()
+    got = attempt(_cancel_and_read, run_id)
+    if not got.ok:
+        return error_html(got.error, "run-error"), gr.skip()
+    run, metrics = got.value
+    return progress_html(run, metrics=metrics), _button_states(run)[0]
+
+
+def _cancel_and_read(run_id: int) -> tuple[dict, list[dict]]:
+    """Ask the run to stop, then read the run and its metrics as they stand after the request."""
+    api.cancel_run(run_id)
+    return api.get_run(run_id), api.get_metrics(run_id)
 
 
 def _export(kind):

@@ -11,7 +11,7 @@ import gradio as gr
 from app.service import api, manage_api
 from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 from app.core.run_status import RunStatus
-from app.web.tabs.shared import PRIVATE, QUIET, Shared
+from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
 
 # The table's clicks, sent to the server as a click event with {run_id, action}: "manage" on a row's Manage
 # button (the Manage area then scrolls into view), "open" anywhere else in the row, or Enter on a focused row.
@@ -192,10 +192,10 @@ def _table_click(evt: gr.EventData):
     """A click in the table: "open" shows the row's run in the Run tab (the Groups tab follows); "manage" picks
     it for the Manage area and opens that."""
     data = evt._data if isinstance(evt._data, dict) else {}
-    try:
-        run_id = api.as_id(data.get("run_id"))
-    except api.ApiError:  # a click outside a row
+    got = attempt(api.as_id, data.get("run_id"))
+    if not got.ok:  # a click outside a row
         return (gr.skip(),) * 5
+    run_id = got.value
     if data.get("action") == "manage":
         return gr.skip(), gr.skip(), gr.skip(), run_id, gr.Accordion(open=True)
     return gr.Tabs(selected="run"), run_id, run_id, gr.skip(), gr.skip()
@@ -203,7 +203,7 @@ def _table_click(evt: gr.EventData):
 
 def _note(text: str, ok: bool = True) -> str:
     """A message line of the Manage area: done (green) or refused (red)."""
-    return f'<div class="{"ok" if ok else "error"}">{html.escape(text)}</div>'
+    return f'<div class="ok">{html.escape(text)}</div>' if ok else error_html(text)
 
 
 def _load_manage(run_id):
@@ -213,10 +213,10 @@ def _load_manage(run_id):
     hide_confirm, show_delete = gr.Row(visible=False), gr.Button(visible=True)
     if run_id is None:
         return "", "", "", gr.Button("Archive"), hide_confirm, show_delete, gr.skip()
-    try:
-        run = api.get_run(run_id)
-    except api.ApiError as e:
-        return "", "", "", gr.Button("Archive"), hide_confirm, show_delete, _note(str(e), ok=False)
+    got = attempt(api.get_run, run_id)
+    if not got.ok:
+        return "", "", "", gr.Button("Archive"), hide_confirm, show_delete, _note(got.error, ok=False)
+    run = got.value
     return (
         run["name"],
         ", ".join(run["tags"]),
@@ -232,24 +232,27 @@ def _save(run_id, name, tags, notes):
     """Save the Manage area's name, tags and notes on the run; the message says what happened."""
     if run_id is None:
         return _note("Pick a run first: its Manage button in the table, or the Run list here.", ok=False), gr.skip()
-    try:
-        if (name or "").strip() != api.get_run(run_id)["name"]:
-            manage_api.rename_run(run_id, name or "")
-        run = manage_api.annotate_run(run_id, notes or "", tags or "")
-    except api.ApiError as e:
-        return _note(str(e), ok=False), gr.skip()
-    return _note(f"Saved run #{run_id}."), ", ".join(run["tags"])
+    got = attempt(_save_manage, run_id, name or "", tags or "", notes or "")
+    if not got.ok:
+        return _note(got.error, ok=False), gr.skip()
+    return _note(f"Saved run #{run_id}."), ", ".join(got.value["tags"])
+
+
+def _save_manage(run_id: int, name: str, tags: str, notes: str) -> dict:
+    """Rename the run where ``name`` differs from its stored name, then set its notes and tags; the run after."""
+    if name.strip() != api.get_run(run_id)["name"]:
+        manage_api.rename_run(run_id, name)
+    return manage_api.annotate_run(run_id, notes, tags)
 
 
 def _toggle_archive(run_id):
     """Archive the run, or bring back an archived one; the button then offers the other."""
     if run_id is None:
         return _note("Pick a run first.", ok=False), gr.skip()
-    try:
-        run = manage_api.archive_run(run_id, not api.get_run(run_id)["archived"])
-    except api.ApiError as e:
-        return _note(str(e), ok=False), gr.skip()
-    if run["archived"]:
+    got = attempt(lambda: manage_api.archive_run(run_id, not api.get_run(run_id)["archived"]))
+    if not got.ok:
+        return _note(got.error, ok=False), gr.skip()
+    if got.value["archived"]:
         return (
             _note(f'Archived run #{run_id}: the table hides it unless "Show archived" is ticked.'),
             gr.Button("Unarchive"),
@@ -263,10 +266,10 @@ def _ask_delete(run_id):
     keep = gr.Row(visible=False), gr.skip(), gr.Button(visible=True)
     if run_id is None:
         return *keep, _note("Pick a run first.", ok=False)
-    try:
-        run = api.get_run(run_id)
-    except api.ApiError as e:
-        return *keep, _note(str(e), ok=False)
+    got = attempt(api.get_run, run_id)
+    if not got.ok:
+        return *keep, _note(got.error, ok=False)
+    run = got.value
     if run["status"] == RunStatus.RUNNING:
         return *keep, _note(
             f'Run #{run_id} is running: cancel it first (Run tab, "Cancel run"), then delete it once it has stopped.',
@@ -282,10 +285,18 @@ def _ask_delete(run_id):
 def _delete(run_id):
     """Delete the run (confirmed); the Manage area then picks no run."""
     hide_confirm, show_delete = gr.Row(visible=False), gr.Button(visible=True)
-    try:
-        manage_api.delete_run(run_id)
-    except api.ApiError as e:
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), hide_confirm, show_delete, _note(str(e), ok=False)
+    got = attempt(manage_api.delete_run, run_id)
+    if not got.ok:
+        return (
+            gr.skip(),
+            gr.skip(),
+            gr.skip(),
+            gr.skip(),
+            gr.skip(),
+            hide_confirm,
+            show_delete,
+            _note(got.error, ok=False),
+        )
     return (
         gr.Dropdown(value=None),
         "",

@@ -9,15 +9,21 @@ answers its clicks.
 
 The timer's tick only looks at the store (:func:`store_state`, a few bytes); the tabs refresh on a change of
 ``store_seen``, so a page open while nothing runs redraws nothing and costs one small request a tick.
+
+Every tab calls the service through :func:`attempt` and shows a refusal with :func:`error_html`: one place masks
+the secrets in a refusal's message (as app.web.endpoints.call_api does for the API's clients) and escapes it.
 """
 
 import hashlib
+import html
 import json
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import gradio as gr
 
+from app.core import auth
 from app.service import api
 from app.web.views.diagnose import CHART_CLICK_JS
 from app.core.run_status import ACTIVE_STATUSES
@@ -26,6 +32,36 @@ REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
 IDLE_REFRESH_SECONDS = 10.0  # its period while none is: a run launched elsewhere shows within this
 PRIVATE = dict(api_visibility="private")  # the UI's own listeners: not part of the API
 QUIET = dict(api_visibility="private", show_progress="hidden")  # timer refreshes: no spinner
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What a service call gave a tab: its ``value``, or ``error``, the refusal's message with its secrets masked."""
+
+    value: Any = None
+    error: str | None = None  # None: the call was not refused
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call returned (was not refused)."""
+        return self.error is None
+
+
+def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Attempt:
+    """``fn(*args, **kwargs)`` with a refusal (api.ApiError) caught as the attempt's masked ``error``; any other
+    exception propagates. For example ``got = attempt(api.get_run, run_id)``, then ``got.value`` if ``got.ok``,
+    else ``error_html(got.error)``."""
+    try:
+        return Attempt(value=fn(*args, **kwargs))
+    except api.ApiError as e:
+        return Attempt(error=auth.mask_secrets(str(e)))
+
+
+def error_html(message: str, css_class: str = "error", prefix: str = "", data: dict[str, str] | None = None) -> str:
+    """``message`` after ``prefix``, escaped, in a ``<div>`` of ``css_class`` with a ``data-<name>`` attribute per
+    item of ``data``. For example ``error_html(got.error, "run-error")``."""
+    attributes = "".join(f' data-{name}="{html.escape(value)}"' for name, value in (data or {}).items())
+    return f'<div class="{css_class}"{attributes}>{html.escape(prefix + message)}</div>'
 
 
 @dataclass(frozen=True)
