@@ -1,4 +1,5 @@
-"""app/service/health.py: each health rule on metric histories built here, where it fires and where it does not."""
+"""app/service/health.py and health_rules.py: each health rule on metric histories built here, where it fires and
+where it does not."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import math
 import pytest
 
 from app.service import health
-from app.service.health import RULES, health_warnings, rules_markdown
+from app.service.health import health_warnings
+from app.service.health_rules import RULES, rules_markdown
 from app.service.health_metrics import window_size
 
 WARNING_KEYS = {"rule", "title", "message", "steps", "metrics", "severity"}

@@ -21,7 +21,8 @@ from grpo_engine.algo.overlong import add_overlong_penalty, loss_mask, overlong_
 from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.train.schedule import learning_rate_at
 from grpo_engine.rollout.outputs import encode_prompts
-from grpo_engine.train.step import Sampled, grpo_step, update
+from grpo_engine.train.learner import Sampled
+from grpo_engine.train.step import grpo_step, update
 from grpo_engine.rollout.tokenization import completion_mask
 from tests.test_checkpoint import assert_same_metrics, straight_and_resumed
 

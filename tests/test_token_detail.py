@@ -18,7 +18,7 @@ from app.store.records import pack, unpack
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.algo.objective import grpo_loss, kl_k3
 from grpo_engine.report.recorder import GroupRecord, MemoryRecorder, SampleRecord
-from grpo_engine.train.step import gradient_sources, repetition_share
+from grpo_engine.train.step_report import gradient_sources, repetition_share
 from grpo_engine.train.trainer import train
 from tests.test_store import new_run
 

@@ -42,7 +42,7 @@ from app import store
 from app.store.db import session_scope
 from app.core.settings import get_settings
 from grpo_engine.spec.config import RunSpec, validate_spec
-from grpo_engine.report.recorder import Recorder
+from grpo_engine.report.recorder import Recorder, TrainStatus
 from workers.errors import one_line
 from workers.recorder import DBRecorder, with_trackers
 
@@ -199,9 +199,9 @@ def _outcome(control: Path, returncode: int) -> dict:
     log = (control / "launch.log").read_text(errors="replace")
     if errors:
         error = json.loads(errors[0].read_text())
-        return {"status": "failed", "error": error["error"], "log": error["traceback"]}
+        return {"status": TrainStatus.FAILED, "error": error["error"], "log": error["traceback"]}
     tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
-    return {"status": "failed", "error": f"the run's processes exited with status {returncode}", "log": tail}
+    return {"status": TrainStatus.FAILED, "error": f"the run's processes exited with status {returncode}", "log": tail}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     except store.LeaseLost:  # the main process left the loop alone: no process waits for the others
         (args.control_dir / "result.json").write_text(
-            json.dumps({"status": "stopped", "step": None, "stop_reason": "lost"})
+            json.dumps({"status": TrainStatus.STOPPED, "step": None, "stop_reason": "lost"})
         )
         return 3  # non-zero: the launcher stops the other processes at once
     except Exception as exc:

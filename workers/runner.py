@@ -27,6 +27,7 @@ from app.core.settings import get_settings
 from workers.distributed import run_processes
 from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt, with_trackers
+from grpo_engine.report.recorder import TrainStatus
 
 logger = logging.getLogger("grpo.worker")
 
@@ -145,11 +146,11 @@ def execute_run(
                         result = train(spec, reporting, settings.cache_dir, checkpoint_dir=settings.run_dir(run_id))
             finally:
                 recorder.close()  # everything recorded is in the store before the run's status changes
-            if result["status"] == "failed":  # a data-parallel run's processes failed
+            if result["status"] == TrainStatus.FAILED:  # a data-parallel run's processes failed
                 return _finish(run_id, RunStatus.FAILED, result["error"], log=result["log"], worker=worker)
         except store.LeaseLost:
             recorder.stop_reason = "lost"
-            result = {"status": "stopped"}
+            result = {"status": TrainStatus.STOPPED}
         except Exception as exc:
             return _finish(run_id, RunStatus.FAILED, one_line(exc), log=traceback.format_exc(), worker=worker)
         except BaseException as exc:  # a hard stop of this process: the run goes back to the queue
@@ -162,9 +163,9 @@ def execute_run(
     if recorder.stop_reason == "lost":
         logger.warning("run %s: another worker took it over; this worker stops", run_id)
         return Delivery.LOST
-    if recorder.stop_reason == "cancel" or result["status"] == "cancelled":
+    if recorder.stop_reason == "cancel" or result["status"] == TrainStatus.CANCELLED:
         return _finish(run_id, RunStatus.CANCELLED, worker=worker)
-    if result["status"] == "paused":
+    if result["status"] == TrainStatus.PAUSED:
         with session_scope() as s:
             store.append_log(
                 s,

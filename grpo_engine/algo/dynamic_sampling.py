@@ -20,7 +20,7 @@ groups it misses. Each draw is scored on its own: with scale_rewards 'batch' a d
 the std of that draw's rewards, its dropped groups' included.
 
 :func:`fill_informative` is that loop over plain data; :func:`informative_batch` runs it on sampled and scored
-draws (step.Sampled, step.Scored) and joins the kept groups into one batch.
+draws (learner.Sampled, learner.Scored) and joins the kept groups into one batch.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def fill_informative(
 
 def take(rows: T, groups: list[int], questions: int, G: int) -> T:
     """The groups ``groups`` (indices among ``questions``) of a dataclass of per-question and per-output values
-    (step.Sampled, step.Scored): a list of ``questions`` entries by question, a list or tensor of questions x G
+    (learner.Sampled, learner.Scored): a list of ``questions`` entries by question, a list or tensor of questions x G
     by output (a group's G outputs are consecutive), a number (seconds) as it is.
 
     Example, 3 questions, G 2: groups [2, 0] of per-output [a, b, c, d, e, f] -> [e, f, a, b]."""
@@ -122,8 +122,8 @@ def cat_padded(tensors: list[torch.Tensor], left: bool, value: float) -> torch.T
 class Filled:
     """What :func:`informative_batch` gives the step."""
 
-    sampled: Any  # step.Sampled: the kept groups' questions and outputs
-    scored: Any  # step.Scored: their rewards and advantages
+    sampled: Any  # learner.Sampled: the kept groups' questions and outputs
+    scored: Any  # learner.Scored: their rewards and advantages
     drawn: float  # groups sampled this step, over every process (metric sampling/drawn)
     dropped: float  # zero-spread groups dropped, over every process (metric sampling/dropped)
     trains: bool  # whether some process kept an informative group: else the step makes no update

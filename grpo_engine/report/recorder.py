@@ -10,7 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
+
+
+class TrainStatus(StrEnum):
+    """How a run's training ended, as the engine and its callers say it: ``train``'s result (completed, cancelled,
+    paused), a data-parallel launch's (failed: its processes failed) or a worker's that lost the run (stopped), and
+    what the trackers are told (completed, failed, stopped). Strings, as they travel in JSON between processes. The
+    store's statuses are app.core.run_status.RunStatus; a paused or stopped run is not finished there."""
+
+    COMPLETED = "completed"  # every step trained, the final policy saved
+    CANCELLED = "cancelled"  # the recorder said stop at a step boundary (or while loading)
+    PAUSED = "paused"  # the recorder said pause: a checkpoint was saved first, the run resumes from it
+    FAILED = "failed"  # a data-parallel run's processes failed; to a tracker: the run failed
+    STOPPED = "stopped"  # the worker lost the run's lease; to a tracker: cancelled, paused or taken over
 
 
 @dataclass

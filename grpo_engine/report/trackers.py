@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from grpo_engine.report.recorder import GroupRecord, Recorder
+from grpo_engine.report.recorder import GroupRecord, Recorder, TrainStatus
 
 logger = logging.getLogger("grpo.trackers")
 
@@ -108,8 +108,8 @@ def markdown_table(rows: list[list]) -> str:
 
 
 class Tracker:
-    """One tracker a run reports to: what it is called, where it writes, and what it is sent. ``close(outcome)``:
-    "completed", "failed", or "stopped" (cancelled, paused or taken over)."""
+    """One tracker a run reports to: what it is called, where it writes, and what it is sent. ``close(outcome)``: a
+    TrainStatus, completed, failed, or stopped (cancelled, paused or taken over)."""
 
     name = ""
     where = ""  # for the run's log: "tensorboard -> /path"
@@ -168,7 +168,7 @@ class MLflowTracker(Tracker):
     MLflow state (active run, tracking URI) of the process is touched."""
 
     name = "mlflow"
-    STATUS = {"completed": "FINISHED", "failed": "FAILED"}  # anything else (a stop): KILLED
+    STATUS = {TrainStatus.COMPLETED: "FINISHED", TrainStatus.FAILED: "FAILED"}  # anything else (a stop): KILLED
 
     def __init__(self, data_dir: Path, run_name: str, config: dict[str, Any]):
         from mlflow.entities import Param
@@ -250,7 +250,7 @@ class WandbTracker(Tracker):
         self.run.log({TABLE: self.wandb.Table(columns=list(COLUMNS), data=rows)}, step=step)
 
     def close(self, outcome: str) -> None:
-        self.run.finish(exit_code=1 if outcome == "failed" else 0)
+        self.run.finish(exit_code=1 if outcome == TrainStatus.FAILED else 0)
 
 
 def open_trackers(
@@ -354,7 +354,7 @@ class TrackerRecorder(Recorder):
 
     def close(self, failed: bool = False) -> None:
         """Finish every tracker's run (a tracker that fails to is named in the logs; the run's outcome stands)."""
-        outcome = "failed" if failed else "stopped" if self.stopped else "completed"
+        outcome = TrainStatus.FAILED if failed else TrainStatus.STOPPED if self.stopped else TrainStatus.COMPLETED
         trackers, self.trackers = self.trackers, []
         for tracker in trackers:
             try:

@@ -28,7 +28,8 @@ step wrong. Only the first 2,000 characters of a step are read.
 Comparing sides: equal as fractions, or one side is a lone decimal written with d places and the other side
 rounds to it (lies within half a unit of its last place): ``10/3 = 3.33`` and ``10/3 = 3.3`` hold,
 ``10/3 = 3.4`` does not. A lone percentage also stands for its bare number, the convention of
-``4/5 * 100 = 80%``.
+``4/5 * 100 = 80%``. This module finds the equations and their sides; reading each side exactly and comparing
+them is grpo_engine/rewards/equations.py's.
 
 >>> step_equations_hold("Natalia sold 48/2 = <<48/2=24>>24 clips in May.")
 True
@@ -45,15 +46,12 @@ True
 from __future__ import annotations
 
 import re
-from fractions import Fraction
-from typing import NamedTuple
+
+from grpo_engine.rewards.equations import Tok, link_holds
 
 MAX_STEP_CHARS = 2000
-MAX_NUMBER_DIGITS = 40
 MAX_EXPR_CHARS = 200
 MAX_DEPTH = 20
-MAX_EXPONENT = 64
-MAX_POWER_BITS = 4096
 MAX_FRACS = 64
 
 _ANNOTATION_RE = re.compile(r"<<([^<>]*)>>")
@@ -144,17 +142,6 @@ _NOT_UNIT = _LEFT_BLOCK | _RIGHT_BLOCK
 _SHORT_UNITS = frozenset("cm mm km kg mg ml ft yd mi lb oz hr pm am st nd rd th".split())
 
 
-class _Tok(NamedTuple):
-    kind: str  # NUM OP LP RP EQ REL CMD WORD PUNCT
-    text: str
-    start: int
-    end: int
-
-
-class _Uncheckable(ValueError):
-    """A side that cannot be read as exact arithmetic: its link is skipped, never reported."""
-
-
 def step_equations_hold(step: str) -> bool:
     """Whether every checkable equation in one reasoning step is true (see the module docstring for the rules).
 
@@ -173,7 +160,7 @@ def _equations_hold(text: str) -> bool:
     for eq, tok in enumerate(toks):
         if tok.kind == "EQ":
             left, right = _side(toks, eq, -1), _side(toks, eq, 1)
-            if left is not None and right is not None and not _link_holds(left, right):
+            if left is not None and right is not None and not link_holds(left, right):
                 return False
     return True
 
@@ -221,9 +208,9 @@ def _latex_argument(text: str, i: int) -> tuple[str, int] | None:
     return None
 
 
-def _tokenise(text: str) -> list[_Tok]:
+def _tokenise(text: str) -> list[Tok]:
     """Tokens of plain text; a lone ``x`` between two spaced numbers (``3 x 4``) becomes ``*``."""
-    toks = [_Tok(m.lastgroup, m.group(), m.start(), m.end()) for m in _TOKEN_RE.finditer(text)]
+    toks = [Tok(m.lastgroup, m.group(), m.start(), m.end()) for m in _TOKEN_RE.finditer(text)]
     for i in range(1, len(toks) - 1):
         before, tok, after = toks[i - 1], toks[i], toks[i + 1]
         if (
@@ -237,12 +224,12 @@ def _tokenise(text: str) -> list[_Tok]:
     return toks
 
 
-def _attached(a: _Tok, b: _Tok) -> bool:
+def _attached(a: Tok, b: Tok) -> bool:
     """Whether two tokens touch, with no space between them."""
     return a.end == b.start
 
 
-def _is_unit(toks: list[_Tok], j: int) -> bool:
+def _is_unit(toks: list[Tok], j: int) -> bool:
     """Whether word ``toks[j]`` is a unit after a number (``5 cm``, ``12 apples``, ``3kg``) rather than a
     variable (one letter, ``2x``), a math word (``squared``, ``of``) or letters glued to it (``3xy``)."""
     word = toks[j].text.lower()
@@ -251,7 +238,7 @@ def _is_unit(toks: list[_Tok], j: int) -> bool:
     return not _attached(toks[j - 1], toks[j]) or len(word) > 2 or word in _SHORT_UNITS
 
 
-def _side(toks: list[_Tok], eq: int, step: int) -> list[_Tok] | None:
+def _side(toks: list[Tok], eq: int, step: int) -> list[Tok] | None:
     """The tokens of the arithmetic just before (step -1) or after (step 1) the ``=`` at ``toks[eq]``: numbers,
     operators, brackets and unit words; None when that side is not checkable."""
     opener, closer = ("RP", "LP") if step < 0 else ("LP", "RP")
@@ -285,7 +272,7 @@ def _side(toks: list[_Tok], eq: int, step: int) -> list[_Tok] | None:
     return toks[eq + 1 : j] if _right_edge_ok(toks, j, j - 1) else None
 
 
-def _left_edge_ok(toks: list[_Tok], j: int, s: int) -> bool:
+def _left_edge_ok(toks: list[Tok], j: int, s: int) -> bool:
     """Whether ``toks[j]`` (j < 0: the start), just before a left side starting at ``toks[s]``, leaves that side
     standing alone: not a variable (``x + 2``), a function (``f(2)``), a carrying word (``of 80``), a glued
     ratio (``3:4``), a factorial or absolute value."""
@@ -315,7 +302,7 @@ def _left_edge_ok(toks: list[_Tok], j: int, s: int) -> bool:
     return False  # a LaTeX command (\sqrt, \pi) is an operand the checker cannot read
 
 
-def _ends_equation(toks: list[_Tok], k: int) -> bool:
+def _ends_equation(toks: list[Tok], k: int) -> bool:
     """Whether ``toks[k]`` is not arithmetic, or ends arithmetic that is the right side of an ``=``."""
     j = k
     while j >= 0 and k - j < 100 and (toks[j].kind in ("NUM", "OP", "LP", "RP") or _is_unit(toks, j)):
@@ -323,7 +310,7 @@ def _ends_equation(toks: list[_Tok], k: int) -> bool:
     return j == k or (j >= 0 and toks[j].kind == "EQ")
 
 
-def _right_edge_ok(toks: list[_Tok], j: int, last: int) -> bool:
+def _right_edge_ok(toks: list[Tok], j: int, last: int) -> bool:
     """Whether ``toks[j]`` (j past the end: the end), just after a right side ending at ``toks[last]``, leaves
     that side standing alone: not a variable (``2x``), a carrying word (``squared``, ``million``), a glued
     ratio or time (``12:30``), or a factorial."""
@@ -347,123 +334,3 @@ def _right_edge_ok(toks: list[_Tok], j: int, last: int) -> bool:
             _attached(end, tok) and after is not None and _attached(tok, after) and after.kind in ("NUM", "LP", "WORD")
         )
     return False
-
-
-def _link_holds(left: list[_Tok], right: list[_Tok]) -> bool:
-    """False only when both sides are checkable and disagree; more than one kind of unit is a conversion."""
-    units = {t.text.lower().rstrip("s") for t in left + right if t.kind == "WORD"}  # hour, Hours: one unit
-    if len(units) > 1:
-        return True
-    try:
-        (a_values, a_places), (b_values, b_places) = _side_values(left), _side_values(right)
-    except (ValueError, ZeroDivisionError, OverflowError, RecursionError):
-        return True
-    return any(_values_agree(a, b, a_places, b_places) for a in a_values for b in b_values)
-
-
-def _values_agree(a: Fraction, b: Fraction, a_places: int, b_places: int) -> bool:
-    """Equal, or one side is a lone decimal with d places and the other rounds to it:
-    |other - decimal| <= 1/2 * 10**-d, so 10/3 = 3.33 holds and 10/3 = 3.4 does not."""
-    return a == b or any(
-        places and abs(other - decimal) * 2 * 10**places <= 1
-        for decimal, other, places in ((a, b, a_places), (b, a, b_places))
-    )
-
-
-def _side_values(side: list[_Tok]) -> tuple[list[Fraction], int]:
-    """(exact readings, decimal places when the side is a lone decimal number else 0) of one side's tokens.
-
-    The reading is the side's value; a lone percentage also reads as its bare number, the convention of
-    ``4/5 * 100 = 80%``."""
-    items: list[Fraction | str] = []
-    for tok in side:
-        if tok.kind == "NUM":
-            digits = tok.text.replace(",", "")
-            if len(digits.replace(".", "")) > MAX_NUMBER_DIGITS:
-                raise _Uncheckable("number too long")
-            items.append(Fraction(digits))
-        elif tok.kind != "WORD":  # units are dropped
-            items.append({"**": "^", "[": "(", "]": ")"}.get(tok.text, tok.text))
-    numbers = [t.text for t in side if t.kind == "NUM"]
-    lone = len(numbers) == 1 and all(isinstance(i, Fraction) or i in "+-" for i in items)
-    places = len(numbers[0].partition(".")[2]) if lone else 0
-    value = _Parser(items).parse()
-    return ([value, items[0]] if len(items) == 2 and items[1] == "%" else [value]), places
-
-
-class _Parser:
-    """Exact recursive-descent evaluation of one side's items (Fractions and operator strings).
-
-    Precedence, lowest first: ``+ -``; ``* /`` and implicit products ``2(3)``; signs; ``^`` (right to left,
-    so ``-2^2`` is -4 and ``2^3^2`` is 2^9); postfix ``%`` (divides by 100). Raises _Uncheckable when malformed.
-    """
-
-    def __init__(self, items: list[Fraction | str]):
-        self.items, self.i = items, 0
-
-    def peek(self) -> Fraction | str | None:
-        """The next item, not consumed; None at the end."""
-        return self.items[self.i] if self.i < len(self.items) else None
-
-    def take(self) -> Fraction | str:
-        """The next item, consumed."""
-        if self.i >= len(self.items):
-            raise _Uncheckable("side ends early")
-        self.i += 1
-        return self.items[self.i - 1]
-
-    def parse(self) -> Fraction:
-        """The value of the whole side, which must use every item."""
-        value = self.sum()
-        if self.i != len(self.items):
-            raise _Uncheckable("trailing items")
-        return value
-
-    def sum(self) -> Fraction:
-        """Terms joined by ``+`` and ``-``."""
-        value = self.product()
-        while self.peek() in ("+", "-"):
-            value = value + self.product() if self.take() == "+" else value - self.product()
-        return value
-
-    def product(self) -> Fraction:
-        """Factors joined by ``*``, ``/`` or an implicit product before ``(``."""
-        value = self.signed()
-        while self.peek() in ("*", "/", "("):
-            op = self.take() if self.peek() != "(" else "*"
-            value = value * self.signed() if op == "*" else value / self.signed()
-        return value
-
-    def signed(self) -> Fraction:
-        """A factor after any signs."""
-        if self.peek() in ("+", "-"):
-            return -self.signed() if self.take() == "-" else self.signed()
-        return self.power()
-
-    def power(self) -> Fraction:
-        """``base ^ exponent``, for a small integer exponent and a bounded result only."""
-        base = self.percent()
-        if self.peek() != "^":
-            return base
-        self.take()
-        exponent = self.signed()
-        bits = max(abs(base.numerator).bit_length(), base.denominator.bit_length())
-        if exponent.denominator != 1 or abs(exponent) > MAX_EXPONENT or bits * abs(exponent) > MAX_POWER_BITS:
-            raise _Uncheckable("power too large")
-        return base ** int(exponent)
-
-    def percent(self) -> Fraction:
-        """A number or a bracket, then any ``%``."""
-        item = self.take()
-        if item == "(":
-            value = self.sum()
-            if self.take() != ")":
-                raise _Uncheckable("unclosed bracket")
-        elif isinstance(item, Fraction):
-            value = item
-        else:
-            raise _Uncheckable(f"unexpected {item!r}")
-        while self.peek() == "%":
-            self.take()
-            value /= 100
-        return value

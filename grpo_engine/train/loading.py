@@ -27,7 +27,7 @@ from grpo_engine.report.recorder import Recorder, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample, load_reward_model
 from grpo_engine.rm.rm_training import RewardModelState
 from grpo_engine.rollout.rollout_labels import Completer
-from grpo_engine.train.step import Learner
+from grpo_engine.train.learner import Learner
 from grpo_engine.rollout.tokenization import end_token_ids, run_prompt
 
 

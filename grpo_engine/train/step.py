@@ -7,8 +7,9 @@
     4. mu policy updates maximising J_GRPO (Eq. 3) with the k3 KL penalty (Eq. 4)
     5. the step's metrics and groups; with several processes, metrics over the whole batch
 
-``Learner`` holds what the step trains and samples with; train() (trainer.py) runs the steps, evaluates,
-refreshes the reward model, records and checkpoints.
+``Learner`` (learner.py) holds what the step trains and samples with, ``Sampled`` its sampled outputs and
+``Scored`` what each got; step_report.py computes the step's metrics and recorded groups; train() (trainer.py)
+runs the steps, evaluates, refreshes the reward model, records and checkpoints.
 
 Shapes: B questions (in one process: its B / devices), G outputs each, N = B*G sequences, P prompt tokens,
 T completion tokens.
@@ -16,107 +17,25 @@ T completion tokens.
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import nullcontext
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
-from grpo_engine.rollout.rollout_labels import Completer, labels_from_shares, rollout_shares
-from grpo_engine.spec.config import RunSpec
+from grpo_engine.rollout.rollout_labels import labels_from_shares, rollout_shares
 from grpo_engine.algo.dynamic_sampling import UPDATE_METRICS, Filled, informative_batch, no_update
 from grpo_engine.algo.objective import grpo_loss, loss_denominator, outcome_advantages, process_advantages
 from grpo_engine.algo.overlong import loss_mask, penalise_overlong
-from grpo_engine.train.parallel import Processes
-from grpo_engine.report.recorder import GroupRecord, SampleRecord
-from grpo_engine.rewards.reward_functions import REPETITION_MAX_PENALTY, named_rewards, repetition_reward, reward_means
-from grpo_engine.rm.reward_model import RewardModel
-from grpo_engine.rewards.rewards import extract_final_answer
+from grpo_engine.train.learner import Learner, Sampled, Scored, logprobs
+from grpo_engine.train.step_report import group_records, step_metrics, token_view
+from grpo_engine.report.recorder import GroupRecord
+from grpo_engine.rewards.reward_functions import named_rewards, reward_means
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask
-from grpo_engine.rollout.forwards import MicroBatch, in_step_order, micro_batch_logprobs, plan_micro_batches
+from grpo_engine.rollout.forwards import MicroBatch, in_step_order, plan_micro_batches
 from grpo_engine.rollout.outputs import Judged, encode_prompts, judge, rm_examples
-
-
-@dataclass
-class Learner:
-    """What a run trains and samples with. ``policy`` and ``optimizer`` are Accelerate-prepared (a LoRA run
-    replaces them at each new iteration, see trainer.new_iteration); ``reference`` is None for LoRA (the base
-    with the adapter off) and with kl_coef 0 (no KL term: no reference is kept); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
-    completion; ``prompt`` makes a question the prompt text (the run's prompt_template); ``rm`` the learned
-    reward model (reward: model); ``completer`` the model that continues outputs for rollout labels when it is
-    not the policy (label_completer)."""
-
-    spec: RunSpec
-    accelerator: Any
-    scoring_bf16: bool  # loading.Precision: the log-prob passes and the update under bf16 autocast
-    procs: Processes
-    policy: Any
-    optimizer: torch.optim.Optimizer
-    params: list
-    reference: Any
-    tokenizer: Any
-    prompt: Callable[[str], str]
-    end_ids: list[int]
-    delimiter: str
-    rm: RewardModel | None = None
-    completer: Completer | None = None
-
-    @property
-    def dev(self) -> torch.device:
-        return self.accelerator.device
-
-    def unwrapped(self):
-        """The policy itself, without a data-parallel wrapper."""
-        return self.accelerator.unwrap_model(self.policy)
-
-    def autocast(self):
-        """The context of the log-prob passes and the update: bf16 autocast when ``scoring_bf16``. Sampling
-        runs outside it (in bf16 only where Accelerate's mixed precision autocasts the policy, on a GPU)."""
-        return torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.scoring_bf16)
-
-    def ref_logprobs(self, mb: MicroBatch, s: Sampled) -> torch.Tensor:
-        """log pi_ref of each completion token of the micro-batch ``mb`` of ``s``, (n, T)."""
-        if self.reference is not None:
-            with self.autocast():
-                return logprobs(self.reference, mb, s, self.spec.temperature, entropy=False)[0]
-        model = self.unwrapped()
-        with model.disable_adapter(), self.autocast():
-            return logprobs(model, mb, s, self.spec.temperature, entropy=False)[0]
-
-
-@dataclass
-class Sampled:
-    """Step 1: the B questions and their N = B*G sampled outputs."""
-
-    batch: list[dict]  # this process's questions
-    prompt_ids: torch.Tensor  # (N, P), each prompt repeated G times, left-padded
-    prompt_attn: torch.Tensor  # (N, P)
-    completions: torch.Tensor  # (N, T)
-    mask: torch.Tensor  # (N, T): 1.0 up to and including each output's end token
-    ended: torch.Tensor  # (N,): False where an output was cut at max_new_tokens
-
-
-@dataclass
-class Scored:
-    """Steps 2 and 3: what each output got."""
-
-    texts: list[str]
-    tokens: list[list[str]]  # each token's text, as the group view shows it
-    components: list[dict[str, float]]  # the verifier's verdict ("correct", ...) and the RM's score
-    rewards: torch.Tensor  # (N,): r_i (outcome), or the mean of the step rewards (process)
-    group_rewards: list[list[float]]  # per question: the rewards its advantages were normalised over
-    advantages: torch.Tensor  # (N, T), on the accelerator's device
-    step_rewards: list[list[float] | None]  # process supervision: each output's step rewards
-    step_ends: list[list[int] | None]  # process supervision: the token where each step ends
-    labelling: float = 0.0  # seconds spent labelling steps by rollouts (step_labels 'rollouts')
-    step_labels: list[list[float] | None] = field(default_factory=list)  # process: the rules' label of each step
-    step_shares: list[list[float] | None] = field(
-        default_factory=list
-    )  # rollouts: each step's share reaching the answer
 
 
 @dataclass
@@ -338,12 +257,6 @@ def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: 
     )
 
 
-def logprobs(model, mb: MicroBatch, s: Sampled, temperature: float, entropy: bool = True):
-    """log pi and entropy (None without ``entropy``) of the completion tokens of micro-batch ``mb`` under ``model``,
-    each prompt run once (forwards.micro_batch_logprobs), (n, T) each."""
-    return micro_batch_logprobs(model, mb, s.prompt_ids, s.prompt_attn, s.completions, s.mask, temperature, entropy)
-
-
 def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[MicroBatch]):
     """log pi_ref (None when kl_coef is 0) and log pi_old (None when mu = 1: pi_old's log-probs are then the
     detached current ones), each (N, T) in the step's sequence order. The passes run in inference mode (no
@@ -432,137 +345,3 @@ def update(
             k: in_step_order([v[k] for v in views], chunks) if views[0][k] is not None else None for k in views[0]
         }
     return sums
-
-
-def token_view(old_logp, ref_logp, stats: dict) -> dict[str, torch.Tensor | None]:
-    """One micro-batch's per-token view of the update, on the CPU (recorded with the groups): log pi_old (the
-    policy at sampling), log pi_ref (None without a reference), the ratio, the k3 KL and whether the clip bound."""
-
-    def cpu(t):
-        return None if t is None else t.detach().float().cpu()
-
-    return {
-        "logprobs": cpu(old_logp),
-        "ref_logprobs": cpu(ref_logp),
-        "ratios": cpu(stats["token_ratio"]),
-        "kls": cpu(stats["token_kl"]) if ref_logp is not None else None,
-        "clipped": cpu(stats["token_clipped"]),
-    }
-
-
-def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> dict[str, float]:
-    """5. the step's metrics (recorder.METRICS); with several processes, over the whole batch (values gathered
-    in rank order, sums added up)."""
-    procs, mu = learner.procs, learner.spec.policy_updates_per_batch
-    totals = procs.sum(sums["per_update"] + [sums["entropy"], sums["tokens"]])
-    n_tokens = max(totals[-1], 1.0)
-    losses = [totals[3 * u] / procs.n for u in range(mu)]
-    kls = [totals[3 * u + 1] / n_tokens for u in range(mu)]
-    clips = [totals[3 * u + 2] / n_tokens for u in range(mu)]
-    group_rewards = procs.gather(scored.group_rewards)
-    correct = [c["correct"] for c in scored.components]
-    lengths = s.mask.sum(dim=1).long().tolist()
-    outputs = procs.gather(list(zip(scored.rewards.tolist(), correct, lengths, s.ended.tolist())))
-    all_rewards = torch.tensor([o[0] for o in outputs])
-    grad_norm = sums["grad_norm"]
-    return {
-        "reward_mean": all_rewards.mean().item(),
-        "reward_std": all_rewards.std(unbiased=False).item(),
-        "correct_frac": sum(o[1] for o in outputs) / len(outputs),
-        "zero_std_frac": sum(len(set(g)) <= 1 for g in group_rewards) / len(group_rewards),
-        "loss": sum(losses) / mu,
-        "kl": sum(kls) / mu,
-        "clip_frac": sum(clips) / mu,
-        "entropy": totals[-2] / n_tokens,
-        "completion_len": float(sum(o[2] for o in outputs)) / len(outputs),
-        "truncated_frac": 1.0 - sum(o[3] for o in outputs) / len(outputs),
-        "learning_rate": learner.optimizer.param_groups[0]["lr"],
-        "grad_norm": grad_norm if math.isfinite(grad_norm) else -1.0,
-        "repetition": sum(procs.gather([repetition_share(t) for t in scored.texts])) / len(outputs),
-        "answer_stated_frac": sum(procs.gather([float(extract_final_answer(t)[0] is not None) for t in scored.texts]))
-        / len(outputs),
-        **gradient_sources(procs, s, scored, learner.spec.group_size),
-    }
-
-
-def repetition_share(text: str) -> float:
-    """The share of an output's word 3-grams that repeat an earlier one (0: none; the ``repetition`` reward's
-    penalty at weight 1, reward_functions.repetition_reward).
-
-    >>> repetition_share("a b a b a b"), repetition_share("one two three four")
-    (0.5, 0.0)
-    """
-    return -repetition_reward("", text, "") / REPETITION_MAX_PENALTY + 0.0  # + 0.0: no -0.0
-
-
-def gradient_sources(procs: Processes, s: Sampled, scored: Scored, G: int) -> dict[str, float]:
-    """Where the step's gradient came from: how many groups the verifier found all right, all wrong or mixed,
-    and how many had rewards all equal (zero spread: advantages 0); the shares of real tokens whose advantage was
-    positive, negative or zero. Over every process's groups and tokens."""
-    correct = [c["correct"] > 0 for c in scored.components]
-    kinds = [sum(correct[b * G : (b + 1) * G]) for b in range(len(correct) // G)]  # right answers per group
-    spreads = [len(set(g)) > 1 for g in scored.group_rewards]
-    groups = procs.gather([(k, spread) for k, spread in zip(kinds, spreads)])
-    mask = s.mask > 0
-    adv = scored.advantages
-    positive, negative, tokens = procs.sum(
-        [float(((adv > 0) & mask).sum()), float(((adv < 0) & mask).sum()), float(mask.sum())]
-    )
-    tokens = max(tokens, 1.0)
-    return {
-        "groups/all_right": float(sum(k == G for k, _ in groups)),
-        "groups/all_wrong": float(sum(k == 0 for k, _ in groups)),
-        "groups/mixed": float(sum(0 < k < G for k, _ in groups)),
-        "groups/zero_spread": float(sum(not spread for _, spread in groups)),
-        "tokens/adv_pos": positive / tokens,
-        "tokens/adv_neg": negative / tokens,
-        "tokens/adv_zero": (tokens - positive - negative) / tokens,
-    }
-
-
-def group_records(
-    s: Sampled, scored: Scored, G: int, prompt: Callable[[str], str], detail: dict | None = None
-) -> list[GroupRecord]:
-    """This process's groups as the store keeps them: the question and the prompt text the model saw (``prompt``:
-    the run's template), each output's text, tokens, reward and advantages, whether it was cut, and the update's
-    per-token view (``detail``: update's token_view over the batch; None when no update was made)."""
-    lengths = s.mask.sum(dim=1).long().tolist()
-    # each (N, T) tensor to nested lists in one call: indexing a tensor row by row costs microseconds a row, and
-    # the worker records every step
-    adv, rewards, ended = scored.advantages.tolist(), scored.rewards.tolist(), s.ended.tolist()
-    rows = {name: values.tolist() for name, values in (detail or {}).items() if values is not None}
-
-    def per_token(name: str, i: int) -> list | None:
-        return rows[name][i][: lengths[i]] if name in rows else None
-
-    groups = []
-    for b, question in enumerate(s.batch):
-        samples = [
-            SampleRecord(
-                completion=scored.texts[i],
-                tokens=scored.tokens[i],
-                reward=rewards[i],
-                advantages=adv[i][: lengths[i]],
-                step_rewards=scored.step_rewards[i],
-                step_end_indices=scored.step_ends[i],
-                reward_components=scored.components[i],
-                step_labels=scored.step_labels[i],
-                step_shares=scored.step_shares[i],
-                truncated=not ended[i],
-                logprobs=per_token("logprobs", i),
-                ref_logprobs=per_token("ref_logprobs", i),
-                ratios=per_token("ratios", i),
-                kls=per_token("kls", i),
-                clipped=per_token("clipped", i),
-            )
-            for i in range(b * G, (b + 1) * G)
-        ]
-        groups.append(
-            GroupRecord(
-                prompt=question["question"],
-                reference=question["answer"],
-                samples=samples,
-                model_prompt=prompt(question["question"]),
-            )
-        )
-    return groups

@@ -34,14 +34,15 @@ import torch
 from grpo_engine.train import checkpoint
 from grpo_engine.spec.config import RunSpec
 from grpo_engine.train.loading import load_learner, new_iteration
-from grpo_engine.report.recorder import EVAL_METRICS, Recorder, StopRequested, no_check, stop_check
+from grpo_engine.report.recorder import EVAL_METRICS, Recorder, StopRequested, TrainStatus, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rewards.rewards import outcome_reward
 from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
 from grpo_engine.train.schedule import learning_rate_at, set_learning_rate
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.outputs import completion_texts, encode_prompts
-from grpo_engine.train.step import Learner, grpo_step
+from grpo_engine.train.learner import Learner
+from grpo_engine.train.step import grpo_step
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
 
 EVAL_BATCH = 256
@@ -52,8 +53,8 @@ def train(
 ) -> dict:
     """Run GRPO as ``spec`` says, reporting to ``recorder``. Returns {status, step, metrics}.
 
-    status is "completed"; "cancelled" when ``recorder.should_stop()`` said so at a step boundary; or
-    "paused" when it said "pause" (a checkpoint of the state was saved first, when checkpointing is on).
+    status (a TrainStatus) is completed; cancelled when ``recorder.should_stop()`` said so at a step boundary; or
+    paused when it said "pause" (a checkpoint of the state was saved first, when checkpointing is on).
     ``checkpoint_dir``: where the run's checkpoints live (None: none are saved). If it holds one, the
     run resumes from the newest; every ``spec.checkpoint_every`` steps a new one is saved, and at the
     end the trained policy is saved in ``checkpoint_dir/final`` (Hugging Face format). What the run is doing
@@ -79,9 +80,9 @@ def train(
         gc.collect()
 
 
-def stop_status(reason: bool | str) -> str:
+def stop_status(reason: bool | str) -> TrainStatus:
     """The status a run stopped for ``reason`` (Recorder.should_stop's value) ends with."""
-    return "paused" if reason == "pause" else "cancelled"
+    return TrainStatus.PAUSED if reason == "pause" else TrainStatus.CANCELLED
 
 
 def stopped_while_loading(recorder: Recorder, reason: bool | str) -> dict:
@@ -258,9 +259,9 @@ class TrainingRun:
             if self.checkpointing and self.step > self.saved_step:
                 self.save_checkpoint(iteration)
             self.recorder.log(f"paused before step {self.step + 1}")
-            return {"status": "paused", "step": self.step, "metrics": self.metrics}
+            return {"status": TrainStatus.PAUSED, "step": self.step, "metrics": self.metrics}
         self.recorder.log(f"cancelled before step {self.step + 1}")
-        return {"status": "cancelled", "step": self.step, "metrics": self.metrics}
+        return {"status": TrainStatus.CANCELLED, "step": self.step, "metrics": self.metrics}
 
     def stop_in_rm_work(self, stop: bool | str) -> dict:
         """End the run in the middle of the reward model's sampling or training: no checkpoint is saved (the
@@ -268,9 +269,9 @@ class TrainingRun:
         status = stop_status(stop)
         self.recorder.log(
             f"{status} during the reward model's work at step {self.step}"
-            + (f"; it resumes after step {self.saved_step}" if status == "paused" else "")
+            + (f"; it resumes after step {self.saved_step}" if status == TrainStatus.PAUSED else "")
         )
-        return {"status": status, "step": self.saved_step if status == "paused" else self.step, "metrics": {}}
+        return {"status": status, "step": self.saved_step if status == TrainStatus.PAUSED else self.step, "metrics": {}}
 
     def finish(self) -> dict:
         """Save the trained policy for download (step checkpoints are no longer needed) and end the run."""
@@ -288,7 +289,7 @@ class TrainingRun:
                 shutil.rmtree(old, ignore_errors=True)
             self.recorder.log(f"final policy saved in {time.time() - t:.1f}s")
         self.procs.barrier()
-        return {"status": "completed", "step": self.step, "metrics": self.metrics}
+        return {"status": TrainStatus.COMPLETED, "step": self.step, "metrics": self.metrics}
 
     def save_checkpoint(self, iteration: int) -> None:
         """The main process saves the state, with every process's random states."""

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from app.service.health import MIN_STEPS, MIN_STEPS_RECENT
+from app.service.health_rules import MIN_STEPS, MIN_STEPS_RECENT
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
 
 
