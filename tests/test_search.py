@@ -205,7 +205,7 @@ def test_question_history_in_this_run_and_others_on_its_dataset(run_a):
         unseen = store.question_history(s, d, TWO)
         assert store.question_history(s, 99999, TWO) is None
     assert history["question"] == TWO and history["dataset"] == "builtin-arith"
-    assert history["question_key"] == store.records.question_key(TWO)
+    assert history["question_key"] == store.groups.question_key(TWO)
     assert [r["run_id"] for r in history["runs"]] == [a, b]  # not c (another dataset) nor d
     this, there = history["runs"]
     assert (this["name"], this["archived"], there["archived"]) == ("a", False, True)

@@ -16,7 +16,7 @@ from sqlalchemy import delete, func, select, update
 from app import store
 from app.store.db import session_scope
 from app.store.models import Base, Group, Run, Sample
-from app.store.records import SAMPLE_COLUMNS
+from app.store.groups import SAMPLE_COLUMNS
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
 

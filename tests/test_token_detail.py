@@ -14,7 +14,7 @@ from app import store
 from app.service import api
 from app.store.db import session_scope
 from app.web.views.group import group_html
-from app.store.records import pack, unpack
+from app.store.groups import pack, unpack
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.algo.objective import grpo_loss, kl_k3
 from grpo_engine.report.recorder import GroupRecord, MemoryRecorder, SampleRecord

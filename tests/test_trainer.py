@@ -18,7 +18,8 @@ from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
 from grpo_engine.rewards.rewards import outcome_reward
 from grpo_engine.rollout.tokenization import step_boundaries
 from grpo_engine.train.loading import cpu_bf16_is_fast
-from grpo_engine.train.trainer import eval_scores, train
+from grpo_engine.train.evaluation import eval_scores
+from grpo_engine.train.trainer import train
 
 BASE = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
 # The KL at step 1, where the reference is the policy: 0 in fp32. Where precision 'auto' scores in bf16 (a CPU with

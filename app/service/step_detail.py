@@ -2,7 +2,7 @@
 the step (with rollout labels, also the share of its continuations that reached the answer), the learned PRM's
 score, and the step reward with its normalisation over the group.
 
-Pure functions on the store's sample dicts (app.store.records.sample_dict): app.service.api.get_group adds their
+Pure functions on the store's sample dicts (app.store.groups.sample_dict): app.service.api.get_group adds their
 ``steps`` to /get_group, and app.web.views.run draws them (the per-step table and the step marks' tooltips).
 """
 

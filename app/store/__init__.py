@@ -1,28 +1,23 @@
 """The store: data access as small functions taking a Session (``app.store.db.session_scope`` owns the transaction).
 
-``runs``: a run's life cycle and lease, and the workers; ``records``: what a run records (metrics, groups
-and samples, logs); ``manage``: what users do to runs (rename, notes and tags, archive, delete); ``search``:
-finding samples across a run, and one question through time. Callers use them through this package:
+``runs``: a run's life cycle and lease, and the workers; ``records``: a run's metrics and logs; ``groups``: its
+sampled groups and their samples; ``manage``: what users do to runs (rename, notes and tags, archive, delete);
+``search``: finding samples across a run, and one question through time. Callers use them through this package:
 ``store.create_run(s, ...)``.
 """
 
-from app.store.manage import annotate_run, delete_run, metrics_after, rename_run, set_archived
-from app.store.records import (
+from app.store.groups import (
     EXPORT_COLUMNS,
     GROUP_ORDERS,
-    append_log,
     get_group,
-    get_logs,
-    get_metrics,
     group_steps,
     iter_sample_rows,
-    latest_writes,
     list_groups,
     recent_lengths_rewards,
     record_groups,
-    record_step,
-    truncate_after,
 )
+from app.store.manage import annotate_run, delete_run, metrics_after, rename_run, set_archived
+from app.store.records import append_log, get_logs, get_metrics, latest_writes, record_step, truncate_after
 from app.store.runs import (
     FINISHED_STATUSES,
     LeaseLost,

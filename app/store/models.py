@@ -145,7 +145,7 @@ class Group(Base):
 
 class Sample(Base):
     """One output of a group: its text, tokens, per-token advantages and rewards; the columns a search filters on;
-    per-token arrays of what the update saw (float32 / uint8 bytes, ``records.pack`` / ``unpack``)."""
+    per-token arrays of what the update saw (float32 / uint8 bytes, ``groups.pack`` / ``unpack``)."""
 
     __tablename__ = "samples"
     __table_args__ = (

@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
+from app.store.groups import question_key
 from app.store.models import Group, Run, Sample
-from app.store.records import question_key
 
 OUTCOMES = ("any", "correct", "wrong", "no_answer", "truncated")  # what search_samples' ``outcome`` takes
 KINDS = ("any", "all_right", "all_wrong", "mixed", "zero_spread")  # what its ``kind`` takes

@@ -36,16 +36,11 @@ from grpo_engine.spec.config import RunSpec
 from grpo_engine.train.loading import load_learner, new_iteration
 from grpo_engine.report.recorder import EVAL_METRICS, Recorder, StopRequested, TrainStatus, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample
-from grpo_engine.rewards.rewards import outcome_reward
 from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
+from grpo_engine.train.evaluation import eval_summary, evaluate
 from grpo_engine.train.schedule import learning_rate_at, set_learning_rate
-from grpo_engine.rollout.sampling import generate
-from grpo_engine.rollout.outputs import completion_texts, encode_prompts
 from grpo_engine.train.learner import Learner
 from grpo_engine.train.step import grpo_step
-from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
-
-EVAL_BATCH = 256
 
 
 def train(
@@ -378,59 +373,3 @@ class TrainingRun:
     def reward_model_progress(self, done: int, total: int) -> None:
         """Report the "training reward model" phase: batches of its sampling and training done of their total."""
         self.recorder.phase("training reward model", done, total)
-
-
-@torch.no_grad()
-def evaluate(
-    policy, tokenizer, prompt, examples: list[dict], max_new_tokens: int, device, match: str = "strict"
-) -> dict[str, float]:
-    """The held-out greedy evaluation of ``examples``: EVAL_METRICS as shares of them (eval_scores), the run's
-    accuracy under ``match`` (RunSpec.answer_match)."""
-    policy.eval()
-    texts: list[str] = []
-    for i in range(0, len(examples), EVAL_BATCH):
-        chunk = examples[i : i + EVAL_BATCH]
-        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
-        comps = generate(policy, tokenizer, prompts, repeat=1, max_new_tokens=max_new_tokens, greedy=True)
-        texts += completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
-    return eval_scores(texts, [e["answer"] for e in examples], match)
-
-
-def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> dict[str, float]:
-    """EVAL_METRICS of outputs ``texts`` to questions with reference ``answers``, each a share of the outputs:
-    right under the strict rule, under the flexible one, under ``match`` (eval/accuracy), and stating a final
-    answer in the strict form (eval/format). An output stating one has the same verdict under both rules.
-
-    >>> scores = eval_scores(["3 + 5 = 8 apples.", "#### 14", "#### 9", "no idea"], ["8", "14", "7", "3"], "flexible")
-    >>> [scores[k] for k in EVAL_METRICS]
-    [0.5, 0.25, 0.5, 0.5]
-    """
-    right = {"strict": 0.0, "flexible": 0.0}
-    formatted = 0.0
-    for text, answer in zip(texts, answers):
-        verdict = outcome_reward(text, answer)[1]
-        right["strict"] += verdict["correct"]
-        formatted += verdict["formatted"]
-        if not verdict["formatted"]:  # no answer in the strict form: the flexible rule reads the last number
-            verdict = outcome_reward(text, answer, match="flexible")[1]
-        right["flexible"] += verdict["correct"]
-    n = max(1, len(texts))
-    return {
-        "eval/accuracy": right[match] / n,
-        "eval/accuracy_strict": right["strict"] / n,
-        "eval/accuracy_flexible": right["flexible"] / n,
-        "eval/format": formatted / n,
-    }
-
-
-def eval_summary(metrics: dict[str, float]) -> str:
-    """An evaluation's numbers as the log line gives them.
-
-    >>> eval_summary({"eval/accuracy": 0.5, "eval/accuracy_strict": 0.25, "eval/accuracy_flexible": 0.5,
-    ...               "eval/format": 0.5})
-    'eval/accuracy 0.500 (strict 0.250, flexible 0.500, format 0.500)'
-    """
-    return (
-        f"eval/accuracy {metrics['eval/accuracy']:.3f} (strict {metrics['eval/accuracy_strict']:.3f}, "
-        f"flexible {metrics['eval/accuracy_flexible']:.3f}, format {metrics['eval/format']:.3f})"
-    )

@@ -105,13 +105,13 @@ def _backfill(conn) -> None:
 
 
 def group_kind(verdicts: list[bool]) -> str:
-    """The kind of a group from its outputs' verdicts (app.store.records.group_kind, frozen here)."""
+    """The kind of a group from its outputs' verdicts (app.store.groups.group_kind, frozen here)."""
     right = sum(verdicts)
     return "all_right" if verdicts and right == len(verdicts) else "all_wrong" if right == 0 else "mixed"
 
 
 def question_key(question: str) -> str:
-    """sha1 of the question text (app.store.records.question_key, frozen here)."""
+    """sha1 of the question text (app.store.groups.question_key, frozen here)."""
     return hashlib.sha1(question.encode("utf-8")).hexdigest()
 
 

@@ -29,7 +29,7 @@ CHUNK = 1000  # rows read and updated at a time
 
 
 def pack(values: list[float]) -> bytes:
-    """Little-endian float64 (app.store.records.pack with 'd', frozen here)."""
+    """Little-endian float64 (app.store.groups.pack with 'd', frozen here)."""
     return struct.pack(f"<{len(values)}d", *values)
 
 
