@@ -16,7 +16,8 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
     .venv/bin/python bench/real_model.py                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
     .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
-    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --format-reward 0.5   # format paid whatever the answer
+    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --strict-bonus 0 --format-reward 0.5   # format alone
+    .venv/bin/python bench/real_model.py --no-lora --format-reward 0.15   # the bonus and a small format reward
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --max-number 0   # numbers up to 60 (each kind's ranges)
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
@@ -253,20 +254,20 @@ def main() -> int:
     parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")
     parser.add_argument("--lora-only", action="store_true", help="only the lora_rank 16 trial (on the first seed)")
     parser.add_argument("--lora-lr", type=float, default=1e-4, help="learning_rate of the LoRA trial")
-    pay = parser.add_mutually_exclusive_group()
-    pay.add_argument(
+    parser.add_argument(
         "--strict-bonus",
         type=float,
         default=STRICT_BONUS,
         metavar="WEIGHT",
         help="the weight of bench/strict_bonus.py's stated_right beside the accuracy reward: the format paid only with a "
-        f"right answer (default {STRICT_BONUS:g})",
+        f"right answer (default {STRICT_BONUS:g}; 0: none)",
     )
-    pay.add_argument(
+    parser.add_argument(
         "--format-reward",
         type=float,
+        default=0.0,
         metavar="WEIGHT",
-        help="the built-in format reward at this weight instead, paid whatever the answer",
+        help="the built-in format reward at this weight beside them, paid whatever the answer (default 0: none)",
     )
     parser.add_argument(
         "--max-number",
@@ -297,11 +298,10 @@ def main() -> int:
         "dataset": str(dataset),
         "steps_per_iteration": args.steps,
     }
-    if args.format_reward is not None:
-        base["rewards"] = [{"name": "accuracy", "weight": 1.0}, {"name": "format", "weight": args.format_reward}]
-    else:
-        bonus = f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_right"
-        base["rewards"] = [{"name": "accuracy", "weight": 1.0}, {"name": bonus, "weight": args.strict_bonus}]
+    bonus = f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_right"
+    base["rewards"] = [{"name": "accuracy", "weight": 1.0}]
+    base["rewards"] += [{"name": bonus, "weight": args.strict_bonus}] if args.strict_bonus else []
+    base["rewards"] += [{"name": "format", "weight": args.format_reward}] if args.format_reward else []
     base.update(json.loads(args.spec))
     plan = [] if args.lora_only else [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
     if not args.no_lora:
