@@ -1,6 +1,7 @@
 """Checkpoints and resume in the engine: a run paused and resumed continues exactly as if it had never
 stopped (same metrics, step for step, on the CPU), for full fine-tuning, LoRA across a reference
-reset, and a learned reward model; old checkpoints are pruned; the final policy is saved loadable.
+reset, a learned reward model and 8-bit AdamW (optimizer adamw_8bit, bitsandbytes on the CPU); old checkpoints are
+pruned; the final policy is saved loadable.
 
 Short real runs of grpo_engine.train.trainer.train on the built-in model (``grpo_cache_dir`` fixture).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from grpo_engine.train import checkpoint
 from grpo_engine.spec.config import validate_spec
@@ -87,6 +89,19 @@ def test_lora_resumes_exactly_across_the_reference_reset(grpo_cache_dir, tmp_pat
         grpo_cache_dir, tmp_path, pause_at=4, lora_rank=4, iterations=2, steps_per_iteration=3, learning_rate=1e-3
     )
     assert_same_metrics(straight, first, second, pause_at=4)
+
+
+def test_8bit_adamw_keeps_8bit_moments_and_resumes_exactly(grpo_cache_dir, tmp_path):
+    """optimizer adamw_8bit trains with bitsandbytes' AdamW8bit: its checkpoint holds the moments of the larger
+    tensors as 8-bit codes (uint8, with their block scales), and a paused run resumes from them exactly."""
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes (the test extra installs it) runs AdamW8bit")
+    spec = validate_spec({**BASE, "optimizer": "adamw_8bit", "steps_per_iteration": 2})
+    assert train(spec, PauseAt(1), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "paused")["step"] == 1
+    tensors = load_file(checkpoint.latest(tmp_path / "paused")[1] / "optimizer.safetensors")
+    scales = [name[: -len("absmax1")] for name in tensors if name.endswith("/absmax1")]  # the 8-bit tensors' blocks
+    assert scales and all(tensors[f"{n}state{k}"].dtype == torch.uint8 for n in scales for k in (1, 2))
+    straight, first, second = straight_and_resumed(grpo_cache_dir, tmp_path, pause_at=3, optimizer="adamw_8bit")
+    assert_same_metrics(straight, first, second, pause_at=3)
 
 
 def test_learned_reward_model_resumes_exactly(grpo_cache_dir, tmp_path):

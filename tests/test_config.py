@@ -217,3 +217,20 @@ def test_the_rollout_keys_are_taken_where_steps_are_labelled_by_rollouts():
     assert (
         auto.step_checker == "rollouts" and auto.label_estimate == "soft"
     )  # 'auto' picks rollouts off the built-in task
+
+
+def test_8bit_adamw_is_refused_naming_optimizer_where_bitsandbytes_is_missing(monkeypatch):
+    """optimizer adamw_8bit needs bitsandbytes on the machine that validates the spec (launch's, then the
+    worker's): without it the refusal names the key and what to install; adamw needs nothing."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
+    )
+    with pytest.raises(
+        SpecError, match=r"'adamw_8bit' needs bitsandbytes, .*pip install 'grpo-dashboard\[8bit\]'"
+    ) as e:
+        validate_spec({"optimizer": "adamw_8bit"})
+    assert e.value.key == "optimizer"
+    assert validate_spec({"optimizer": "adamw"}).optimizer == "adamw"

@@ -13,7 +13,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app.service import api, reward_preview
+from app.service import api, previews
 from app.core.paths import check_custom_rewards
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.rewards.reward_functions import (
@@ -158,23 +158,23 @@ def test_launch_refuses_custom_rewards_without_the_switch(settings_env, package)
 
 
 def test_preview_scores_the_first_rows_in_a_subprocess(settings_env, monkeypatch):
-    result = reward_preview.preview_rewards({"rewards": [{"name": "accuracy"}, {"name": "format", "weight": 0.5}]})
+    result = previews.preview_rewards({"rewards": [{"name": "accuracy"}, {"name": "format", "weight": 0.5}]})
     assert result["names"] == ["accuracy", "format"] and result["weights"] == {"accuracy": 1.0, "format": 0.5}
     assert len(result["rows"]) == 5
     for row in result["rows"]:  # the built-in task's reference solutions are right and end in '#### <answer>'
         assert row["components"] == {"accuracy": 1.0, "format": 1.0} and row["reward"] == 1.5
-    page = reward_preview.preview_html(result)
+    page = previews.preview_html(result)
     assert "accuracy × 1" in page and "format × 0.5" in page and page.count("<tr>") == 6
     with pytest.raises(api.ApiError, match="rewards: is empty"):
-        reward_preview.preview_rewards({})
+        previews.preview_rewards({})
     path = settings_env / "data" / "file_rewards.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(FILE)
     with pytest.raises(api.ApiError, match="GRPO_ALLOW_CUSTOM_REWARDS"):
-        reward_preview.preview_rewards({"rewards": [{"name": f"{path}:words"}]})
+        previews.preview_rewards({"rewards": [{"name": f"{path}:words"}]})
     monkeypatch.setenv("GRPO_ALLOW_CUSTOM_REWARDS", "1")
     with pytest.raises(api.ApiError, match=r"rewards: reward '.*:not_a_number' returned 'high' \(str\)"):
-        reward_preview.preview_rewards({"rewards": [{"name": f"{path}:not_a_number"}]})
+        previews.preview_rewards({"rewards": [{"name": f"{path}:not_a_number"}]})
 
 
 # ---- live: a dashboard with its embedded worker --------------------------------------------------

@@ -137,9 +137,9 @@ def test_without_the_gguf_package_a_gguf_model_is_refused_at_launch(gguf_root, m
 
 def test_the_launch_checks_of_a_gguf_model_leave_torch_unloaded(gguf_root):
     code = (
-        "import sys\nfrom app.core import paths\nfrom app.service import api\n"
+        "import sys\nfrom app.core import paths\nfrom app.service import placement\n"
         f"paths.check_spec_paths({{'model': {str(gguf_root / 'model.gguf')!r}}}, [{str(gguf_root)!r}])\n"
-        f"print(api._local_counts({str(gguf_root / 'model.gguf')!r})[0], 'torch' in sys.modules)\n"
+        f"print(placement._local_counts({str(gguf_root / 'model.gguf')!r})[0], 'torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == [str(gguf_parameter_counts(gguf_root / "model.gguf")[0]), "False"], out.stderr

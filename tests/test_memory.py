@@ -55,6 +55,18 @@ def test_full_fine_tune_in_bf16():
     )
 
 
+def test_8bit_moments_take_a_quarter_of_the_optimizer_state():
+    """optimizer adamw_8bit: 2 bytes a trainable parameter for AdamW's two moments instead of 8 (the module
+    docstring's Qwen2.5-0.5B: 0.99 GB instead of 3.95 GB, 5.93 GB in all); nothing else changes."""
+    e = estimate_memory(QWEN_05B, QWEN_05B, lora=False, bf16=True, optimizer="adamw_8bit")
+    assert e.optimizer == 2 * QWEN_05B == 988_065_536
+    assert e.total == 12 * QWEN_05B and e.describe().endswith(
+        "optimizer state 0.99 GB, reference 0.99 GB, total 5.93 GB"
+    )
+    full = estimate_memory(QWEN_05B, QWEN_05B, lora=False, bf16=True)
+    assert (e.policy, e.gradients, e.reference) == (full.policy, full.gradients, full.reference)
+
+
 def test_fp32_reference_lora_and_reward_model():
     assert estimate_memory(1000, 1000, lora=False, bf16=False).reference == 4000  # fp32 reference: 4 bytes each
     lora = estimate_memory(1040, 40, lora=True, bf16=True)  # 1000 base + 40 adapter parameters
@@ -77,9 +89,12 @@ def test_too_big_message_names_the_keys_that_help():
         "the run needs about 9.88 GB for its weights, gradients, optimizer state and reference (policy 1.98 GB, "
         "gradients 1.98 GB, optimizer state 3.95 GB, reference 1.98 GB, total 9.88 GB) but the largest GPU "
         "(NVIDIA L4) has 8.00 GB; change lora_rank (> 0 trains an adapter: no full gradients or optimizer state, "
-        "no separate reference), precision ('bf16' keeps the frozen reference and reward-model prior in bf16) or "
-        "model (a smaller model)"
+        "no separate reference), precision ('bf16' keeps the frozen reference and reward-model prior in bf16), "
+        "optimizer ('adamw_8bit' keeps AdamW's moments in 8 bits: a quarter of their memory) or model (a smaller model)"
     )
+    # 8-bit moments already: the optimizer is not named again
+    eight_bit = estimate_memory(QWEN_05B, QWEN_05B, lora=False, bf16=False, optimizer="adamw_8bit")
+    assert "optimizer (" not in too_big_message(eight_bit, 10**9, "x")
     # already LoRA and bf16: only the model is left to change
     lora = estimate_memory(2_000_000_000, 10_000_000, lora=True, bf16=True)
     message = too_big_message(lora, 4_000_000_000, "x", lora=True, bf16=True)
@@ -299,6 +314,28 @@ def test_launch_accepts_what_fits_or_cannot_be_judged(launch_env, tiny_models):
     _report(launch_env, "big:3", [QUEUE, f"{QUEUE}.gpu"], [need])
     assert api.launch_run({"model": model, "device": "gpu"})["status"] == "queued"  # exactly enough
     assert len(api.list_runs()) == 7
+
+
+def test_launch_refuses_more_processes_than_a_live_worker_has_gpus(launch_env):
+    """devices: a run of N processes trains on N GPUs of one worker; launch refuses it, naming devices, when no live
+    worker that would take it has N, and accepts it where one does, on the CPU, or while no GPU worker is known."""
+    assert api.launch_run({"devices": 4, "batch_size": 8, "device": "gpu"})["status"] == "queued"  # none known: waits
+    _report(launch_env, "two:1", [QUEUE, f"{QUEUE}.gpu"], [10**11, 10**11])
+    _report(launch_env, "one:2", [QUEUE, f"{QUEUE}.gpu"], [10**11])
+    _report(launch_env, "eight-elsewhere:3", ["another", "another.gpu"], [10**11] * 8)  # does not take this run
+    with pytest.raises(api.ApiError) as refused:
+        api.launch_run({"devices": 4, "batch_size": 8, "device": "gpu"})
+    assert str(refused.value).startswith(
+        "devices: 4 processes need 4 GPUs on one worker, but the live workers that would take the run have at most 2 "
+        "(two:1); lower devices"
+    )
+    with pytest.raises(api.ApiError, match="^devices: 4 processes"):  # auto: every live worker has GPUs
+        api.launch_run({"devices": 4, "batch_size": 8})
+    assert api.launch_run({"devices": 2, "batch_size": 8, "device": "gpu"})["status"] == "queued"  # two:1 has 2
+    assert api.launch_run({"devices": 4, "batch_size": 8, "device": "cpu"})["status"] == "queued"  # shares cores
+    _report(launch_env, "cpu:4", [QUEUE, f"{QUEUE}.cpu"], [])
+    assert api.launch_run({"devices": 4, "batch_size": 8})["status"] == "queued"  # auto: the CPU worker may take it
+    assert len(api.list_runs()) == 4
 
 
 def test_launch_counts_the_learned_reward_model(launch_env, tiny_models):

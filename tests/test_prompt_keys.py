@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.service import api, prompt_preview
+from app.service import api, previews
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rollout.tokenization import prompt_formatter
@@ -91,21 +91,21 @@ def test_the_preview_shows_the_first_training_question_as_the_model_reads_it(set
     dataset = write_dataset(tmp_path / "data.jsonl")
     monkeypatch.setenv("GRPO_PATH_ROOTS", f"{tmp_path}:{qwen.parent}")
     spec = {"model": str(qwen), "dataset": str(dataset), "system_prompt": "Be brief.", "question_template": INSTRUCTION}
-    result = prompt_preview.preview_prompt(spec)
+    result = previews.preview_prompt(spec)
     tokenizer = AutoTokenizer.from_pretrained(qwen)
     prompt = prompt_formatter(tokenizer, "auto", "Be brief.", INSTRUCTION)(ROWS[0]["question"])
     assert result["question"] == ROWS[0]["question"] and not result["stand_in"]
     assert result["prompt"] == prompt
     assert result["token_count"] == len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     assert result["special_tokens"] == ["<|im_start|>", "<|im_end|>"]
-    page = prompt_preview.prompt_html(result)
+    page = previews.prompt_html(result)
     assert '<mark class="special">&lt;|im_start|&gt;</mark>system' in page and f"{result['token_count']} tokens" in page
 
-    builtin = prompt_preview.preview_prompt({"question_template": "Q: {question}"})  # the built-in model: plain
+    builtin = previews.preview_prompt({"question_template": "Q: {question}"})  # the built-in model: plain
     assert builtin["prompt"] == f"Q: {builtin['question']}\n" and builtin["special_tokens"] == []
     with pytest.raises(api.ApiError, match="^question_template: "):
-        prompt_preview.preview_prompt({"question_template": "no slot"})
+        previews.preview_prompt({"question_template": "no slot"})
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "config.json").write_text("{}")
     with pytest.raises(api.ApiError, match="^model: the tokenizer of .* could not be loaded"):
-        prompt_preview.preview_prompt({"model": str(tmp_path / "empty")})  # a model directory without a tokenizer
+        previews.preview_prompt({"model": str(tmp_path / "empty")})  # a model directory without a tokenizer

@@ -4,7 +4,7 @@
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
 ``/preview_rewards``, ``/preview_prompt``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
 the diagnosis ``/search_samples``, ``/question_history`` wrap app.service.api (and app.service.manage_api, app.service.exports,
-app.service.datasets, app.service.reward_preview, app.service.prompt_preview, app.service.diagnose_api) one to one; a refused request reaches the client as gr.Error with
+app.service.datasets, app.service.previews, app.service.diagnose_api) one to one; a refused request reaches the client as gr.Error with
 its reason. app.web.ui registers :data:`ENDPOINTS` under their function names.
 
 No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
@@ -22,7 +22,7 @@ import gradio.utils
 
 from app.core import auth
 
-from app.service import api, datasets, diagnose_api, exports, manage_api, prompt_preview, reward_preview
+from app.service import api, datasets, diagnose_api, exports, manage_api, previews
 
 
 def call_api(fn, *args):
@@ -162,7 +162,7 @@ def preview_rewards(spec: dict) -> dict:
     """Score the first rows of the run spec's dataset with its rewards, each row's reference solution as the
     completion (in a subprocess). Returns {names, weights, rows}, each row {row, question, completion, components,
     reward, step_rewards}; custom rewards need GRPO_ALLOW_CUSTOM_REWARDS=1."""
-    return call_api(reward_preview.preview_rewards, spec)
+    return call_api(previews.preview_rewards, spec)
 
 
 def preview_prompt(spec: dict) -> dict:
@@ -170,7 +170,7 @@ def preview_prompt(spec: dict) -> dict:
     prompt_template applied, special tokens included (the tokenizer loaded in a subprocess). Returns {model,
     question, prompt, token_count, special_tokens, stand_in} (stand_in: the dataset is a Hugging Face id, read only
     by the worker, and a stand-in question is worded)."""
-    return call_api(prompt_preview.preview_prompt, spec)
+    return call_api(previews.preview_prompt, spec)
 
 
 def search_samples(

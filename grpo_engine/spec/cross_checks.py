@@ -12,7 +12,7 @@ from dataclasses import MISSING, fields as dc_fields
 from typing import TYPE_CHECKING
 
 from grpo_engine.rewards.reward_functions import check_rewards_apply
-from grpo_engine.spec.spec_checks import check_prompt_keys
+from grpo_engine.spec.spec_checks import check_optimizer, check_prompt_keys
 from grpo_engine.spec.spec_values import BUILTIN_DATASET, SpecError, shown
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ def check_spec(spec: RunSpec) -> None:
             raise SpecError(name, f"must be a Hugging Face model id or a local directory, got {getattr(spec, name)!r}")
     _check_lengths(spec)
     check_prompt_keys(spec.to_dict())
+    check_optimizer(spec.optimizer)
 
 
 def check_applicability(spec: RunSpec) -> None:

@@ -1,6 +1,6 @@
 """A .gguf file's tensors from its header: names and shapes, read without torch nor the gguf package.
 
-The dashboard sizes a run at launch (app.service.api.check_fits_a_gpu) from the parameter count of a local model. A
+The dashboard sizes a run at launch (app.service.placement.check_fits_a_gpu) from the parameter count of a local model. A
 .gguf file's size says little about it (a 4-bit block holds about 5 bits per parameter, and the run trains the
 dequantized fp32 weights), but its header lists every tensor's shape. The header is, after the magic ``GGUF``,
 a version (2 or 3), the tensor and metadata counts, the metadata (key, type, value; arrays of any type, the

@@ -4,7 +4,8 @@ A GRPO run holds, on each of its devices (a data-parallel run holds all of it on
 
   policy        the trained weights, fp32 (precision only changes the forward passes: autocast)
   gradients     one fp32 gradient per trainable parameter
-  optimizer     AdamW's two fp32 moments per trainable parameter
+  optimizer     AdamW's two moments per trainable parameter: fp32 (optimizer 'adamw'), or 8-bit
+                (optimizer 'adamw_8bit', bitsandbytes)
   reference     the frozen reference policy (bf16 when the run is bf16); none with LoRA, where the
                 reference is the base model with the adapter switched off, nor with kl_coef 0 (no KL term)
   reward_model  reward: model only: the RM's trained backbone with its gradients and AdamW state, and
@@ -29,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FP32, BF16 = 4, 2  # bytes per value
-ADAMW_STATES = 2  # AdamW keeps exp_avg and exp_avg_sq, both fp32
+ADAMW_STATES = 2  # AdamW keeps exp_avg and exp_avg_sq
+# bytes a moment takes, by run-spec optimizer: fp32, or bitsandbytes' 8-bit block-wise quantization (its per-block
+# scale, 4 bytes a block of 2,048 values, adds 0.2%, and tensors under 4,096 values keep fp32: both left out)
+MOMENT_BYTES = {"adamw": FP32, "adamw_8bit": 1}
 OUTPUT_HEADS = ("lm_head", "embed_out")  # a causal LM's output layer (Llama & co., GPT-NeoX): LoRA leaves it alone
 EMBEDDINGS = ("wte", "wpe")  # GPT-2's token and position embeddings (others have "embed" in their name)
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses longer headers too
@@ -41,7 +45,7 @@ class MemoryEstimate:
 
     policy: int  # the policy's weights: 4 bytes per parameter (fp32 weights; LoRA: base + adapter)
     gradients: int  # 4 bytes per trainable parameter
-    optimizer: int  # AdamW: two fp32 moments, 8 bytes per trainable parameter
+    optimizer: int  # AdamW: two moments, 8 bytes per trainable parameter in fp32, 2 in 8 bits
     reference: int  # the frozen reference: 0 with LoRA or kl_coef 0, else 2 bytes per parameter when bf16, else 4
     reward_model: int  # reward: model only: trained backbone + its gradients and AdamW + frozen prior copy
 
@@ -65,7 +69,14 @@ def gigabytes(n: int, scale: int | None = None) -> str:
 
 
 def estimate_memory(
-    params: int, trainable: int, *, lora: bool, bf16: bool, rm_params: int = 0, reference: bool = True
+    params: int,
+    trainable: int,
+    *,
+    lora: bool,
+    bf16: bool,
+    rm_params: int = 0,
+    reference: bool = True,
+    optimizer: str = "adamw",
 ) -> MemoryEstimate:
     """The memory of a run's weights, gradients, optimizer state, reference and reward model.
 
@@ -73,22 +84,24 @@ def estimate_memory(
     them in a full fine-tune, the adapter's with LoRA); lora: whether the run trains a LoRA adapter (then
     the reference costs nothing); bf16: whether the frozen copies are kept in bf16; rm_params: the learned
     reward model's backbone (0 with reward: rule); reference: False when the run keeps no reference at all
-    (kl_coef 0).
+    (kl_coef 0); optimizer: the run spec's (the policy's moments in fp32 or 8 bits; a learned reward model keeps
+    AdamW).
 
       policy       = 4 * params
       gradients    = 4 * trainable
-      optimizer    = 8 * trainable                          (AdamW: 2 fp32 moments)
+      optimizer    = 8 * trainable                          (AdamW: 2 fp32 moments; adamw_8bit: 2 * trainable)
       reference    = 0 (LoRA, or no reference), else (2 if bf16 else 4) * params
       reward_model = (4 + 4 + 8) * rm_params + (2 if bf16 else 4) * rm_params
 
     Example: 494,032,768 parameters, full fine-tune, bf16, no RM: 1.98 + 1.98 + 3.95 + 0.99 = 8.89 GB;
+    with optimizer adamw_8bit the optimizer state is 0.99 GB instead of 3.95 GB (5.93 GB in all);
     the same with a rank-8 LoRA adapter (4,399,104 parameters on its 168 linear layers): 4 * 498,431,872 + 12 * 4,399,104 = 2.05 GB.
     """
     frozen = BF16 if bf16 else FP32
     return MemoryEstimate(
         policy=FP32 * params,
         gradients=FP32 * trainable,
-        optimizer=ADAMW_STATES * FP32 * trainable,
+        optimizer=ADAMW_STATES * MOMENT_BYTES[optimizer] * trainable,
         reference=0 if lora or not reference else frozen * params,
         reward_model=(FP32 + FP32 + ADAMW_STATES * FP32 + frozen) * rm_params,
     )
@@ -99,11 +112,12 @@ def too_big_message(
 ) -> str:
     """Why a run does not fit in ``available`` bytes at ``where`` (e.g. 'the largest live GPU (NVIDIA A10G)'),
     naming the run-spec keys that make it smaller: lora_rank (unless the run already trains an adapter),
-    precision (unless it is already bf16; only the frozen copies shrink), model, and reward_model when
+    precision (unless it is already bf16; only the frozen copies shrink), optimizer (unless its moments are already
+    8-bit), model, and reward_model when
     a learned RM takes memory.
 
     Example: 'the run needs about 8.89 GB for its weights, gradients, optimizer state and reference (policy
-    1.98 GB, ..., total 8.89 GB) but the largest live GPU has 8.00 GB; change lora_rank (...), precision
+    1.98 GB, ..., total 8.89 GB) but the largest live GPU has 8.00 GB; change lora_rank (...), optimizer
     (...) or model (a smaller model)'.
     """
     held = ["weights", "gradients", "optimizer state"]
@@ -113,6 +127,8 @@ def too_big_message(
         changes.append("lora_rank (> 0 trains an adapter: no full gradients or optimizer state, no separate reference)")
     if not bf16 and (estimate.reference or estimate.reward_model):
         changes.append("precision ('bf16' keeps the frozen reference and reward-model prior in bf16)")
+    if not lora and estimate.optimizer > estimate.gradients:  # fp32 moments: 8 bytes a trainable parameter, not 2
+        changes.append("optimizer ('adamw_8bit' keeps AdamW's moments in 8 bits: a quarter of their memory)")
     changes.append("model (a smaller model)")
     if estimate.reward_model:
         changes.append("reward_model (a smaller reward model)")

@@ -12,6 +12,8 @@ from grpo_engine.spec.spec_values import SpecError, shown
 # report_to's trackers: name (also the library's import name) -> what to pip install for it
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow-skinny", "wandb": "wandb"}
 QUESTION_SLOT = "{question}"  # where question_template puts the question
+# optimizer's choices that need a library: choice -> (its import name, what to pip install for it)
+OPTIMIZER_LIBRARIES = {"adamw_8bit": ("bitsandbytes", "'grpo-dashboard[8bit]'")}
 
 
 def check_report_to(value: Any) -> list[str]:
@@ -79,6 +81,18 @@ def check_prompt_keys(values: dict[str, Any]) -> None:
             "model",
             f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
             "pip install 'grpo-dashboard[gguf]'",
+        )
+
+
+def check_optimizer(optimizer: str) -> None:
+    """Refuse (SpecError naming ``optimizer``) a choice whose library is not installed here. Launch checks it on the
+    web server's machine and the worker again on its own, so a run fails at its start on a worker without it."""
+    library = OPTIMIZER_LIBRARIES.get(optimizer)
+    if library and importlib.util.find_spec(library[0]) is None:
+        raise SpecError(
+            "optimizer",
+            f"{optimizer!r} needs {library[0]}, which is not installed on this machine: pip install {library[1]} "
+            "(or use 'adamw')",
         )
 
 

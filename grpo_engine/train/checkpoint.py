@@ -5,7 +5,8 @@ loop needs to continue as if it had never stopped:
 
     policy.safetensors        the policy's weights: all of them, or with LoRA in the first iteration
                               only the adapter's (the base is still the starting model then)
-    optimizer.safetensors     AdamW's tensors (exp_avg, exp_avg_sq, step per parameter)
+    optimizer.safetensors     the optimizer's tensors: AdamW's exp_avg, exp_avg_sq (and step) per parameter;
+                              AdamW8bit's 8-bit codes, block scales and code maps
     reference.safetensors     the reference policy, when it is no longer the starting model
                               (full fine-tune after the first reference reset)
     reward_model.safetensors  the learned reward model's trained weights (reward: model)
@@ -53,13 +54,17 @@ def _trainable(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _optimizer_tensors(optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """An optimizer's state_dict split into tensors ("state.<param index>.<key>") and the JSON rest."""
+    """An optimizer's state_dict split into tensors ("state.<param index>.<key>", and "state.<param index>.<key>/<sub
+    key>" for a dict of tensors in a parameter's state, as bitsandbytes keeps its 8-bit state) and the JSON rest."""
     sd = optimizer.state_dict()
     tensors, scalars = {}, {}
     for index, state in sd["state"].items():
         for key, value in state.items():
             if torch.is_tensor(value):
                 tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
+            elif isinstance(value, dict) and value and all(torch.is_tensor(v) for v in value.values()):
+                for sub, tensor in value.items():  # cloned: bitsandbytes shares its code maps between parameters
+                    tensors[f"state.{index}.{key}/{sub}"] = tensor.detach().cpu().clone()
             else:
                 scalars[f"{index}.{key}"] = value
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
@@ -69,7 +74,11 @@ def _load_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str,
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         _, index, key = name.split(".", 2)
-        state.setdefault(int(index), {})[key] = value
+        if "/" in key:  # a dict of tensors in the parameter's state
+            key, sub = key.split("/", 1)
+            state.setdefault(int(index), {}).setdefault(key, {})[sub] = value
+        else:
+            state.setdefault(int(index), {})[key] = value
     for name, value in meta["scalars"].items():
         index, key = name.split(".", 1)
         state.setdefault(int(index), {})[key] = value

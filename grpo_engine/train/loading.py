@@ -121,6 +121,19 @@ def run_device(spec_device: str, device: str | None = None) -> str | None:
     return None
 
 
+def make_optimizer(params: list[torch.nn.Parameter], spec: RunSpec) -> torch.optim.Optimizer:
+    """The policy's optimizer (run-spec ``optimizer``) over ``params``, at ``learning_rate``, without weight decay
+    and with AdamW's default betas (0.9, 0.999) and epsilon (1e-8): torch's AdamW ('adamw'), or bitsandbytes'
+    AdamW8bit ('adamw_8bit': both moments of each tensor of 4,096 values or more quantized block-wise to 8 bits,
+    its smaller tensors' moments in fp32; on the CPU too). validate_spec refused 'adamw_8bit' where bitsandbytes is
+    missing."""
+    if spec.optimizer == "adamw_8bit":
+        import bitsandbytes
+
+        return bitsandbytes.optim.AdamW8bit(params, lr=spec.learning_rate, weight_decay=0.0)
+    return torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+
+
 def wrap_lora(policy, rank: int):
     """The policy with a LoRA adapter of ``rank`` on every linear layer (alpha = 2 x rank, no dropout)."""
     from peft import LoraConfig, get_peft_model
@@ -142,7 +155,13 @@ def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_p
     if rm_params is None:
         rm_params = params - trainable * (spec.lora_rank > 0) if spec.reward == "model" and not spec.reward_model else 0
     estimate = estimate_memory(
-        params, trainable, lora=spec.lora_rank > 0, bf16=bf16, rm_params=rm_params, reference=spec.kl_coef > 0
+        params,
+        trainable,
+        lora=spec.lora_rank > 0,
+        bf16=bf16,
+        rm_params=rm_params,
+        reference=spec.kl_coef > 0,
+        optimizer=spec.optimizer,
     )
     log(f"memory estimate (activations not included): {estimate.describe()}")
     if dev.type == "cuda":
@@ -234,7 +253,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
         recorder.phase("loading reference model")
         reference = copy.deepcopy(policy).eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+    optimizer = make_optimizer(params, spec)
     policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
     learner = Learner(
         spec,
@@ -340,5 +359,5 @@ def new_iteration(learner: Learner) -> None:
     accelerator.free_memory()  # forgets the previous model and optimizer
     policy = wrap_lora(learner.unwrapped().merge_and_unload(), learner.spec.lora_rank)
     learner.params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(learner.params, lr=learner.spec.learning_rate, weight_decay=0.0)
+    optimizer = make_optimizer(learner.params, learner.spec)
     learner.policy, learner.optimizer = accelerator.prepare(policy, optimizer)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.service import api, datasets, prompt_preview, reward_preview
+from app.service import api, datasets, previews
 from app.web.launch_form import (
     APPLIES,
     DECIDING,
@@ -233,17 +233,17 @@ def _launch(*values):
 
 
 def _test_rewards(*values):
-    """The form's named rewards on the dataset's first rows (app.service.reward_preview), as a table, or why not."""
+    """The form's named rewards on the dataset's first rows (app.service.previews), as a table, or why not."""
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
-    got = attempt(reward_preview.preview_rewards, spec)
-    return reward_preview.preview_html(got.value) if got.ok else error_html(got.error)
+    got = attempt(previews.preview_rewards, spec)
+    return previews.preview_html(got.value) if got.ok else error_html(got.error)
 
 
 def _show_prompt(*values):
-    """The dataset's first training question as the form's model reads it (app.service.prompt_preview), or why not."""
+    """The dataset's first training question as the form's model reads it (app.service.previews), or why not."""
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
-    got = attempt(prompt_preview.preview_prompt, spec)
-    return prompt_preview.prompt_html(got.value) if got.ok else error_html(got.error)
+    got = attempt(previews.preview_prompt, spec)
+    return previews.prompt_html(got.value) if got.ok else error_html(got.error)
 
 
 def _upload(path):

@@ -59,6 +59,19 @@ class RuntimeKeys:
         section=RUNTIME,
         fold=True,
     )
+    optimizer: str = key(
+        "adamw",
+        "The policy's optimizer: 'adamw' = torch's AdamW, two fp32 moments (8 bytes a trainable parameter); "
+        "'adamw_8bit' = bitsandbytes' AdamW8bit, the moments quantized block-wise to 8 bits (2 bytes a trainable "
+        "parameter; tensors under 4,096 values keep fp32 moments), where bitsandbytes is installed on the worker "
+        "(pip install 'grpo-dashboard[8bit]'). The same betas, epsilon and no weight decay; a learned reward model "
+        "keeps AdamW.",
+        choices=("adamw", "adamw_8bit"),
+        note="`adamw_8bit` where bitsandbytes is installed",
+        section=RUNTIME,
+        fold=True,
+        label="Optimizer",
+    )
     decode: str = key(
         "dynamic",
         "How the sampler decodes: 'dynamic' = a KV cache that grows by a token per step, outputs that ended dropped "
