@@ -47,6 +47,7 @@ VARIANTS = {  # what each run adds to SHORT
     "gradient-checkpointing": dict(gradient_checkpointing=True),
     "lora-gradient-checkpointing": dict(lora_rank=4, gradient_checkpointing=True),
     "micro-batches": dict(micro_batch_size=3, policy_updates_per_batch=2),
+    "adamw-8bit": dict(optimizer="adamw_8bit"),  # bitsandbytes' CUDA kernels (the CPU ones run in CI)
 }
 # the run's first log line: "loading model '<model>' on cuda (bf16 mixed precision)" (or cuda:0, or fp32)
 LOADING = re.compile(r"loading model .* on (\S+) \((bf16 mixed precision|fp32)\)")

@@ -137,7 +137,10 @@ def test_bad_rewards_are_refused_naming_the_key(rewards, words):
 
 
 def test_rewards_that_would_not_be_used_as_asked_are_refused():
-    with pytest.raises(SpecError, match='rewards: replaces format_reward.*"name": "format", "weight": 0.1'):
+    # format_reward is not read beside named rewards (the "format" reward replaces it): the refusal names it
+    with pytest.raises(
+        SpecError, match='format_reward: is replaced by the named rewards.*"name": "format", "weight": 0.1'
+    ):
         validate_spec({"rewards": [{"name": "accuracy"}], "format_reward": 0.1})
     with pytest.raises(SpecError, match="rewards: 'length' is an outcome reward.*only hold custom functions"):
         validate_spec({"rewards": [{"name": "length"}], "supervision": "process"})
