@@ -17,7 +17,7 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
     .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --strict-bonus 0 --format-reward 0.5   # format alone
-    .venv/bin/python bench/real_model.py --no-lora --format-reward 0.15   # the bonus and a small format reward
+    .venv/bin/python bench/real_model.py --no-lora --format-reward 0   # the bonus alone
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --max-number 0   # numbers up to 60 (each kind's ranges)
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
@@ -47,8 +47,10 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer after "####".'
 # The bench's run spec: the verifier counts an answer in any form (answer_match flexible) so that right prose
 # answers carry a signal from the first step, and a bonus (bench/strict_bonus.py, STRICT_BONUS) pays a right answer
-# stated after "####", which is what strict accuracy reads. A format reward paid whatever the answer was collected
-# alone: on seed 0 the outputs shrank to a bare "#### N" within 20 steps (format 1.00, flexible 0.04). micro_batch_size
+# stated after "####", which is what strict accuracy reads; a small format reward paid whatever the answer
+# (FORMAT_REWARD) gives the form a signal before the answers are right: without it seed 1 learned to answer right in
+# prose and strict accuracy stayed near 0.1. A large one (0.5) is collected alone: on seed 0 the outputs shrank to a
+# bare "#### N" within 20 steps (format 1.00, flexible 0.04). micro_batch_size
 # 8 keeps the update's activations near 1 GB (the whole batch of 32 in one pass: about 8 GB more peak RSS, no faster).
 SPEC = {
     "question_template": INSTRUCTION,
@@ -66,8 +68,9 @@ SPEC = {
     "record_every": 0,
 }
 STRICT_BONUS = 1.0  # stated_right's weight: a right answer after "####" earns 2, a right one in prose 1, a wrong one 0
+FORMAT_REWARD = 0.15  # the built-in format reward's weight: a stated final answer earns 0.15 more, right or wrong
 MAX_NUMBER = 9  # the generated questions' numbers: single digits (0: each kind's own ranges, up to 60)
-ROWS, HELD_OUT = 1100, 100  # the generated set; its last 10% (100 rows) is held out for evaluation
+ROWS = 1100  # the generated set; the product holds its last 10% (110 rows) out for evaluation
 PROBLEMS_SEED = 1234  # the generated set's seed: every bench reads the same questions
 TARGET_STRICT, TARGET_FACTOR, FLEXIBLE_DROP = 0.40, 2.0, 0.05
 
@@ -265,9 +268,10 @@ def main() -> int:
     parser.add_argument(
         "--format-reward",
         type=float,
-        default=0.0,
+        default=FORMAT_REWARD,
         metavar="WEIGHT",
-        help="the built-in format reward at this weight beside them, paid whatever the answer (default 0: none)",
+        help=f"the built-in format reward at this weight beside them, paid whatever the answer (default {FORMAT_REWARD:g}; "
+        "0: none)",
     )
     parser.add_argument(
         "--max-number",
@@ -325,8 +329,8 @@ def main() -> int:
         )
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(curves, indent=1))
-    plot(curves, out.with_suffix(".png"))
     print("\n" + "\n".join(lines))
+    plot(curves, out.with_suffix(".png"))  # after the verdicts: a missing matplotlib loses only the PNG
     print(f"curves: {out.with_suffix('.json')}, {out.with_suffix('.png')}")
     return 0 if passed else 1
 
