@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_engine.spec.applicability import form_values
-from grpo_engine.spec.run_spec import DEFAULTS, FIELDS
+from grpo_engine.spec.run_spec import DEFAULTS, FIELD_BY_NAME, FIELDS
 from grpo_engine.spec.spec_values import SECTIONS as SECTION_TITLES
 
 
@@ -45,7 +45,6 @@ def label(key: str) -> str:
     return f"{words} · {key}"
 
 
-FIELD_BY_NAME = {f.name: f for f in FIELDS}
 # When a key applies: its rule in RunSpec's metadata (grpo_engine.spec.applicability), the one launch enforces.
 APPLIES = {f.name: f.applies for f in FIELDS if f.applies is not None}
 # The keys whose value decides whether another key applies: the form re-checks when one of them changes.

@@ -8,15 +8,10 @@ own setting. Pure Python (no torch).
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields as dc_fields
-from typing import TYPE_CHECKING
-
 from grpo_engine.rewards.reward_functions import check_rewards_apply
+from grpo_engine.spec.run_spec import DEFAULTS, FIELDS, RunSpec
 from grpo_engine.spec.spec_checks import check_optimizer, check_prompt_keys
 from grpo_engine.spec.spec_values import BUILTIN_DATASET, SpecError, shown
-
-if TYPE_CHECKING:
-    from grpo_engine.spec.run_spec import RunSpec
 
 MAX_TOTAL_STEPS = 1_000_000  # iterations x steps_per_iteration
 RM_TOKEN_FACTOR = 8  # a reward model's (re)training may sample this many steps' worth of tokens
@@ -64,11 +59,9 @@ def check_applicability(spec: RunSpec) -> None:
     """Refuse, naming the key, a value other than the key's default where its rule says the run does not read it
     (the value would silently do nothing); the Launch form hides the key there, by the same rule."""
     values = spec.to_dict()
-    for f in dc_fields(spec):
-        rule = f.metadata["applies"]
-        default = f.default if f.default_factory is MISSING else f.default_factory()
-        if rule is not None and values[f.name] != default and not rule(values):
-            raise SpecError(f.name, rule.refusal(values))
+    for f in FIELDS:
+        if f.applies is not None and values[f.name] != DEFAULTS[f.name] and not f.applies(values):
+            raise SpecError(f.name, f.applies.refusal(values))
 
 
 def _check_lengths(spec: RunSpec) -> None:
@@ -93,7 +86,6 @@ def check_budget(spec: RunSpec, max_tokens_per_step: int) -> None:
     (re)training rm_samples x 1.25 x max_new_tokens (its held-out quarter included), allowed RM_TOKEN_FACTOR
     steps' worth.
 
-    >>> from grpo_engine.spec.run_spec import RunSpec
     >>> check_budget(RunSpec(batch_size=16, group_size=16, max_new_tokens=4096), 2**20)
     >>> try:
     ...     check_budget(RunSpec(batch_size=16, group_size=16, max_new_tokens=8192), 2**20)

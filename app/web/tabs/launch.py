@@ -26,9 +26,8 @@ from app.web.launch_form import (
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
 from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
-from grpo_engine.spec.config import FIELDS
+from grpo_engine.spec.run_spec import FIELD_BY_NAME, FIELDS
 
-FIELD = {f.name: f for f in FIELDS}
 # where a refusal names its key: "group_size: must be ..." (the first word before a colon)
 _KEY = re.compile(r"^(?:Not launched: )?([a-z_]+):")
 
@@ -119,10 +118,10 @@ def _model_and_data(inputs: dict):
     the prompt button, the prompt's HTML)."""
     with gr.Row():
         for key in ("name", "model"):
-            inputs[key] = _field_input(FIELD[key])
+            inputs[key] = _field_input(FIELD_BY_NAME[key])
     with gr.Row(equal_height=True):
         with gr.Column(scale=2):
-            inputs["dataset"] = _field_input(FIELD["dataset"])
+            inputs["dataset"] = _field_input(FIELD_BY_NAME["dataset"])
         dataset_upload = gr.File(
             label="Upload a dataset (.jsonl, .csv, .parquet): fills in 'dataset'",
             file_types=[".jsonl", ".csv", ".parquet"],
@@ -133,7 +132,7 @@ def _model_and_data(inputs: dict):
     upload_info = gr.HTML(elem_id="dataset-upload-info")
     with gr.Row():
         for key in ("prompt_template", "system_prompt", "question_template"):
-            inputs[key] = _field_input(FIELD[key])
+            inputs[key] = _field_input(FIELD_BY_NAME[key])
     show_prompt = gr.Button("Show the model's prompt", elem_id="show-prompt", scale=0, min_width=200)
     prompt_shown = gr.HTML(elem_id="prompt-preview")
     return upload_info, dataset_upload, show_prompt, prompt_shown
@@ -144,7 +143,7 @@ def _rows(keys: tuple[str, ...], inputs: dict, per_row: int = 3) -> None:
     for start in range(0, len(keys), per_row):
         with gr.Row():
             for key in keys[start : start + per_row]:
-                inputs[key] = _field_input(FIELD[key])
+                inputs[key] = _field_input(FIELD_BY_NAME[key])
 
 
 def _visibility(*deciding):
@@ -202,7 +201,7 @@ def _launch(*values):
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
     got = attempt(api.launch_run, spec)
     if not got.ok:
-        key = match.group(1) if (match := _KEY.match(got.error)) and match.group(1) in FIELD else None
+        key = match.group(1) if (match := _KEY.match(got.error)) and match.group(1) in FIELD_BY_NAME else None
         marks = [gr.update(elem_classes=["invalid"] if f.name == key else []) for f in FIELDS]
         folds = [
             gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential else gr.skip()
