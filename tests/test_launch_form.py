@@ -101,6 +101,7 @@ OTHER = {
     "rm_replay_ratio": 0.5,
     "max_resample": 3,
     "overlong_buffer": 16,
+    "sharding": "fsdp",
 }
 DEFAULT = {f.name: f.default for f in FIELDS}
 
@@ -129,7 +130,7 @@ def test_the_form_shows_a_key_exactly_when_launch_accepts_it(dataset, supervisio
     for rewards in ([], named):
         for step_labels in ("auto", "rollouts", "arithmetic"):
             for skip_zero_spread in (False, True):
-                for overlong_penalty in (0.0, 0.5):
+                for overlong_penalty, devices in ((0.0, 1), (0.5, 1), (0.0, 2)):
                     spec = {
                         "dataset": dataset,
                         "supervision": supervision,
@@ -138,6 +139,7 @@ def test_the_form_shows_a_key_exactly_when_launch_accepts_it(dataset, supervisio
                         "step_labels": step_labels,
                         "skip_zero_spread": skip_zero_spread,
                         "overlong_penalty": overlong_penalty,
+                        "devices": devices,
                     }
                     form = {**spec, "rewards": json.dumps(rewards)}  # the form's box holds the JSON list
                     try:

@@ -67,6 +67,26 @@ def test_8bit_moments_take_a_quarter_of_the_optimizer_state():
     assert (e.policy, e.gradients, e.reference) == (full.policy, full.gradients, full.reference)
 
 
+
+def test_sharding_splits_the_trained_state_and_gathers_the_policy_once_for_sampling():
+    """sharding 'fsdp' across n processes: policy, gradients, optimizer state and reference / n on each, plus the
+    whole policy in the sampling dtype (bf16 here) while sampling. Qwen2.5-0.5B, full fine-tune on 4 GPUs: 18 / 4 + 2
+    = 6.5 bytes a parameter, 3.21 GB (the module docstring's example)."""
+    full = estimate_memory(QWEN_05B, QWEN_05B, lora=False, bf16=True)
+    four = estimate_memory(QWEN_05B, QWEN_05B, lora=False, bf16=True, shards=4)
+    assert (four.policy, four.gradients, four.optimizer, four.reference) == (
+        full.policy // 4,
+        full.gradients // 4,
+        full.optimizer // 4,
+        full.reference // 4,
+    )
+    assert four.gathered == 2 * QWEN_05B and full.gathered == 0
+    assert four.total == 6.5 * QWEN_05B and four.describe().endswith("gathered for sampling 0.99 GB, total 3.21 GB")
+    assert estimate_memory(QWEN_05B, QWEN_05B, lora=False, bf16=False, shards=2).gathered == 4 * QWEN_05B
+    lora = estimate_memory(1040, 40, lora=True, bf16=True, shards=2)  # the base is sharded too
+    assert (lora.policy, lora.gradients, lora.reference, lora.gathered) == (2080, 80, 0, 2080)
+
+
 def test_fp32_reference_lora_and_reward_model():
     assert estimate_memory(1000, 1000, lora=False, bf16=False).reference == 4000  # fp32 reference: 4 bytes each
     lora = estimate_memory(1040, 40, lora=True, bf16=True)  # 1000 base + 40 adapter parameters

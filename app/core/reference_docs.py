@@ -2,9 +2,11 @@
 
 - ``docs/run-spec.md`` from ``RunSpec`` (grpo_engine.spec.config.FIELDS: type, default, bounds, choices, note, help);
 - ``docs/metrics.md`` from the metric registry (grpo_engine.report.recorder.METRIC_REGISTRY);
-- ``docs/settings.md`` from the settings table in app/core/settings.py's docstring.
+- ``docs/settings.md`` from the settings table in app/core/settings.py's docstring;
+- ``docs/gpu-memory.md`` from the launch-time memory estimate (grpo_engine.spec.memory), over model sizes, GPU
+  memories and counts, full fine-tune and LoRA.
 
-    .venv/bin/python -m app.core.reference_docs     # rewrite the three pages after changing a key, metric or setting
+    .venv/bin/python -m app.core.reference_docs     # rewrite the pages after changing a key, metric, setting or the estimate
 
 tests/test_docs.py fails when a page on disk is not what this module renders. Pure Python, no torch.
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from app.core import settings
 from grpo_engine.spec.config import FIELDS, NOT_EMPTY
+from grpo_engine.spec.memory import estimate_memory, lora_trainable_params
 from grpo_engine.report.recorder import METRIC_REGISTRY
 from grpo_engine.spec.spec_values import MAX_TEXT, Field
 
@@ -123,7 +126,80 @@ def settings_markdown() -> str:
     return GENERATED.format(source="app/core/settings.py's docstring") + SETTINGS_INTRO + "\n".join(table) + "\n"
 
 
-PAGES = {"run-spec.md": run_spec_markdown, "metrics.md": metrics_markdown, "settings.md": settings_markdown}
+# The memory page's models: the Qwen2.5 family's shapes (hidden, intermediate, layers, attention heads, key-value
+# heads, vocabulary, tied embeddings), from which the parameters and a LoRA adapter's are counted.
+MODEL_SHAPES = {
+    "0.5B": (896, 4864, 24, 14, 2, 151936, True),
+    "1.5B": (1536, 8960, 28, 12, 2, 151936, True),
+    "3B": (2048, 11008, 36, 16, 2, 151936, True),
+    "7B": (3584, 18944, 28, 28, 4, 152064, False),
+    "14B": (5120, 13824, 48, 40, 8, 152064, False),
+    "32B": (5120, 27648, 64, 40, 8, 152064, False),
+    "72B": (8192, 29568, 80, 64, 8, 152064, False),
+}
+GPU_MEMORY_GB = (24, 80, 141)
+GPU_COUNTS = (1, 2, 4, 8)
+TABLE_LORA_RANK = 16
+
+GPU_MEMORY_INTRO = """# Which model fits which GPUs
+
+What a run's weights, gradients, optimizer state and frozen reference take on each GPU, by the estimate that launch
+checks (grpo_engine/spec/memory.py), for the Qwen2.5 family's shapes: `precision: auto` on a GPU with bf16 (the
+reference kept in bf16), `optimizer: adamw`, `kl_coef` > 0, no learned reward model. One GPU: `devices: 1`; 2, 4 or 8:
+`devices` that many with `sharding: fsdp` (each GPU holds its share of the policy, gradients, optimizer state and
+reference, and the whole policy in bf16 while sampling). LoRA: `lora_rank: {rank}` on every linear layer.
+
+Each cell is the estimate per GPU, then the smallest of {gpus} GB GPUs it fits (— where none does). Activations (the
+sampled outputs' KV cache, the update's forward and backward) come on top and grow with `batch_size` x `group_size` x
+`max_new_tokens`: leave room for them, or lower `micro_batch_size`. `optimizer: adamw_8bit` (one GPU) shrinks the
+optimizer state to a quarter.
+
+"""
+
+
+def model_counts(hidden: int, inter: int, layers: int, heads: int, kv_heads: int, vocab: int, tied: bool):
+    """A decoder's parameters (embeddings, attention with q/k/v biases, gated MLP, norms, output head unless tied)
+    and its linear layers' (out, in) shapes, for lora_trainable_params."""
+    kv = hidden // heads * kv_heads
+    linear = [(hidden, hidden), (kv, hidden), (kv, hidden), (hidden, hidden), (inter, hidden), (inter, hidden)]
+    linear = (linear + [(hidden, inter)]) * layers
+    per_layer_bias_norm = hidden + 2 * kv + 2 * hidden
+    params = vocab * hidden * (1 if tied else 2) + sum(o * i for o, i in linear) + layers * per_layer_bias_norm + hidden
+    return params, linear
+
+
+def _fits(total: int) -> str:
+    """The estimate per GPU in GB, and the smallest GPU class it fits."""
+    fits = next((f"{gb} GB" for gb in GPU_MEMORY_GB if total <= gb * 1e9), "—")
+    return f"{total / 1e9:.1f} GB · {fits}"
+
+
+def gpu_memory_markdown() -> str:
+    """docs/gpu-memory.md: the estimate per GPU for each model size, GPU count and full fine-tune or LoRA."""
+    head = "| model | parameters | training | " + " | ".join(f"{n} GPU{'s' * (n > 1)}" for n in GPU_COUNTS) + " |"
+    lines = [head, "| --- | --- | --- |" + " --- |" * len(GPU_COUNTS)]
+    for name, shape in MODEL_SHAPES.items():
+        params, linear = model_counts(*shape)
+        adapter = lora_trainable_params(linear, TABLE_LORA_RANK)
+        for training, total_params, trainable, lora in (
+            ("full", params, params, False),
+            (f"LoRA {TABLE_LORA_RANK}", params + adapter, adapter, True),
+        ):
+            cells = [
+                _fits(estimate_memory(total_params, trainable, lora=lora, bf16=True, shards=n).total)
+                for n in GPU_COUNTS
+            ]
+            lines.append(f"| {name} | {params / 1e9:.2f} B | {training} | " + " | ".join(cells) + " |")
+    intro = GPU_MEMORY_INTRO.format(rank=TABLE_LORA_RANK, gpus=", ".join(map(str, GPU_MEMORY_GB)))
+    return GENERATED.format(source="grpo_engine/spec/memory.py's estimate") + intro + "\n".join(lines) + "\n"
+
+
+PAGES = {
+    "run-spec.md": run_spec_markdown,
+    "metrics.md": metrics_markdown,
+    "settings.md": settings_markdown,
+    "gpu-memory.md": gpu_memory_markdown,
+}
 
 
 def main() -> int:

@@ -87,6 +87,7 @@ def estimate_run_memory(config: dict, bf16: bool) -> MemoryEstimate | None:
         rm_params=rm_params,
         reference=config["kl_coef"] > 0,
         optimizer=config["optimizer"],
+        shards=config["devices"] if config["sharding"] == "fsdp" else 1,
     )
 
 

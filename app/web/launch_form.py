@@ -48,7 +48,16 @@ def label(key: str) -> str:
 # When a key applies: its rule in RunSpec's metadata (grpo_engine.spec.applicability), the one launch enforces.
 APPLIES = {f.name: f.applies for f in FIELDS if f.applies is not None}
 # The keys whose value decides whether another key applies: the form re-checks when one of them changes.
-DECIDING = ("dataset", "supervision", "reward", "rewards", "step_labels", "skip_zero_spread", "overlong_penalty")
+DECIDING = (
+    "dataset",
+    "supervision",
+    "reward",
+    "rewards",
+    "step_labels",
+    "skip_zero_spread",
+    "overlong_penalty",
+    "devices",
+)
 
 
 def applies(key: str, values: dict) -> bool:

@@ -164,6 +164,11 @@ OVERLONG = Applies(
     lambda v: "is only used with overlong_penalty > 0; leave it out or set a penalty",
 )
 
+SEVERAL_PROCESSES = Applies(
+    lambda v: int(v["devices"]) > 1,
+    lambda v: "shares the policy out across the run's processes, but devices is 1; set devices to 2 or more",
+)
+
 
 def form_values(form: Values, defaults: Values) -> dict[str, Any]:
     """The Launch form's values as a rule reads them: an empty or missing box takes its key's default, and the

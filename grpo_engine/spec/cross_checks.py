@@ -42,6 +42,8 @@ def check_spec(spec: RunSpec) -> None:
             f"batch_size {spec.batch_size} must be a multiple of devices {spec.devices}: each process takes whole "
             "groups of an equal share of the questions",
         )
+    if spec.sharding == "fsdp":
+        _check_sharding(spec)
     if spec.total_steps > MAX_TOTAL_STEPS:
         raise SpecError(
             "steps_per_iteration",
@@ -62,6 +64,24 @@ def check_applicability(spec: RunSpec) -> None:
     for f in FIELDS:
         if f.applies is not None and values[f.name] != DEFAULTS[f.name] and not f.applies(values):
             raise SpecError(f.name, f.applies.refusal(values))
+
+
+def _check_sharding(spec: RunSpec) -> None:
+    """Refuse, naming the key, what a sharded run cannot do: fold a LoRA adapter into its sharded base between
+    iterations, and bitsandbytes' 8-bit moments (its kernels read whole tensors, not a process's shard)."""
+    if spec.lora_rank > 0 and spec.iterations > 1:
+        raise SpecError(
+            "sharding",
+            f"'fsdp' with a LoRA adapter trains one iteration (the adapter cannot yet be folded into a sharded base "
+            f"at the reference reset), but iterations is {spec.iterations}; use iterations 1, sharding 'none' or "
+            "lora_rank 0",
+        )
+    if spec.optimizer == "adamw_8bit":
+        raise SpecError(
+            "optimizer",
+            "'adamw_8bit' does not shard (bitsandbytes' kernels read whole tensors); with sharding 'fsdp' the fp32 "
+            "moments are already split across the processes: use 'adamw'",
+        )
 
 
 def _check_lengths(spec: RunSpec) -> None:

@@ -1,6 +1,8 @@
 """How much memory a run's weights need, from parameter counts alone: one small function per job.
 
-A GRPO run holds, on each of its devices (a data-parallel run holds all of it on every device):
+A GRPO run holds, on each of its devices (a data-parallel run holds all of it on every device; a sharded one,
+sharding 'fsdp', holds 1 / devices of the policy, gradients, optimizer state and reference on each, and gathers
+the whole policy once per sampling phase in the sampling dtype):
 
   policy        the trained weights, fp32 (precision only changes the forward passes: autocast)
   gradients     one fp32 gradient per trainable parameter
@@ -8,6 +10,7 @@ A GRPO run holds, on each of its devices (a data-parallel run holds all of it on
                 (optimizer 'adamw_8bit', bitsandbytes)
   reference     the frozen reference policy (bf16 when the run is bf16); none with LoRA, where the
                 reference is the base model with the adapter switched off, nor with kl_coef 0 (no KL term)
+  gathered      sharding 'fsdp' only: the whole policy gathered for sampling (bf16 when the run is bf16)
   reward_model  reward: model only: the RM's trained backbone with its gradients and AdamW state, and
                 the frozen copy of its starting weights that gives the likelihood prior
 
@@ -48,16 +51,25 @@ class MemoryEstimate:
     optimizer: int  # AdamW: two moments, 8 bytes per trainable parameter in fp32, 2 in 8 bits
     reference: int  # the frozen reference: 0 with LoRA or kl_coef 0, else 2 bytes per parameter when bf16, else 4
     reward_model: int  # reward: model only: trained backbone + its gradients and AdamW + frozen prior copy
+    gathered: int = 0  # sharding 'fsdp': the whole policy gathered for sampling, 2 bytes a parameter when bf16, else 4
 
     @property
     def total(self) -> int:
-        return self.policy + self.gradients + self.optimizer + self.reference + self.reward_model
+        return self.policy + self.gradients + self.optimizer + self.reference + self.reward_model + self.gathered
 
     def describe(self) -> str:
         """One line: 'policy 1.98 GB, gradients 1.98 GB, optimizer state 3.95 GB, reference 0.99 GB, total 8.89 GB'
         (the reference and the reward model left out when they take nothing)."""
         parts = [("policy", self.policy), ("gradients", self.gradients), ("optimizer state", self.optimizer)]
-        parts += [(name, n) for name, n in (("reference", self.reference), ("reward model", self.reward_model)) if n]
+        parts += [
+            (name, n)
+            for name, n in (
+                ("reference", self.reference),
+                ("reward model", self.reward_model),
+                ("gathered for sampling", self.gathered),
+            )
+            if n
+        ]
         return ", ".join(f"{name} {gigabytes(n, self.total)}" for name, n in [*parts, ("total", self.total)])
 
 
@@ -77,6 +89,7 @@ def estimate_memory(
     rm_params: int = 0,
     reference: bool = True,
     optimizer: str = "adamw",
+    shards: int = 1,
 ) -> MemoryEstimate:
     """The memory of a run's weights, gradients, optimizer state, reference and reward model.
 
@@ -85,25 +98,34 @@ def estimate_memory(
     the reference costs nothing); bf16: whether the frozen copies are kept in bf16; rm_params: the learned
     reward model's backbone (0 with reward: rule); reference: False when the run keeps no reference at all
     (kl_coef 0); optimizer: the run spec's (the policy's moments in fp32 or 8 bits; a learned reward model keeps
-    AdamW).
+    AdamW); shards: the processes a sharded run (sharding 'fsdp') splits the policy, gradients, optimizer state and
+    reference across (1: not sharded).
 
       policy       = 4 * params
       gradients    = 4 * trainable
       optimizer    = 8 * trainable                          (AdamW: 2 fp32 moments; adamw_8bit: 2 * trainable)
       reference    = 0 (LoRA, or no reference), else (2 if bf16 else 4) * params
       reward_model = (4 + 4 + 8) * rm_params + (2 if bf16 else 4) * rm_params
+      sharded (shards n > 1): policy, gradients, optimizer and reference / n (rounded up), and
+      gathered    = (2 if bf16 else 4) * params    (the whole policy, once, for sampling)
 
     Example: 494,032,768 parameters, full fine-tune, bf16, no RM: 1.98 + 1.98 + 3.95 + 0.99 = 8.89 GB;
     with optimizer adamw_8bit the optimizer state is 0.99 GB instead of 3.95 GB (5.93 GB in all);
-    the same with a rank-8 LoRA adapter (4,399,104 parameters on its 168 linear layers): 4 * 498,431,872 + 12 * 4,399,104 = 2.05 GB.
+    the same with a rank-8 LoRA adapter (4,399,104 parameters on its 168 linear layers): 4 * 498,431,872 + 12 * 4,399,104 = 2.05 GB;
+    the full fine-tune sharded across 4 processes: (1.98 + 1.98 + 3.95 + 0.99) / 4 + 0.99 gathered = 3.21 GB.
     """
     frozen = BF16 if bf16 else FP32
+
+    def share(n: int) -> int:
+        return -(-n // shards)
+
     return MemoryEstimate(
-        policy=FP32 * params,
-        gradients=FP32 * trainable,
-        optimizer=ADAMW_STATES * MOMENT_BYTES[optimizer] * trainable,
-        reference=0 if lora or not reference else frozen * params,
+        policy=share(FP32 * params),
+        gradients=share(FP32 * trainable),
+        optimizer=share(ADAMW_STATES * MOMENT_BYTES[optimizer] * trainable),
+        reference=0 if lora or not reference else share(frozen * params),
         reward_model=(FP32 + FP32 + ADAMW_STATES * FP32 + frozen) * rm_params,
+        gathered=frozen * params if shards > 1 else 0,
     )
 
 

@@ -12,6 +12,8 @@ loop needs to continue as if it had never stopped:
     reward_model.safetensors  the learned reward model's trained weights (reward: model)
     rng.safetensors           torch's random states (CPU, and each CUDA device); in a data-parallel
                               run also every process's own (rank<r>.torch, rank<r>.cuda)
+    sharded/                  instead of the three above in a sharded run (sharding 'fsdp'): the policy, optimizer
+                              and reference as torch distributed-checkpoint shards, one file per process
     state.json                step, iteration, Python random states, optimizer hyperparameters, the
                               reward model's labelled history; written last
 
@@ -33,6 +35,8 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
+
+from grpo_engine.train.sharding import SHARDED_DIR, load_sharded
 
 FORMAT = 1
 STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -112,6 +116,15 @@ def process_random_state() -> dict[str, torch.Tensor]:
     return state
 
 
+def temp_dir(run_dir: Path, step: int) -> Path:
+    """A fresh directory for the checkpoint after ``step``, beside where :func:`save` renames it to."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".tmp-step-{step:08d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
 def save(
     run_dir: Path,
     *,
@@ -127,34 +140,36 @@ def save(
     rm_history=None,
     keep: int = 2,
     process_states: list[dict[str, torch.Tensor]] | None = None,
+    sharded: Path | None = None,
 ) -> Path:
     """Write the checkpoint after ``step`` and keep only the newest ``keep``. Returns its directory.
 
     ``policy`` and ``reference`` are unwrapped modules (``reference`` None: LoRA, or still the starting
     model); ``rng`` / ``rm_rng`` are the loop's random.Random objects. ``process_states``: in a
     data-parallel run, ``process_random_state()`` of every process (index = process rank); the main
-    process saves the checkpoint, and each process restores its own states from it.
+    process saves the checkpoint, and each process restores its own states from it. ``sharded``: a sharded run's
+    :func:`temp_dir`, whose ``sharded/`` every process has written (sharding.save_sharded: the policy, optimizer and
+    reference); the rest is written beside it.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
     final = run_dir / f"step-{step:08d}"
-    tmp = run_dir / f".tmp-step-{step:08d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = sharded or temp_dir(run_dir, step)
 
     # 1. weights: with LoRA in iteration 1 the base is the starting model, so the adapter is enough
-    adapter_only = lora and iteration == 1
-    if adapter_only:
+    adapter_only = lora and iteration == 1 and sharded is None
+    if sharded is None and adapter_only:
         save_file(_trainable(policy), tmp / "policy.safetensors")
-    else:
+    elif sharded is None:
         save_model(policy, str(tmp / "policy.safetensors"))  # handles tied weights
-    if reference is not None:
+    if reference is not None and sharded is None:
         save_model(reference, str(tmp / "reference.safetensors"))
     if rm is not None:
         save_file(_trainable(rm), tmp / "reward_model.safetensors")
 
     # 2. optimizer and random states
-    opt_tensors, opt_meta = _optimizer_tensors(optimizer)
-    save_file(opt_tensors, tmp / "optimizer.safetensors")
+    opt_meta = None
+    if sharded is None:
+        opt_tensors, opt_meta = _optimizer_tensors(optimizer)
+        save_file(opt_tensors, tmp / "optimizer.safetensors")
     rng_tensors = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         for i, state in enumerate(torch.cuda.get_rng_state_all()):
@@ -170,6 +185,7 @@ def save(
         "iteration": iteration,
         "adapter_only": adapter_only,
         "has_reference": reference is not None,
+        "sharded": sharded is not None,
         "optimizer": opt_meta,
         "rng": _random_state_to_json(rng.getstate()),
         "rm_rng": _random_state_to_json(rm_rng.getstate()) if rm_rng is not None else None,
@@ -196,9 +212,12 @@ def load(
 ) -> None:
     """Restore a checkpoint into the freshly built ``policy`` / ``optimizer`` / ``reference`` / ``rm``
     (the same shapes as when it was saved) and the random states (``rank``: this process's in a
-    data-parallel run)."""
+    data-parallel run). A sharded checkpoint's policy, optimizer and reference are read by every process from its
+    shards."""
     device = next(policy.parameters()).device
-    if state["adapter_only"]:
+    if state.get("sharded"):
+        load_sharded(checkpoint / SHARDED_DIR, policy, optimizer, reference if state["has_reference"] else None)
+    elif state["adapter_only"]:
         missing, unexpected = policy.load_state_dict(
             load_file(checkpoint / "policy.safetensors", device=str(device)), strict=False
         )
@@ -206,13 +225,14 @@ def load(
             raise ValueError(f"checkpoint {checkpoint}: unexpected adapter weights {unexpected[:3]}")
     else:
         load_model(policy, str(checkpoint / "policy.safetensors"), device=str(device))
-    if state["has_reference"]:
+    if state["has_reference"] and not state.get("sharded"):
         if reference is None:
             raise ValueError(f"checkpoint {checkpoint} has a reference policy but this run keeps none")
         load_model(reference, str(checkpoint / "reference.safetensors"), device=str(device))
     if rm is not None:
         rm.load_state_dict(load_file(checkpoint / "reward_model.safetensors", device=str(rm.device)), strict=False)
-    _load_optimizer(optimizer, load_file(checkpoint / "optimizer.safetensors"), state["optimizer"])
+    if not state.get("sharded"):
+        _load_optimizer(optimizer, load_file(checkpoint / "optimizer.safetensors"), state["optimizer"])
     rng_tensors = load_file(checkpoint / "rng.safetensors")
     torch.set_rng_state(rng_tensors["torch"])
     cuda = [rng_tensors[f"cuda.{i}"] for i in range(sum(k.startswith("cuda.") for k in rng_tensors))]

@@ -18,12 +18,14 @@ from grpo_engine.rollout.forwards import MicroBatch, micro_batch_logprobs
 from grpo_engine.rollout.rollout_labels import Completer
 from grpo_engine.spec.config import RunSpec
 from grpo_engine.train.parallel import Processes
+from grpo_engine.train.sharding import gathered
 
 
 @dataclass
 class Learner:
-    """What a run trains and samples with. ``policy`` and ``optimizer`` are Accelerate-prepared (a LoRA run
-    replaces them at each new iteration, see loading.new_iteration); ``reference`` is None for LoRA (the base
+    """What a run trains and samples with. ``policy`` and ``optimizer`` are Accelerate-prepared, or with sharding
+    'fsdp' the sharded policy and its optimizer (a LoRA run replaces them at each new iteration, see
+    loading.new_iteration); ``reference`` is None for LoRA (the base
     with the adapter off) and with kl_coef 0 (no KL term: no reference is kept); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
     completion; ``prompt`` makes a question the prompt text (the run's prompt_template); ``rm`` the learned
     reward model (reward: model); ``completer`` the model that continues outputs for rollout labels when it is
@@ -48,9 +50,20 @@ class Learner:
     def dev(self) -> torch.device:
         return self.accelerator.device
 
+    @property
+    def sharded(self) -> bool:
+        """Whether the policy is sharded across the run's processes (sharding 'fsdp')."""
+        return self.spec.sharding == "fsdp"
+
     def unwrapped(self):
         """The policy itself, without a data-parallel wrapper."""
         return self.accelerator.unwrap_model(self.policy)
+
+    def gathered(self):
+        """The context of a phase whose forwards of the policy differ in number between processes (sampling,
+        evaluation, the reward model's sampling): a sharded policy's parameters gathered once for it (every process
+        enters it together); nothing for a policy that is not sharded (sharding.gathered)."""
+        return gathered(self.unwrapped())
 
     def autocast(self):
         """The context of the log-prob passes and the update: bf16 autocast when ``scoring_bf16``. Sampling

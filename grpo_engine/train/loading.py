@@ -23,6 +23,7 @@ from grpo_engine.data.math_shepherd import load_math_shepherd
 from grpo_engine.spec.memory import estimate_memory, memory_limit, too_big_message
 from grpo_engine.model.model import disable_dropout, load_policy, resolve_model_path
 from grpo_engine.train.parallel import Processes
+from grpo_engine.train.sharding import shard
 from grpo_engine.report.recorder import Recorder, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample, load_reward_model
 from grpo_engine.rm.rm_training import RewardModelState
@@ -144,6 +145,18 @@ def wrap_lora(policy, rank: int):
     return get_peft_model(policy, config)
 
 
+def unsharded_policy(learner: Learner, weights: dict[str, torch.Tensor]):
+    """A sharded run's policy as one ordinary model on the CPU: its architecture built from its config (LoRA-wrapped
+    as the run's is) and ``weights``, its whole state dict (sharding.full_state_dict), loaded into it."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(learner.unwrapped().config).float()
+    if learner.spec.lora_rank > 0:
+        model = wrap_lora(model, learner.spec.lora_rank)
+    model.load_state_dict(weights)
+    return model
+
+
 def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_params: int | None = None) -> None:
     """Log the estimated memory of the run's weights, gradients, optimizer state and reference (memory.py), and
     refuse (ValueError naming the keys to change) a run on a GPU whose memory it exceeds. ``policy``: loaded,
@@ -162,6 +175,7 @@ def check_memory(policy, spec: RunSpec, bf16: bool, dev: torch.device, log, rm_p
         rm_params=rm_params,
         reference=spec.kl_coef > 0,
         optimizer=spec.optimizer,
+        shards=spec.devices if spec.sharding == "fsdp" else 1,
     )
     log(f"memory estimate (activations not included): {estimate.describe()}")
     if dev.type == "cuda":
@@ -252,9 +266,17 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     else:  # frozen: in bf16 under bf16 autocast, where its forward passes run in bf16 anyway
         recorder.phase("loading reference model")
         reference = copy.deepcopy(policy).eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
+    if spec.sharding == "fsdp":  # sharded before the optimizer is made: its moments are then sharded too
+        recorder.log(
+            f"sharding the policy{' and the reference' if reference is not None else ''} across {procs.n} processes (FSDP2)"
+        )
+        sampling_bf16 = precision.accelerate == "bf16"
+        policy = shard(policy, dev, procs.n, sampling_bf16)
+        reference = shard(reference, dev, procs.n, sampling_bf16) if reference is not None else None
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, spec)
-    policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
+    if spec.sharding != "fsdp":
+        policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
     learner = Learner(
         spec,
         accelerator,

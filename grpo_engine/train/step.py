@@ -29,6 +29,7 @@ from grpo_engine.algo.dynamic_sampling import UPDATE_METRICS, Filled, informativ
 from grpo_engine.algo.objective import grpo_loss, loss_denominator, outcome_advantages, process_advantages
 from grpo_engine.algo.overlong import loss_mask, penalise_overlong
 from grpo_engine.train.learner import Learner, Sampled, Scored, logprobs
+from grpo_engine.train.sharding import local_value
 from grpo_engine.train.step_report import group_records, step_metrics, token_view
 from grpo_engine.report.recorder import GroupRecord
 from grpo_engine.rewards.reward_functions import named_rewards, reward_means
@@ -109,10 +110,11 @@ def carries_signal(learner: Learner, advantages: torch.Tensor) -> bool:
 
 def sample_scored(learner: Learner, batch: list[dict]) -> tuple[Sampled, Scored, float]:
     """Steps 1 and 2 on ``batch``: its outputs, their rewards and advantages, and the seconds sampling took."""
-    t = time.time()
-    sampled = sample(learner, batch)
-    t = time.time() - t
-    return sampled, score(learner, sampled), t
+    with learner.gathered():  # a sharded policy: each process decodes (and labels steps) as far as it needs
+        t = time.time()
+        sampled = sample(learner, batch)
+        t = time.time() - t
+        return sampled, score(learner, sampled), t
 
 
 @torch.no_grad()
@@ -335,7 +337,7 @@ def update(
             kl_sum += stats["kl"].item() * chunk_tokens  # the stats are token means: weight them by tokens
             clip_sum += stats["clip_frac"].item() * chunk_tokens
             entropy_sum += (ent.detach() * mask[c]).sum().item()
-        grad_norm = learner.accelerator.clip_grad_norm_(learner.params, 1.0).item()
+        grad_norm = local_value(learner.accelerator.clip_grad_norm_(learner.params, 1.0))
         if steps:
             optimizer.step()
         per_update += [loss_sum, kl_sum, clip_sum]

@@ -33,13 +33,14 @@ import torch
 
 from grpo_engine.train import checkpoint
 from grpo_engine.spec.config import RunSpec
-from grpo_engine.train.loading import load_learner, new_iteration
+from grpo_engine.train.loading import load_learner, new_iteration, unsharded_policy
 from grpo_engine.report.recorder import EVAL_METRICS, Recorder, StopRequested, TrainStatus, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
 from grpo_engine.train.evaluation import eval_summary, evaluate
 from grpo_engine.train.schedule import learning_rate_at, set_learning_rate
 from grpo_engine.train.learner import Learner
+from grpo_engine.train.sharding import SHARDED_DIR, full_state_dict, save_sharded
 from grpo_engine.train.step import grpo_step
 
 
@@ -271,13 +272,16 @@ class TrainingRun:
     def finish(self) -> dict:
         """Save the trained policy for download (step checkpoints are no longer needed) and end the run."""
         self.recorder.log(f"finished {self.step} steps")
+        learner = self.learner
+        # a sharded policy is gathered whole onto the main process (every process takes part) and saved from there
+        weights = full_state_dict(learner.unwrapped()) if self.checkpoint_dir is not None and learner.sharded else None
         if self.checkpoint_dir is not None and self.procs.main:
             t = time.time()
             self.recorder.phase("saving")
             checkpoint.save_final(
                 self.checkpoint_dir / "final",
-                self.learner.unwrapped(),
-                self.learner.tokenizer,
+                learner.unwrapped() if weights is None else unsharded_policy(learner, weights),
+                learner.tokenizer,
                 lora=self.spec.lora_rank > 0,
             )
             for _, old in checkpoint.step_dirs(self.checkpoint_dir):
@@ -289,9 +293,14 @@ class TrainingRun:
     def save_checkpoint(self, iteration: int) -> None:
         """The main process saves the state, with every process's random states."""
         t = time.time()
-        procs, rm, rm_state = self.procs, self.rm, self.rm_state
+        procs, rm, rm_state, learner = self.procs, self.rm, self.rm_state, self.learner
         states = procs.gather([checkpoint.process_random_state()]) if procs.n > 1 else None
         self.saved_step = self.step
+        reference = learner.reference if iteration > 1 else None
+        sharded = None
+        if learner.sharded:  # every process writes its shards into the main process's new checkpoint directory
+            sharded = procs.from_main(checkpoint.temp_dir(self.checkpoint_dir, self.step) if procs.main else None)
+            save_sharded(sharded / SHARDED_DIR, learner.unwrapped(), learner.optimizer, reference)
         if procs.main:
             self.recorder.phase("saving")
             self.recorder.flush()  # what was reported up to this step is recorded before the checkpoint exists
@@ -299,9 +308,9 @@ class TrainingRun:
                 self.checkpoint_dir,
                 step=self.step,
                 iteration=iteration,
-                policy=self.learner.unwrapped(),
-                optimizer=self.learner.optimizer,
-                reference=self.learner.reference if iteration > 1 else None,
+                policy=learner.unwrapped(),
+                optimizer=learner.optimizer,
+                reference=reference,
                 lora=self.spec.lora_rank > 0,
                 rng=self.rng,
                 rm=rm,
@@ -309,6 +318,7 @@ class TrainingRun:
                 rm_history=rm_state.history if rm is not None else None,
                 keep=self.spec.checkpoint_keep,
                 process_states=states,
+                sharded=sharded,
             )
             self.recorder.checkpoint(self.step, str(path))
             self.recorder.log(f"checkpoint after step {self.step} saved in {time.time() - t:.1f}s")
@@ -319,15 +329,16 @@ class TrainingRun:
         of all the held-out questions (each process's counts summed)."""
         learner, procs = self.learner, self.procs
         mine = self.heldout[procs.rank :: procs.n]
-        shares = evaluate(
-            learner.unwrapped(),
-            learner.tokenizer,
-            learner.prompt,
-            mine,
-            self.spec.max_new_tokens,
-            learner.dev,
-            self.spec.answer_match,
-        )
+        with learner.gathered():
+            shares = evaluate(
+                learner.unwrapped(),
+                learner.tokenizer,
+                learner.prompt,
+                mine,
+                self.spec.max_new_tokens,
+                learner.dev,
+                self.spec.answer_match,
+            )
         counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
         return {k: c / max(1, len(self.heldout)) for k, c in zip(EVAL_METRICS, counts)}
 
@@ -337,23 +348,24 @@ class TrainingRun:
         # one process: stop requests are heeded between batches of this work; several processes wait for the main
         # one here, so they all stop together at the next step boundary instead
         check = stop_check(self.recorder.should_stop) if self.procs.n == 1 else no_check
-        if self.procs.main:
-            metrics = train_reward_model(
-                self.rm,
-                self.rm_state.history,
-                learner.unwrapped(),
-                learner.tokenizer,
-                learner.prompt,
-                self.train_set,
-                self.heldout,
-                self.spec,
-                self.rm_state.rng,
-                learner.dev,
-                self.rm_state.data,
-                check,
-                self.reward_model_progress,
-                learner.completer,
-            )
+        with learner.gathered():  # a sharded policy: the main process samples with it alone
+            if self.procs.main:
+                metrics = train_reward_model(
+                    self.rm,
+                    self.rm_state.history,
+                    learner.unwrapped(),
+                    learner.tokenizer,
+                    learner.prompt,
+                    self.train_set,
+                    self.heldout,
+                    self.spec,
+                    self.rm_state.rng,
+                    learner.dev,
+                    self.rm_state.data,
+                    check,
+                    self.reward_model_progress,
+                    learner.completer,
+                )
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpo_engine.spec.applicability import SEVERAL_PROCESSES
 from grpo_engine.spec.spec_values import RUNTIME, key
 
 
@@ -85,14 +86,28 @@ class RuntimeKeys:
     )
     devices: int = key(
         1,
-        "Processes the run trains on, data-parallel through Accelerate: the worker launches this many, each on its "
-        "own GPU (or CPU processes with device 'cpu'); each samples and scores whole groups of batch_size / devices "
-        "questions, gradients are averaged, metrics combined. batch_size must be a multiple of it.",
+        "Processes the run trains on, launched by the worker through Accelerate, each on its own GPU (or CPU "
+        "processes with device 'cpu'); each samples and scores whole groups of batch_size / devices questions, "
+        "gradients are averaged, metrics combined. Each holds the whole policy, or its share with sharding 'fsdp'. "
+        "batch_size must be a multiple of it.",
         min=1,
         max=64,
         section=RUNTIME,
         fold=True,
-        label="Processes (data-parallel)",
+        label="Processes",
+    )
+    sharding: str = key(
+        "none",
+        "How the run's processes hold the policy: 'none' = each holds all of it (data parallelism: weights, gradients "
+        "and optimizer state on every process); 'fsdp' = fully sharded through torch's FSDP2: each process holds 1 / "
+        "devices of the weights, gradients and optimizer state, and of the frozen reference; a forward gathers one "
+        "layer at a time, the sampler gathers the weights once per sampling (in bf16 on a GPU). For models whose "
+        "full fine-tune does not fit one device.",
+        choices=("none", "fsdp"),
+        section=RUNTIME,
+        fold=True,
+        label="Sharding",
+        applies=SEVERAL_PROCESSES,
     )
     eval_every: int = key(
         10,

@@ -1,0 +1,115 @@
+"""sharding 'fsdp': 2 CPU processes (gloo) launched by the worker through Accelerate, the policy and the reference
+sharded by torch's FSDP2, driven by ``execute_run`` in this process on a fresh SQLite store (as test_distributed.py).
+
+A sharded run must train exactly what the same run unsharded trains. With 2 processes it can, to the last bit but
+for one sum: a gradient is averaged over the processes by a reduce-scatter instead of an all-reduce, (a + b) / 2
+either way, which is exact in binary floating point for two terms; the forwards run on the same gathered weights.
+What can differ is the gradient norm, summed per shard and then across the processes (another order of the same
+squares): a relative difference of about 1e-7 in grad_norm, and through gradient clipping in the update, when it
+clips. The tolerances below (1e-5 relative on the metrics, 1e-5 absolute on the weights) allow that and no more;
+a sampled token that changed would move the metrics by far more.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from app import store
+from app.store.db import session_scope
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.spec.spec_values import SpecError
+from workers.recorder import interrupt
+from workers.runner import execute_run
+
+from tests.test_distributed import COMPARED, _create, _metrics, store_url  # noqa: F401  (store_url: the fixture)
+
+SPEC = {
+    "steps_per_iteration": 5,
+    "batch_size": 4,
+    "group_size": 4,
+    "max_new_tokens": 32,
+    "eval_every": 5,
+    "checkpoint_every": 2,
+    "devices": 2,
+    "device": "cpu",
+    "seed": 3,
+    "micro_batch_size": 4,
+    "policy_updates_per_batch": 2,
+}
+RELATIVE = 1e-5  # on each metric (see the module docstring)
+WEIGHTS = 1e-5  # on each weight of the final policy
+
+
+def _final_weights(tmp_path, run_id: int) -> dict[str, torch.Tensor]:
+    return load_file(tmp_path / "checkpoints" / f"run-{run_id}" / "final" / "model" / "model.safetensors")
+
+
+def _close(a: list[dict], b: list[dict]) -> None:
+    assert [m["step"] for m in a] == [m["step"] for m in b]
+    for x, y in zip(a, b):
+        for k in COMPARED:
+            assert (k in x) == (k in y), (x["step"], k)
+            if k in x:
+                assert x[k] == pytest.approx(y[k], rel=RELATIVE, abs=1e-9), (x["step"], k, x[k], y[k])
+
+
+@pytest.mark.slow
+def test_a_sharded_run_trains_what_data_parallelism_trains_and_resumes_exactly(store_url, tmp_path):  # noqa: F811
+    """The same seed with sharding 'none' and 'fsdp': the same metrics step for step and the same final policy
+    (saved by the sharded run as one ordinary model directory); a sharded run paused after a checkpoint and resumed
+    records what the uninterrupted sharded run records."""
+    plain = _create(store_url, SPEC)
+    assert execute_run(plain) == "completed"
+    sharded = _create(store_url, {**SPEC, "sharding": "fsdp"})
+    assert execute_run(sharded) == "completed"
+    with session_scope(store_url) as s:
+        logs = store.get_logs(s, sharded, 200)
+    assert any("sharding the policy and the reference across 2 processes" in line for line in logs), logs
+    expected = _metrics(store_url, sharded)
+    _close(expected, _metrics(store_url, plain))
+    ours, theirs = _final_weights(tmp_path, sharded), _final_weights(tmp_path, plain)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=WEIGHTS, msg=name)
+
+    paused = _create(store_url, {**SPEC, "sharding": "fsdp"})
+
+    def shut_down_after_step_2():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if any(m["step"] >= 2 for m in _metrics(store_url, paused)):
+                interrupt.set()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=shut_down_after_step_2, daemon=True)
+    watcher.start()
+    try:
+        assert execute_run(paused) == "paused"
+    finally:
+        interrupt.clear()
+        watcher.join()
+    with session_scope(store_url) as s:
+        assert store.get_run(s, paused)["checkpoint_step"] >= 2
+    assert execute_run(paused) == "completed"
+    with session_scope(store_url) as s:
+        assert any("resuming from the checkpoint" in line for line in store.get_logs(s, paused, 200))
+    assert _metrics(store_url, paused) == expected
+
+
+def test_sharding_is_refused_where_it_cannot_run():
+    """fsdp needs several processes; it trains a LoRA adapter for one iteration only; 8-bit moments do not shard."""
+    assert validate_spec({"devices": 2, "sharding": "fsdp"}).sharding == "fsdp"
+    for spec, key in (
+        ({"sharding": "fsdp"}, "sharding"),
+        ({"devices": 2, "sharding": "fsdp", "lora_rank": 4, "iterations": 2}, "sharding"),
+        ({"devices": 2, "sharding": "fsdp", "optimizer": "adamw_8bit"}, "optimizer"),
+    ):
+        with pytest.raises(SpecError) as refused:
+            validate_spec(spec)
+        assert refused.value.key == key
