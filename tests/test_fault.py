@@ -32,9 +32,14 @@ SPEC = {
     "checkpoint_keep": 2,
 }
 KILL_AT = (5, 15, 25)  # the worker is killed once the run has recorded at least this step
+# the sharded run: 2 CPU processes with the policy sharded (FSDP2), its checkpoints written by both
+SHARDED = {**SPEC, "name": "fault-fsdp", "steps_per_iteration": 12, "devices": 2, "device": "cpu", "sharding": "fsdp"}
 
 
-def run_with_kills(tmp_path, env: dict[str, str], database_url: str) -> None:
+def run_with_kills(
+    tmp_path, env: dict[str, str], database_url: str, spec: dict = SPEC, kill_at: tuple[int, ...] = KILL_AT
+) -> None:
+    steps = spec["steps_per_iteration"]
     env = {
         **env,
         "GRPO_LEASE_SECONDS": "4",
@@ -57,9 +62,9 @@ def run_with_kills(tmp_path, env: dict[str, str], database_url: str) -> None:
 
     try:
         client = Client(url, verbose=False)
-        run_id = client.predict(SPEC, api_name="/launch_run")["run_id"]
+        run_id = client.predict(spec, api_name="/launch_run")["run_id"]
         killed_at = []
-        for target in KILL_AT:
+        for target in kill_at:
             worker = start_worker()
             deadline = time.monotonic() + 180
             while (run := client.predict(run_id, api_name="/get_run"))["step"] < target:
@@ -74,19 +79,19 @@ def run_with_kills(tmp_path, env: dict[str, str], database_url: str) -> None:
         assert run["status"] == "completed", f"{run}\n{logs()}"
 
         # every step exactly once, in order, with its B groups (nothing left from the killed attempts)
-        assert [m["step"] for m in client.predict(run_id, api_name="/get_metrics")] == list(range(1, STEPS + 1))
+        assert [m["step"] for m in client.predict(run_id, api_name="/get_metrics")] == list(range(1, steps + 1))
         with session_scope(database_url) as s:
             full = store.get_run(s, run_id)
             run_logs = store.get_logs(s, run_id, limit=1000)
-            for step in range(1, STEPS + 1):
-                assert len(store.list_groups(s, run_id, step)) == SPEC["batch_size"], step
-        assert full["attempts"] == 4 and full["step"] == STEPS, full
-        assert sum("stopped renewing its lease" in line for line in run_logs) == 3, run_logs
+            for step in range(1, steps + 1):
+                assert len(store.list_groups(s, run_id, step)) == spec["batch_size"], step
+        assert full["attempts"] == len(kill_at) + 1 and full["step"] == steps, full
+        assert sum("stopped renewing its lease" in line for line in run_logs) == len(kill_at), run_logs
         resumed = [line for line in run_logs if line.startswith("resuming from the checkpoint after step")]
-        assert len(resumed) == 3, run_logs
+        assert len(resumed) == len(kill_at), run_logs
         for line, killed in zip(resumed, killed_at):  # each resume lost at most the steps since the last checkpoint
             step = int(line.split("after step ")[1].split()[0])
-            assert killed - SPEC["checkpoint_every"] - 1 <= step <= killed, (line, killed_at)
+            assert killed - spec["checkpoint_every"] - 1 <= step <= killed, (line, killed_at)
         final = tmp_path / "checkpoints" / f"run-{run_id}"
         assert (final / "final" / "model" / "model.safetensors").is_file()
         assert not list(final.glob("step-*"))  # step checkpoints removed once the run completed
@@ -114,6 +119,22 @@ def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grp
     )
     try:
         run_with_kills(tmp_path, env, database_url)
+    finally:
+        make_engine(database_url).dispose()
+
+
+@pytest.mark.slow
+def test_a_sharded_run_whose_workers_are_sigkilled_resumes_from_its_shards(tmp_path, grpo_cache_dir):
+    """sharding 'fsdp' on 2 CPU processes, on the embedded store and broker: each fresh worker resumes the run from
+    the distributed checkpoint both processes wrote."""
+    database_url = f"sqlite:///{tmp_path / 'shared' / 'grpo.sqlite'}"
+    env = clean_env(
+        grpo_cache_dir,
+        GRPO_DATABASE_URL=database_url,
+        GRPO_BROKER_URL=f"sqla+sqlite:///{tmp_path / 'shared' / 'broker.sqlite'}",
+    )
+    try:
+        run_with_kills(tmp_path, env, database_url, SHARDED, kill_at=(4, 8))
     finally:
         make_engine(database_url).dispose()
 

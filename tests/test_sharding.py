@@ -113,3 +113,29 @@ def test_sharding_is_refused_where_it_cannot_run():
         with pytest.raises(SpecError) as refused:
             validate_spec(spec)
         assert refused.value.key == key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"lora_rank": 4, "supervision": "process", "reward": "model", "rm_samples": 16},
+        {"iterations": 3, "steps_per_iteration": 2, "reward": "model", "rm_samples": 16, "eval_every": 0},
+    ],
+    ids=["lora-learned-prm", "three-iterations-learned-orm"],
+)
+def test_sharded_runs_with_lora_learned_reward_models_and_reference_resets(store_url, tmp_path, extra):  # noqa: F811
+    """A sharded LoRA run with process supervision and a learned PRM (trained on the main process, which samples
+    with the gathered policy); a sharded full fine-tune over three iterations: two reference resets of the sharded
+    reference, a checkpoint holding it (step 4), the learned ORM refreshed between iterations."""
+    spec = {**SPEC, "sharding": "fsdp", **extra}
+    run_id = _create(store_url, spec)
+    assert execute_run(run_id) == "completed"
+    with session_scope(store_url) as s:
+        metrics = store.get_metrics(s, run_id)
+    total = spec["iterations"] * spec["steps_per_iteration"] if "iterations" in spec else spec["steps_per_iteration"]
+    assert [m["step"] for m in metrics] == list(range(total + 1))  # step 0: the reward model's first training
+    assert all(m["kl"] >= 0 and m["grad_norm"] >= 0 for m in metrics[1:])
+    final = tmp_path / "checkpoints" / f"run-{run_id}" / "final"
+    assert (final / "model" / "model.safetensors").is_file()
+    assert (final / "adapter").is_dir() == ("lora_rank" in extra)
