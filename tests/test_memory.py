@@ -67,7 +67,6 @@ def test_8bit_moments_take_a_quarter_of_the_optimizer_state():
     assert (e.policy, e.gradients, e.reference) == (full.policy, full.gradients, full.reference)
 
 
-
 def test_sharding_splits_the_trained_state_and_gathers_the_policy_once_for_sampling():
     """sharding 'fsdp' across n processes: policy, gradients, optimizer state and reference / n on each, plus the
     whole policy in the sampling dtype (bf16 here) while sampling. Qwen2.5-0.5B, full fine-tune on 4 GPUs: 18 / 4 + 2
