@@ -17,6 +17,7 @@ With one process every method returns its input: no collective is ever called.
 
 from __future__ import annotations
 
+import resource
 from typing import Any
 
 import torch
@@ -72,3 +73,12 @@ class Processes:
     def barrier(self) -> None:
         if self.n > 1:
             torch.distributed.barrier()
+
+
+def peak_memory(device: torch.device) -> int:
+    """This process's peak memory so far, in bytes: on a GPU what torch allocated on it, on the CPU the peak resident
+    set (Linux reports ru_maxrss in KiB). The processes of a run with devices > 1 are started for it, so theirs is
+    the run's."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

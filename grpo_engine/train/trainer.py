@@ -40,6 +40,7 @@ from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
 from grpo_engine.train.evaluation import eval_summary, evaluate
 from grpo_engine.train.schedule import learning_rate_at, set_learning_rate
 from grpo_engine.train.learner import Learner
+from grpo_engine.train.parallel import peak_memory
 from grpo_engine.train.sharding import SHARDED_DIR, full_state_dict, save_sharded
 from grpo_engine.train.step import grpo_step
 
@@ -273,6 +274,10 @@ class TrainingRun:
         """Save the trained policy for download (step checkpoints are no longer needed) and end the run."""
         self.recorder.log(f"finished {self.step} steps")
         learner = self.learner
+        if self.procs.n > 1:
+            peaks = self.procs.gather([peak_memory(learner.dev)])
+            where = "GPU memory" if learner.dev.type == "cuda" else "resident memory"
+            self.recorder.log(f"peak {where} per process: " + ", ".join(f"{p / 1e9:.2f} GB" for p in peaks))
         # a sharded policy is gathered whole onto the main process (every process takes part) and saved from there
         weights = full_state_dict(learner.unwrapped()) if self.checkpoint_dir is not None and learner.sharded else None
         if self.checkpoint_dir is not None and self.procs.main:
