@@ -13,8 +13,9 @@ In order:
    capability, bf16 support). Without a CUDA GPU it says so and exits with status 2 at once.
 2. ``python -m pytest -m gpu -ra`` with this interpreter, from the repository root (skipped with
    --skip-tests): short real runs (outcome and process supervision, LoRA, bf16, a learned reward model,
-   gradient checkpointing, micro-batches) on the built-in model and on a tiny Qwen2 chat model, the engine
-   picking the GPU itself as a worker does. Its output is shown as it runs, then its summary line.
+   gradient checkpointing, micro-batches, 8-bit AdamW) on the built-in model and on a tiny Qwen2 chat model, the
+   engine picking the GPU itself as a worker does; on a machine with 2 GPUs or more, a sharded 2-process run
+   (sharding fsdp over NCCL, bf16 mixed precision; skipped, saying so, with one GPU). Its output is shown as it runs, then its summary line.
 3. bench/vs_trl.py's qwen05b model (Qwen2.5-0.5B's shape, ~494M parameters, random weights) built
    locally with the built-in tokenizer plus ChatML's tokens and chat template, trained --steps (20) steps
    with G 8, B 16, 256 new tokens, bf16 autocast with fp32 weights and optimizer state, through this engine

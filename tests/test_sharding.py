@@ -143,3 +143,20 @@ def test_sharded_runs_with_lora_learned_reward_models_and_reference_resets(store
     final = tmp_path / "checkpoints" / f"run-{run_id}" / "final"
     assert (final / "model" / "model.safetensors").is_file()
     assert (final / "adapter").is_dir() == ("lora_rank" in extra)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_sharded_run_on_two_gpus_trains_in_bf16_and_matches_its_metrics_shape(store_url, tmp_path):  # noqa: F811
+    """On a machine with 2 CUDA GPUs (bench/gpu_check.py runs it): NCCL, FSDP2's bf16 MixedPrecisionPolicy and the
+    sampler's bf16 gathered weights, which the CPU runs above cannot reach. A 1-GPU machine skips it, saying so."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 CUDA GPUs, this machine has {torch.cuda.device_count()}")
+    run_id = _create(store_url, {**SPEC, "device": "gpu", "precision": "auto", "sharding": "fsdp"})
+    assert execute_run(run_id) == "completed"
+    with session_scope(store_url) as s:
+        metrics = store.get_metrics(s, run_id)
+        logs = store.get_logs(s, run_id, 200)
+    assert [m["step"] for m in metrics] == list(range(SPEC["steps_per_iteration"] + 1))
+    assert any("peak GPU memory per process while training" in line for line in logs), logs
+    assert (tmp_path / "checkpoints" / f"run-{run_id}" / "final" / "model" / "model.safetensors").is_file()
