@@ -115,7 +115,8 @@ def _every_tab(page) -> None:
 def test_a_refusal_at_the_bottom_of_the_form_keeps_the_launch_bar_and_its_message_in_view(dashboard):
     """checkpoint_keep, the form's last section, folded, set to 0 and launched: the page scrolls to the marked
     field, and the Launch bar with "Not launched: checkpoint_keep: ..." stays in the window, at 1280 x 900 and
-    1600 x 1000 (screenshots launch-refused-bottom-WIDTH.png)."""
+    1600 x 1000 (screenshots launch-refused-bottom-WIDTH.png). In the same section, Sharding shows once devices is
+    2 (launch-sharding-WIDTH.png)."""
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -145,6 +146,15 @@ def test_a_refusal_at_the_bottom_of_the_form_keeps_the_launch_bar_and_its_messag
                 expect(message).to_be_in_viewport()
                 assert page.evaluate("window.scrollY") > 0  # the form did scroll: the bar stayed on top of it
                 page.screenshot(path=str(ARTIFACTS / f"launch-refused-bottom-{width}.png"))
+                # sharding applies to runs of several processes: hidden with devices 1, shown with 2
+                sharding = page.locator("#spec-sharding")
+                expect(sharding).to_be_hidden()
+                devices = page.locator("#spec-devices input")
+                devices.fill("2")
+                devices.press("Tab")
+                expect(sharding).to_be_visible()
+                sharding.scroll_into_view_if_needed()
+                page.locator(".launch-section").nth(3).screenshot(path=str(ARTIFACTS / f"launch-sharding-{width}.png"))
                 page.close()
         finally:
             browser.close()
