@@ -107,11 +107,10 @@ def test_a_sharded_run_trains_what_data_parallelism_trains_and_resumes_exactly(s
 
 
 def test_sharding_is_refused_where_it_cannot_run():
-    """fsdp needs several processes; it trains a LoRA adapter for one iteration only; 8-bit moments do not shard."""
+    """fsdp needs several processes; 8-bit moments do not shard."""
     assert validate_spec({"devices": 2, "sharding": "fsdp"}).sharding == "fsdp"
     for spec, key in (
         ({"sharding": "fsdp"}, "sharding"),
-        ({"devices": 2, "sharding": "fsdp", "lora_rank": 4, "iterations": 2}, "sharding"),
         ({"devices": 2, "sharding": "fsdp", "optimizer": "adamw_8bit"}, "optimizer"),
     ):
         with pytest.raises(SpecError) as refused:
@@ -123,16 +122,24 @@ def test_sharding_is_refused_where_it_cannot_run():
 @pytest.mark.parametrize(
     "extra",
     [
-        {"lora_rank": 4, "supervision": "process", "reward": "model", "rm_samples": 16},
+        {
+            "lora_rank": 4,
+            "supervision": "process",
+            "reward": "model",
+            "rm_samples": 16,
+            "iterations": 2,
+            "steps_per_iteration": 3,
+        },
         {"iterations": 3, "steps_per_iteration": 2, "reward": "model", "rm_samples": 16, "eval_every": 0},
     ],
     ids=["lora-learned-prm", "three-iterations-learned-orm"],
 )
 def test_sharded_runs_with_lora_learned_reward_models_and_reference_resets(store_url, tmp_path, extra):  # noqa: F811
-    """A sharded LoRA run with process supervision and a learned PRM (trained on the main process, which samples
-    with the gathered policy); a sharded full fine-tune over three iterations: two reference resets of the sharded
+    """A sharded LoRA run over two iterations with process supervision and a learned PRM (trained on the main process,
+    which samples with the gathered policy; the adapter folded into the base and the base sharded again at the
+    reference reset); a sharded full fine-tune over three iterations: two reference resets of the sharded
     reference, a checkpoint holding it (step 4), the learned ORM refreshed between iterations."""
-    spec = {**SPEC, "sharding": "fsdp", **extra}
+    spec = {**SPEC, "sharding": "fsdp", "precision": "auto", **extra}  # auto: bf16 scoring where the CPU has it
     run_id = _create(store_url, spec)
     assert execute_run(run_id) == "completed"
     with session_scope(store_url) as s:

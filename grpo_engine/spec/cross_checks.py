@@ -67,15 +67,8 @@ def check_applicability(spec: RunSpec) -> None:
 
 
 def _check_sharding(spec: RunSpec) -> None:
-    """Refuse, naming the key, what a sharded run cannot do: fold a LoRA adapter into its sharded base between
-    iterations, and bitsandbytes' 8-bit moments (its kernels read whole tensors, not a process's shard)."""
-    if spec.lora_rank > 0 and spec.iterations > 1:
-        raise SpecError(
-            "sharding",
-            f"'fsdp' with a LoRA adapter trains one iteration (the adapter cannot yet be folded into a sharded base "
-            f"at the reference reset), but iterations is {spec.iterations}; use iterations 1, sharding 'none' or "
-            "lora_rank 0",
-        )
+    """Refuse, naming the key, what a sharded run cannot do: bitsandbytes' 8-bit moments (its kernels read whole
+    tensors, not a process's shard)."""
     if spec.optimizer == "adamw_8bit":
         raise SpecError(
             "optimizer",

@@ -23,7 +23,7 @@ from grpo_engine.data.math_shepherd import load_math_shepherd
 from grpo_engine.spec.memory import estimate_memory, memory_limit, too_big_message
 from grpo_engine.model.model import disable_dropout, load_policy, resolve_model_path
 from grpo_engine.train.parallel import Processes
-from grpo_engine.train.sharding import shard
+from grpo_engine.train.sharding import full_state_dict, shard
 from grpo_engine.report.recorder import Recorder, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample, load_reward_model
 from grpo_engine.rm.rm_training import RewardModelState
@@ -379,6 +379,13 @@ def new_iteration(learner: Learner) -> None:
         return
     accelerator = learner.accelerator
     accelerator.free_memory()  # forgets the previous model and optimizer
+    if learner.sharded:  # the adapter is folded into a whole copy on every process, which is then sharded again
+        whole = unsharded_policy(learner, full_state_dict(learner.unwrapped(), everywhere=True))
+        policy = wrap_lora(whole.merge_and_unload().to(learner.dev), learner.spec.lora_rank)
+        policy = shard(policy, learner.dev, learner.procs.n, learner.accelerator.mixed_precision == "bf16")
+        learner.policy, learner.params = policy, [p for p in policy.parameters() if p.requires_grad]
+        learner.optimizer = make_optimizer(learner.params, learner.spec)
+        return
     policy = wrap_lora(learner.unwrapped().merge_and_unload(), learner.spec.lora_rank)
     learner.params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = make_optimizer(learner.params, learner.spec)

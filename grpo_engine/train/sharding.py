@@ -102,12 +102,15 @@ def local_value(t: torch.Tensor) -> float:
     return float(t.full_tensor() if hasattr(t, "full_tensor") else t)
 
 
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def full_state_dict(model: torch.nn.Module, everywhere: bool = False) -> dict[str, torch.Tensor]:
     """Every process calls it: the sharded ``model``'s whole state dict, on the CPU, on the main process ({} on the
-    others): the final policy's weights, saved as one ordinary model directory."""
+    others; on every process with ``everywhere``): the final policy's weights, saved as one ordinary model
+    directory, or a LoRA run's, whose adapter every process folds into its base at a reference reset."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
+    weights = get_model_state_dict(model, options=options)
+    return {k: v.cpu() for k, v in weights.items()} if everywhere else weights
 
 
 def save_sharded(directory: Path, policy, optimizer, reference) -> None:
