@@ -241,7 +241,10 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
             }:
                 resolve_model_path(name, cache_dir, log=recorder.log, progress=building)
         procs.barrier()
-    policy, tokenizer = load_policy(spec.model, cache_dir, dev, log=recorder.log, progress=building)
+    # a sharded run loads the whole model into the CPU's memory, and shard() moves each layer's share to the device:
+    # a model bigger than one GPU never sits whole on one
+    load_dev = torch.device("cpu") if spec.sharding == "fsdp" else dev
+    policy, tokenizer = load_policy(spec.model, cache_dir, load_dev, log=recorder.log, progress=building)
     check()
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
@@ -379,9 +382,9 @@ def new_iteration(learner: Learner) -> None:
         return
     accelerator = learner.accelerator
     accelerator.free_memory()  # forgets the previous model and optimizer
-    if learner.sharded:  # the adapter is folded into a whole copy on every process, which is then sharded again
+    if learner.sharded:  # the adapter is folded into a whole copy in each process's CPU memory, then sharded again
         whole = unsharded_policy(learner, full_state_dict(learner.unwrapped(), everywhere=True))
-        policy = wrap_lora(whole.merge_and_unload().to(learner.dev), learner.spec.lora_rank)
+        policy = wrap_lora(whole.merge_and_unload(), learner.spec.lora_rank)
         policy = shard(policy, learner.dev, learner.procs.n, learner.accelerator.mixed_precision == "bf16")
         learner.policy, learner.params = policy, [p for p in policy.parameters() if p.requires_grad]
         learner.optimizer = make_optimizer(learner.params, learner.spec)

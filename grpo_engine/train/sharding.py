@@ -47,7 +47,8 @@ def decoder_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 def shard(model: torch.nn.Module, device: torch.device, processes: int, bf16_params: bool) -> torch.nn.Module:
     """``model`` fully sharded in place across the ``processes`` of the run (the default process group, which
-    Accelerate started): each decoder block, then the root. ``bf16_params``: forwards and backwards run on bf16
+    Accelerate started): each decoder block, then the root, each unit's share moved to ``device`` as it is sharded
+    (a model loaded into the CPU's memory is never whole on the GPU). ``bf16_params``: forwards and backwards run on bf16
     copies of the gathered parameters, gradients reduced in fp32 (a GPU run in bf16 mixed precision); the shards, the
     gradients' and the optimizer's stay fp32. The parameters are gathered and freed once here, outside inference
     mode, so that the buffers they are gathered into are ordinary tensors (a sampler's inference-mode forward
@@ -108,9 +109,12 @@ def full_state_dict(model: torch.nn.Module, everywhere: bool = False) -> dict[st
     directory, or a LoRA run's, whose adapter every process folds into its base at a reference reset."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
-    weights = get_model_state_dict(model, options=options)
-    return {k: v.cpu() for k, v in weights.items()} if everywhere else weights
+    if everywhere:  # one tensor at a time gathered on the device and copied to the CPU: never the whole model there
+        return {
+            k: (v.full_tensor() if hasattr(v, "full_tensor") else v).cpu()
+            for k, v in get_model_state_dict(model).items()
+        }
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def save_sharded(directory: Path, policy, optimizer, reference) -> None:
