@@ -18,6 +18,7 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
     .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --strict-bonus 0 --format-reward 0.5   # format alone
     .venv/bin/python bench/real_model.py --no-lora --format-reward 0   # the bonus alone
+    .venv/bin/python bench/real_model.py --no-lora --bare-format       # the built-in format reward (a bare "#### N" paid)
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --max-number 0   # numbers up to 60 (each kind's ranges)
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
@@ -49,8 +50,9 @@ INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer
 # answers carry a signal from the first step, and a bonus (bench/strict_bonus.py, STRICT_BONUS) pays a right answer
 # stated after "####", which is what strict accuracy reads; a small format reward paid whatever the answer
 # (FORMAT_REWARD) gives the form a signal before the answers are right: without it seed 1 learned to answer right in
-# prose and strict accuracy stayed near 0.1. A large one (0.5) is collected alone: on seed 0 the outputs shrank to a
-# bare "#### N" within 20 steps (format 1.00, flexible 0.04). micro_batch_size
+# prose and strict accuracy stayed near 0.1. It is paid only after some working (strict_bonus.stated_after_working):
+# the built-in format reward, which pays a bare "#### N" too, was collected alone on seed 0, whose outputs shrank to
+# that (format 1.00, flexible 0.14 -> 0.01 by step 20; --bare-format measures it again). micro_batch_size
 # 8 keeps the update's activations near 1 GB (the whole batch of 32 in one pass: about 8 GB more peak RSS, no faster).
 SPEC = {
     "question_template": INSTRUCTION,
@@ -68,7 +70,7 @@ SPEC = {
     "record_every": 0,
 }
 STRICT_BONUS = 1.0  # stated_right's weight: a right answer after "####" earns 2, a right one in prose 1, a wrong one 0
-FORMAT_REWARD = 0.15  # the built-in format reward's weight: a stated final answer earns 0.15 more, right or wrong
+FORMAT_REWARD = 0.15  # stated_after_working's weight: an answer stated after some working earns 0.15, right or wrong
 MAX_NUMBER = 9  # the generated questions' numbers: single digits (0: each kind's own ranges, up to 60)
 ROWS = 1100  # the generated set; the product holds its last 10% (110 rows) out for evaluation
 PROBLEMS_SEED = 1234  # the generated set's seed: every bench reads the same questions
@@ -270,8 +272,13 @@ def main() -> int:
         type=float,
         default=FORMAT_REWARD,
         metavar="WEIGHT",
-        help=f"the built-in format reward at this weight beside them, paid whatever the answer (default {FORMAT_REWARD:g}; "
-        "0: none)",
+        help="bench/strict_bonus.py's stated_after_working at this weight beside them: an answer stated after some "
+        f"working, paid whatever the answer (default {FORMAT_REWARD:g}; 0: none)",
+    )
+    parser.add_argument(
+        "--bare-format",
+        action="store_true",
+        help="the built-in format reward in its place, which pays a bare '#### N' too",
     )
     parser.add_argument(
         "--max-number",
@@ -305,7 +312,10 @@ def main() -> int:
     bonus = f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_right"
     base["rewards"] = [{"name": "accuracy", "weight": 1.0}]
     base["rewards"] += [{"name": bonus, "weight": args.strict_bonus}] if args.strict_bonus else []
-    base["rewards"] += [{"name": "format", "weight": args.format_reward}] if args.format_reward else []
+    stated = (
+        "format" if args.bare_format else f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_after_working"
+    )
+    base["rewards"] += [{"name": stated, "weight": args.format_reward}] if args.format_reward else []
     base.update(json.loads(args.spec))
     plan = [] if args.lora_only else [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
     if not args.no_lora:
