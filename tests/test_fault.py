@@ -33,7 +33,7 @@ SPEC = {
 }
 KILL_AT = (5, 15, 25)  # the worker is killed once the run has recorded at least this step
 # the sharded run: 2 CPU processes with the policy sharded (FSDP2), its checkpoints written by both
-SHARDED = {**SPEC, "name": "fault-fsdp", "steps_per_iteration": 12, "devices": 2, "device": "cpu", "sharding": "fsdp"}
+SHARDED = {**SPEC, "name": "fault-fsdp", "steps_per_iteration": 9, "devices": 2, "device": "cpu", "sharding": "fsdp"}
 
 
 def run_with_kills(
@@ -125,8 +125,8 @@ def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grp
 
 @pytest.mark.slow
 def test_a_sharded_run_whose_workers_are_sigkilled_resumes_from_its_shards(tmp_path, grpo_cache_dir):
-    """sharding 'fsdp' on 2 CPU processes, on the embedded store and broker: each fresh worker resumes the run from
-    the distributed checkpoint both processes wrote."""
+    """sharding 'fsdp' on 2 CPU processes, on the embedded store and broker: the fresh worker resumes the run from the
+    distributed checkpoint both processes wrote."""
     database_url = f"sqlite:///{tmp_path / 'shared' / 'grpo.sqlite'}"
     env = clean_env(
         grpo_cache_dir,
@@ -134,7 +134,7 @@ def test_a_sharded_run_whose_workers_are_sigkilled_resumes_from_its_shards(tmp_p
         GRPO_BROKER_URL=f"sqla+sqlite:///{tmp_path / 'shared' / 'broker.sqlite'}",
     )
     try:
-        run_with_kills(tmp_path, env, database_url, SHARDED, kill_at=(4, 8))
+        run_with_kills(tmp_path, env, database_url, SHARDED, kill_at=(4,))
     finally:
         make_engine(database_url).dispose()
 
