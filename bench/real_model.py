@@ -221,15 +221,19 @@ def verdict(evals: list[dict]) -> tuple[bool, str]:
 
 
 def plot(curves: dict[str, list[dict]], path: Path) -> None:
-    """Strict, flexible and format share against step, one panel per trial, to ``path`` (PNG)."""
+    """Strict, flexible and format share against step, one panel per trial (three to a row), to ``path`` (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(curves), figsize=(max(6.4, 4.2 * len(curves)), 3.6), sharey=True, squeeze=False)
-    for ax, (label, evals) in zip(axes[0], curves.items()):
+    cols = min(3, len(curves))
+    rows = -(-len(curves) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(6.4, 4.2 * cols), 3.4 * rows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(curves) :]:
+        ax.set_visible(False)
+    for ax, (label, evals) in zip(axes.flat, curves.items()):
         steps = [e["step"] for e in evals]
         for key, style in (("strict", "-o"), ("flexible", "--s"), ("format", ":^")):
             ax.plot(steps, [e[key] for e in evals], style, label=key, markersize=4)
