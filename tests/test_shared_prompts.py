@@ -139,6 +139,10 @@ def _ddp_process(rank: int, port: int, out_dir: str) -> None:
         torch.save({n: p.grad for n, p in model.module.named_parameters()}, f"{out_dir}/grads-{rank}.pt")
     finally:
         dist.destroy_process_group()
+    # The interpreter's teardown is skipped: freeing the DDP reducer, the gloo group's last owner, joins gloo's worker
+    # thread while holding the GIL, and that thread can be waiting for the GIL to free its last work (seen once: the
+    # process hung at exit after saving its gradients).
+    os._exit(0)
 
 
 def test_two_processes_average_the_flat_gradient(tmp_path):
