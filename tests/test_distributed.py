@@ -73,6 +73,26 @@ def _metrics(url: str, run_id: int) -> list[dict]:
         return [{k: m[k] for k in ("step", *COMPARED) if k in m} for m in store.get_metrics(s, run_id)]
 
 
+def pause_after_step(url: str, run_id: int, step: int) -> str:
+    """Run ``run_id`` here, shutting its worker down (as SIGTERM would) once it has recorded ``step``; its status."""
+
+    def shut_down():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if any(m["step"] >= step for m in _metrics(url, run_id)):
+                interrupt.set()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=shut_down, daemon=True)
+    watcher.start()
+    try:
+        return execute_run(run_id)
+    finally:
+        interrupt.clear()
+        watcher.join()
+
+
 @pytest.mark.slow
 def test_two_processes_pause_and_resume_exactly(store_url, tmp_path):
     """A 2-process run stopped by its worker's shutdown pauses with a checkpoint of both processes' random
@@ -85,22 +105,7 @@ def test_two_processes_pause_and_resume_exactly(store_url, tmp_path):
         assert len(store.list_groups(s, whole, 30)) == SPEC["batch_size"]  # both processes' groups, gathered
 
     paused = _create(store_url, SPEC)
-
-    def shut_down_after_step_3():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if any(m["step"] >= 3 for m in _metrics(store_url, paused)):
-                interrupt.set()
-                return
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=shut_down_after_step_3, daemon=True)
-    watcher.start()
-    try:
-        assert execute_run(paused) == "paused"
-    finally:
-        interrupt.clear()
-        watcher.join()
+    assert pause_after_step(store_url, paused, 3) == "paused"
     with session_scope(store_url) as s:
         run = store.get_run(s, paused)
         assert run["status"] == "queued" and 3 <= run["checkpoint_step"] < 30

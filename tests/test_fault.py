@@ -109,8 +109,8 @@ def test_sigkilled_workers_on_postgres_and_redis(tmp_path, grpo_cache_dir, postg
     run_with_kills(tmp_path, env, postgres_url)
 
 
-@pytest.mark.slow
-def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grpo_cache_dir):
+def run_with_kills_embedded(tmp_path, grpo_cache_dir, spec: dict = SPEC, kill_at: tuple[int, ...] = KILL_AT) -> None:
+    """run_with_kills on the embedded SQLite store and SQLite broker, shared by every worker."""
     database_url = f"sqlite:///{tmp_path / 'shared' / 'grpo.sqlite'}"
     env = clean_env(
         grpo_cache_dir,
@@ -118,25 +118,21 @@ def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grp
         GRPO_BROKER_URL=f"sqla+sqlite:///{tmp_path / 'shared' / 'broker.sqlite'}",
     )
     try:
-        run_with_kills(tmp_path, env, database_url)
+        run_with_kills(tmp_path, env, database_url, spec, kill_at)
     finally:
         make_engine(database_url).dispose()
+
+
+@pytest.mark.slow
+def test_sigkilled_workers_on_the_embedded_sqlite_store_and_broker(tmp_path, grpo_cache_dir):
+    run_with_kills_embedded(tmp_path, grpo_cache_dir)
 
 
 @pytest.mark.slow
 def test_a_sharded_run_whose_workers_are_sigkilled_resumes_from_its_shards(tmp_path, grpo_cache_dir):
     """sharding 'fsdp' on 2 CPU processes, on the embedded store and broker: the fresh worker resumes the run from the
     distributed checkpoint both processes wrote."""
-    database_url = f"sqlite:///{tmp_path / 'shared' / 'grpo.sqlite'}"
-    env = clean_env(
-        grpo_cache_dir,
-        GRPO_DATABASE_URL=database_url,
-        GRPO_BROKER_URL=f"sqla+sqlite:///{tmp_path / 'shared' / 'broker.sqlite'}",
-    )
-    try:
-        run_with_kills(tmp_path, env, database_url, SHARDED, kill_at=(4,))
-    finally:
-        make_engine(database_url).dispose()
+    run_with_kills_embedded(tmp_path, grpo_cache_dir, SHARDED, kill_at=(4,))
 
 
 @pytest.mark.slow

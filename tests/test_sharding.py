@@ -15,9 +15,6 @@ token that changed would move the metrics by far more.
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -26,10 +23,9 @@ from app import store
 from app.store.db import session_scope
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.spec.spec_values import SpecError
-from workers.recorder import interrupt
 from workers.runner import execute_run
 
-from tests.test_distributed import COMPARED, _create, _metrics, store_url  # noqa: F401  (store_url: the fixture)
+from tests.test_distributed import COMPARED, _create, _metrics, pause_after_step, store_url  # noqa: F401  (store_url: the fixture)
 
 SPEC = {
     "steps_per_iteration": 3,
@@ -85,21 +81,7 @@ def test_a_sharded_run_trains_what_data_parallelism_trains_and_resumes_exactly(s
 
     paused = _create(store_url, {**SPEC, "sharding": "fsdp"})
 
-    def shut_down_after_step_4():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if any(m["step"] >= 4 for m in _metrics(store_url, paused)):
-                interrupt.set()
-                return
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=shut_down_after_step_4, daemon=True)
-    watcher.start()
-    try:
-        assert execute_run(paused) == "paused"
-    finally:
-        interrupt.clear()
-        watcher.join()
+    assert pause_after_step(store_url, paused, 4) == "paused"
     with session_scope(store_url) as s:
         assert store.get_run(s, paused)["checkpoint_step"] >= 4  # in iteration 2: the reference is in it
     assert execute_run(paused) == "completed"

@@ -74,10 +74,6 @@ def fsdp_modules(model: torch.nn.Module) -> list:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    return bool(fsdp_modules(model))
-
-
 @contextmanager
 def gathered(model: torch.nn.Module) -> Iterator[None]:
     """For the body, ``model``'s parameters all-gathered (once: every process must enter together) and kept, so that
