@@ -39,6 +39,25 @@ class PauseAt(MemoryRecorder):
         return "pause" if self.at is not None and done == self.at else False
 
 
+class LostAt(PauseAt):
+    """Says "lost" (its worker is gone, or another worker took the run over) once step ``at`` is recorded."""
+
+    def should_stop(self):
+        return "lost" if super().should_stop() else False
+
+
+def test_an_attempt_that_lost_its_run_writes_no_checkpoint(grpo_cache_dir, tmp_path):
+    """Lost while step 2 ran: the attempt ends that step but leaves the checkpoint directory, from which a fresh
+    worker may already be resuming, alone; it stops at the step boundary."""
+    lost = LostAt(2)
+    result = train(validate_spec(BASE), lost, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)
+    assert result["status"] == "cancelled" and result["step"] == 2
+    assert lost.checkpoints == [] and checkpoint.latest(tmp_path) is None
+    paused = PauseAt(2)  # the same boundary with "pause" does save
+    train(validate_spec(BASE), paused, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "paused")
+    assert paused.checkpoints == [2]
+
+
 def metrics_by_step(recorder) -> dict[int, dict]:
     return {m["step"]: {k: v for k, v in m.items() if k in COMPARED} for m in recorder.metrics}
 

@@ -369,6 +369,19 @@ def test_a_tick_that_read_the_pickers_before_a_launch_keeps_the_launched_run_sho
     assert compared.constructor_args["value"] == [first] and manage.constructor_args["value"] is None
 
 
+def test_an_event_that_read_a_deleted_run_from_a_picker_reaches_its_listener_as_no_pick():
+    """The refresh after a delete took run 2 out of the choices before a tick sent with run 2 picked was run: the
+    run pickers hand that tick's listeners None (or the list without run 2) where gr.Dropdown refuses the event,
+    and the page still draws them with gr.Dropdown's component."""
+    from app.web.tabs.shared import RunPicker
+
+    single = RunPicker([("#1 older (completed)", 1)], value=1)
+    several = RunPicker([("#1 older (completed)", 1)], value=[1], multiselect=True)
+    assert (single.preprocess(2), single.preprocess(1), single.preprocess(None)) == (None, 1, None)
+    assert several.preprocess([1, 2]) == [1] and several.preprocess([2]) == []
+    assert single.get_block_name() == several.get_block_name() == "dropdown"
+
+
 # ---- the endpoints, on a live server ------------------------------------------------------------------
 
 

@@ -20,7 +20,8 @@ The worker and the processes talk through a control directory:
     launch.log     everything the processes printed
 
 The main process also stops (as "lost") when the worker that launched it is gone, so a killed worker
-leaves no process behind that keeps its lease alive.
+leaves no process behind that keeps its lease alive; the step in flight then ends without writing a checkpoint
+(grpo_engine.train.trainer.TrainingRun.owns_run), as the worker that takes the run over may be resuming from them.
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ class TrainingRun:
                 f"step {step}/{spec.total_steps}: reward_mean {metrics['reward_mean']:.3f}, {kl}, "
                 f"{eval_summary(metrics)}"
             )
-        if self.checkpointing and step % spec.checkpoint_every == 0 and step < spec.total_steps:
+        if self.checkpointing and step % spec.checkpoint_every == 0 and step < spec.total_steps and self.owns_run():
             self.save_checkpoint(iteration)
             self.training_phase()
 
@@ -297,6 +297,13 @@ class TrainingRun:
             self.recorder.log(f"final policy saved in {time.time() - t:.1f}s")
         self.procs.barrier()
         return {"status": TrainStatus.COMPLETED, "step": self.step, "metrics": self.metrics}
+
+    def owns_run(self) -> bool:
+        """Whether this attempt may still write the run's checkpoints: not once it has lost the run (its worker is
+        gone, or another worker took the run over). A step in flight when its worker was killed ends, but the fresh
+        worker that takes the run over may already be resuming from the checkpoint directory, which the orphaned
+        processes then leave alone. Every process gets the main process's answer: a sharded save is collective."""
+        return self.procs.from_main(self.recorder.should_stop()) != "lost"
 
     def save_checkpoint(self, iteration: int) -> None:
         """The main process saves the state, with every process's random states."""

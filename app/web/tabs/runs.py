@@ -11,7 +11,7 @@ import gradio as gr
 from app.service import api, manage_api
 from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 from app.core.run_status import RunStatus
-from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
+from app.web.tabs.shared import PRIVATE, QUIET, RunPicker, Shared, attempt, error_html
 
 # The table's clicks, sent to the server as a click event with {run_id, action}: "manage" on a row's Manage
 # button (the Manage area then scrolls into view), "open" anywhere else in the row, or Enter on a focused row.
@@ -100,7 +100,7 @@ def _build_manage() -> Manage:
     Delete, the delete confirmation and a message line."""
     with gr.Accordion("Manage a run", open=False, elem_id="runs-manage") as accordion:
         with gr.Row(equal_height=True):
-            select = gr.Dropdown([], value=None, label="Run", elem_id="manage-run", scale=2)
+            select = RunPicker([], value=None, label="Run", elem_id="manage-run", scale=2)
             name = gr.Textbox(label="Name", max_length=manage_api.NAME_MAX, elem_id="manage-name", scale=2)
             tags = gr.Textbox(
                 label="Tags (comma-separated)", placeholder="baseline, lr-sweep", elem_id="manage-tags", scale=2

@@ -34,6 +34,24 @@ PRIVATE = dict(api_visibility="private")  # the UI's own listeners: not part of 
 QUIET = dict(api_visibility="private", show_progress="hidden")  # timer refreshes: no spinner
 
 
+class RunPicker(gr.Dropdown):
+    """A picker of runs: gr.Dropdown in the page, except for what it hands its listeners. An event reads the picker
+    when the browser sends it; when a run is deleted, the Runs tab's refresh can take it out of the choices before
+    an event sent earlier (a tick's redraw) is run, and gr.Dropdown would refuse that event. Here a value no
+    longer among the choices reaches the listener as no pick (None; left out of a multiselect's list), which every
+    listener already handles, and the refresh moves the picker itself."""
+
+    is_template = True  # the page draws it with gr.Dropdown's own component
+
+    def preprocess(self, payload):
+        present = [value for _, value in self.choices]
+        if isinstance(payload, list):
+            payload = [value for value in payload if value in present]
+        elif payload not in present:
+            payload = None
+        return super().preprocess(payload)
+
+
 @dataclass(frozen=True)
 class Attempt:
     """What a service call gave a tab: its ``value``, or ``error``, the refusal's message with its secrets masked."""
@@ -86,9 +104,9 @@ def make_shared(demo: gr.Blocks, tabs: gr.Tabs) -> Shared:
         tabs=tabs,
         timer=gr.Timer(REFRESH_SECONDS, render=False),
         store_seen=gr.State(None, render=False),
-        run_select=gr.Dropdown([], value=None, label="Run", elem_id="run-select", render=False),
-        groups_run_select=gr.Dropdown([], value=None, label="Run", elem_id="groups-run-select", render=False),
-        compare_select=gr.Dropdown([], value=[], multiselect=True, label="Runs", elem_id="compare-runs", render=False),
+        run_select=RunPicker([], value=None, label="Run", elem_id="run-select", render=False),
+        groups_run_select=RunPicker([], value=None, label="Run", elem_id="groups-run-select", render=False),
+        compare_select=RunPicker([], value=[], multiselect=True, label="Runs", elem_id="compare-runs", render=False),
         gradient_chart=gr.HTML(elem_id="gradient-chart", js_on_load=CHART_CLICK_JS, render=False),
     )
 

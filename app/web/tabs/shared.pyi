@@ -1,0 +1,139 @@
+"""What the dashboard's tabs share: the components that more than one tab reads or writes, and the listener
+options of the UI's own events.
+
+app.web.ui.build_ui makes one :class:`Shared` and hands it to each tab builder (app/tab_*.py). The run pickers
+and the timer are made here unrendered: the tab they belong to places its picker (``.render()``), build_ui
+places the timer after the tabs, and a tab built earlier (Launch, Runs) can already name them in its
+listeners. So is the Run tab's gradient chart: the Run tab places and redraws it, the Groups tab (built later)
+answers its clicks.
+
+The timer's tick only looks at the store (:func:`store_state`, a few bytes); the tabs refresh on a change of
+``store_seen``, so a page open while nothing runs redraws nothing and costs one small request a tick.
+
+Every tab calls the service through :func:`attempt` and shows a refusal with :func:`error_html`: one place masks
+the secrets in a refusal's message (as app.web.endpoints.call_api does for the API's clients) and escapes it.
+"""
+
+import hashlib
+import html
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gradio as gr
+
+from app.core import auth
+from app.service import api
+from app.web.views.diagnose import CHART_CLICK_JS
+from app.core.run_status import ACTIVE_STATUSES
+
+REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
+IDLE_REFRESH_SECONDS = 10.0  # its period while none is: a run launched elsewhere shows within this
+PRIVATE = dict(api_visibility="private")  # the UI's own listeners: not part of the API
+QUIET = dict(api_visibility="private", show_progress="hidden")  # timer refreshes: no spinner
+
+from gradio.events import Dependency
+
+class RunPicker(gr.Dropdown):
+    """A picker of runs: gr.Dropdown in the page, except for what it hands its listeners. An event reads the picker
+    when the browser sends it; when a run is deleted, the Runs tab's refresh can take it out of the choices before
+    an event sent earlier (a tick's redraw) is run, and gr.Dropdown would refuse that event. Here a value no
+    longer among the choices reaches the listener as no pick (None; left out of a multiselect's list), which every
+    listener already handles, and the refresh moves the picker itself."""
+
+    is_template = True  # the page draws it with gr.Dropdown's own component
+
+    def preprocess(self, payload):
+        present = [value for _, value in self.choices]
+        if isinstance(payload, list):
+            payload = [value for value in payload if value in present]
+        elif payload not in present:
+            payload = None
+        return super().preprocess(payload)
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What a service call gave a tab: its ``value``, or ``error``, the refusal's message with its secrets masked."""
+
+    value: Any = None
+    error: str | None = None  # None: the call was not refused
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call returned (was not refused)."""
+        return self.error is None
+
+
+def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Attempt:
+    """``fn(*args, **kwargs)`` with a refusal (api.ApiError) caught as the attempt's masked ``error``; any other
+    exception propagates. For example ``got = attempt(api.get_run, run_id)``, then ``got.value`` if ``got.ok``,
+    else ``error_html(got.error)``."""
+    try:
+        return Attempt(value=fn(*args, **kwargs))
+    except api.ApiError as e:
+        return Attempt(error=auth.mask_secrets(str(e)))
+
+
+def error_html(message: str, css_class: str = "error", prefix: str = "", data: dict[str, str] | None = None) -> str:
+    """``message`` after ``prefix``, escaped, in a ``<div>`` of ``css_class`` with a ``data-<name>`` attribute per
+    item of ``data``. For example ``error_html(got.error, "run-error")``."""
+    attributes = "".join(f' data-{name}="{html.escape(value)}"' for name, value in (data or {}).items())
+    return f'<div class="{css_class}"{attributes}>{html.escape(prefix + message)}</div>'
+
+
+@dataclass(frozen=True)
+class Shared:
+    """The cross-tab components: opening a run switches tabs and sets the run pickers, and the timer
+    refreshes the Runs table, the Run view and the Groups steps."""
+
+    demo: gr.Blocks  # its load event fills the page on opening
+    tabs: gr.Tabs  # a listener selects "run" or "launch" through it
+    timer: gr.Timer  # every REFRESH_SECONDS (IDLE_REFRESH_SECONDS while nothing runs) it sets store_seen
+    store_seen: gr.State  # store_state() at the last tick: the tabs' refreshes listen to its change
+    run_select: gr.Dropdown  # the Run tab's run
+    groups_run_select: gr.Dropdown  # the Groups tab's run, kept equal to the Run tab's
+    compare_select: gr.Dropdown  # the Compare tab's runs (several)
+    gradient_chart: gr.HTML  # the Run tab's "Where the gradient comes from"; a click opens groups in the Groups tab
+
+
+def make_shared(demo: gr.Blocks, tabs: gr.Tabs) -> Shared:
+    """The shared components of ``demo``, whose tabs are ``tabs``; the pickers and the timer are still to render."""
+    return Shared(
+        demo=demo,
+        tabs=tabs,
+        timer=gr.Timer(REFRESH_SECONDS, render=False),
+        store_seen=gr.State(None, render=False),
+        run_select=RunPicker([], value=None, label="Run", elem_id="run-select", render=False),
+        groups_run_select=RunPicker([], value=None, label="Run", elem_id="groups-run-select", render=False),
+        compare_select=RunPicker([], value=[], multiselect=True, label="Runs", elem_id="compare-runs", render=False),
+        gradient_chart=gr.HTML(elem_id="gradient-chart", js_on_load=CHART_CLICK_JS, render=False),
+    )
+
+
+def tick(seen: str | None) -> tuple[str, object]:
+    """The timer's tick: the store's state (:func:`store_state`) for ``store_seen``, and the timer's period
+    when it must change (REFRESH_SECONDS while a run is queued or running, IDLE_REFRESH_SECONDS otherwise)."""
+    state = store_state()
+    active = "@" in state
+    if seen is not None and ("@" in seen) == active:
+        return state, gr.skip()
+    return state, gr.Timer(REFRESH_SECONDS if active else IDLE_REFRESH_SECONDS)
+
+
+def store_state() -> str:
+    """What the views draw from, in a few bytes: a digest of every run's row (status, step, phase, name, tags,
+    archived; a deleted or new run changes it too) and of the newest metric, group and log line, and, while a
+    run is queued or running, the time of the tick, so that its elapsed time is redrawn on every tick. While
+    nothing is queued or running and nothing is written it stays the same from tick to tick: nothing is
+    redrawn."""
+    runs, writes = api.store_snapshot()
+    active = any(run["status"] in ACTIVE_STATUSES for run in runs)
+    rows = json.dumps([runs, writes], sort_keys=True, default=str)
+    return hashlib.sha1(rows.encode()).hexdigest() + (f"@{time.time():.1f}" if active else "")
