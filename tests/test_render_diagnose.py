@@ -1,7 +1,7 @@
-"""The diagnosis renderers (app.web.views.diagnose) on hand-made metric rows, search results and question histories:
-the gradient chart's bars and their data attributes, the binning of many steps, the zero-spread line only where it
-tells something, the token shares; the results table and pager; the question's history, user text escaped; and
-what each shows with nothing recorded."""
+"""The diagnosis renderers (app.web.views.diagnose, app.web.views.question_history) on hand-made metric rows, search
+results and question histories: the gradient chart's bars and their data attributes, the binning of many steps, the
+zero-spread line only where it tells something, the token shares; the results table and pager; the question's
+history, user text escaped; and what each shows with nothing recorded."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from app.web.views.diagnose import (
     gradient_chart_html,
     mark_sample,
     pager_text,
-    question_history_html,
     samples_frame,
-    share_line_svg,
     verdict_text,
 )
+from app.web.views.question_history import question_history_html, share_line_svg
 
 
 def _row(step: int, right: int, wrong: int, mixed: int, zero: int | None = None, **more) -> dict:

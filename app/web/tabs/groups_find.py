@@ -3,7 +3,8 @@ result shows its group, the sample marked), "This question through time" (the sh
 and in other runs on its dataset), and what a click on the Run tab's gradient chart opens (those groups, found).
 
 app.web.tabs.groups places them (:func:`build_find`, :func:`build_history`) and wires them (:func:`wire_find`,
-:func:`wire_history`); the searches are app.service.diagnose_api's, the views app.web.views.diagnose's.
+:func:`wire_history`); the searches are app.service.diagnose_api's, the views app.web.views.diagnose's and
+app.web.views.question_history's.
 """
 
 from dataclasses import dataclass
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.service import api, diagnose_api
-from app.web.views.diagnose import mark_sample, pager_text, question_history_html, samples_frame
+from app.web.views.diagnose import mark_sample, pager_text, samples_frame
+from app.web.views.question_history import question_history_html
 from app.web.views.group import group_html
 from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
 

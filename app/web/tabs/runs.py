@@ -11,7 +11,8 @@ import gradio as gr
 from app.service import api, manage_api
 from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 from app.core.run_status import RunStatus
-from app.web.tabs.shared import PRIVATE, QUIET, RunPicker, Shared, attempt, error_html
+from app.web.run_picker import RunPicker
+from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
 
 # The table's clicks, sent to the server as a click event with {run_id, action}: "manage" on a row's Manage
 # button (the Manage area then scrolls into view), "open" anywhere else in the row, or Enter on a focused row.

@@ -25,6 +25,7 @@ import gradio as gr
 
 from app.core import auth
 from app.service import api
+from app.web.run_picker import RunPicker
 from app.web.views.diagnose import CHART_CLICK_JS
 from app.core.run_status import ACTIVE_STATUSES
 
@@ -32,24 +33,6 @@ REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
 IDLE_REFRESH_SECONDS = 10.0  # its period while none is: a run launched elsewhere shows within this
 PRIVATE = dict(api_visibility="private")  # the UI's own listeners: not part of the API
 QUIET = dict(api_visibility="private", show_progress="hidden")  # timer refreshes: no spinner
-
-
-class RunPicker(gr.Dropdown):
-    """A picker of runs: gr.Dropdown in the page, except for what it hands its listeners. An event reads the picker
-    when the browser sends it; when a run is deleted, the Runs tab's refresh can take it out of the choices before
-    an event sent earlier (a tick's redraw) is run, and gr.Dropdown would refuse that event. Here a value no
-    longer among the choices reaches the listener as no pick (None; left out of a multiselect's list), which every
-    listener already handles, and the refresh moves the picker itself."""
-
-    is_template = True  # the page draws it with gr.Dropdown's own component
-
-    def preprocess(self, payload):
-        present = [value for _, value in self.choices]
-        if isinstance(payload, list):
-            payload = [value for value in payload if value in present]
-        elif payload not in present:
-            payload = None
-        return super().preprocess(payload)
 
 
 @dataclass(frozen=True)
