@@ -9,8 +9,9 @@ squares): a relative difference of about 1e-7 in grad_norm, and through gradient
 clips, a difference of the order of 1e-8 in the weights. The comparison runs in fp32 (``precision: fp32``): under bf16
 autocast such a difference can flip one bf16 rounding of a log-prob (2^-8 relative), which shows in the loss and KL
 (bench/sharding_memory.py measured 3.6e-3 relative on SmolLM2 at step 5, with weights 6e-8 apart). The tolerances
-below (1e-5 relative on the metrics, 1e-5 absolute on the weights) allow the fp32 differences and no more; a sampled
-token that changed would move the metrics by far more.
+below allow the fp32 differences and no more: 1e-5 relative on the metrics, or 1e-7 absolute, the round-off of terms
+of order 1, for a metric that is a near-cancelling sum of them (the loss was -3.7e-4 at step 5, 4e-9 apart: 1.1e-5
+relative); 1e-5 absolute on the weights. A sampled token that changed would move the metrics by far more.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ SPEC = {
     "precision": "fp32",
 }
 RELATIVE = 1e-5  # on each metric (see the module docstring)
+ABSOLUTE = 1e-7  # on each metric: a near-cancelling sum of terms of order 1, as the loss can be
 WEIGHTS = 1e-5  # on each weight of the final policy
 
 
@@ -56,7 +58,7 @@ def _close(a: list[dict], b: list[dict]) -> None:
         for k in COMPARED:
             assert (k in x) == (k in y), (x["step"], k)
             if k in x:
-                assert x[k] == pytest.approx(y[k], rel=RELATIVE, abs=1e-9), (x["step"], k, x[k], y[k])
+                assert x[k] == pytest.approx(y[k], rel=RELATIVE, abs=ABSOLUTE), (x["step"], k, x[k], y[k])
 
 
 @pytest.mark.slow
