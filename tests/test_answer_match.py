@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_engine.rewards.reward_functions import accuracy_reward, format_reward, named_rewards
+from grpo_engine.rewards.builtin_rewards import accuracy_reward, format_reward
+from grpo_engine.rewards.reward_functions import named_rewards
 from grpo_engine.rewards.reward_preview import preview
 from grpo_engine.rewards.rewards import final_answer, last_number, outcome_reward
 

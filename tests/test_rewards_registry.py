@@ -12,16 +12,16 @@ from app.web.views.charts import chart_panels
 from app.web.views.group import _verdicts
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.report.recorder import METRICS
-from grpo_engine.rewards.reward_functions import (
+from grpo_engine.rewards.builtin_rewards import (
     BUILTINS,
     accuracy_reward,
+    format_after_working_reward,
     format_reward,
     length_reward,
-    named_rewards,
     repetition_reward,
-    reward_means,
-    score_outputs,
+    strict_correct_reward,
 )
+from grpo_engine.rewards.reward_functions import named_rewards, reward_means, score_outputs
 
 
 def test_accuracy_is_the_verifier():
@@ -34,6 +34,43 @@ def test_accuracy_is_the_verifier():
 def test_format_rewards_a_stated_final_answer_right_or_wrong():
     assert format_reward("q", "blah\n#### 99", "14") == 1.0
     assert format_reward("q", "the answer is 14", "14") == 0.0
+
+
+@pytest.mark.parametrize(
+    "completion, strict_correct, after_working",
+    [
+        ("Tom has 3 + 5 = 8 apples.\n#### 8", 1.0, 1.0),  # right, stated after 7 words
+        ("Tom has 3 + 5 = 9 apples.\n#### 9", 0.0, 1.0),  # wrong, stated after working: the form is paid
+        ("#### 8", 1.0, 0.0),  # right, bare: no working
+        ("So 8\n#### 8", 1.0, 0.0),  # 2 words are not working
+        ("one two three four five\n#### 8", 1.0, 1.0),  # exactly MIN_WORKING_WORDS
+        ("Tom has 3 + 5 = 8 apples.", 0.0, 0.0),  # right in prose: neither pays
+        ("We add them: 3 + 5 gives \\boxed{8}", 1.0, 1.0),  # a boxed answer: the words before the box
+        ("\\boxed{8}", 1.0, 0.0),
+        ("Tom has 3 + 5 = 8 apples.\n#### 8\nThanks!", 0.0, 0.0),  # text after the #### line: no strict answer
+    ],
+)
+def test_strict_form_rewards_pay_only_with_an_answer_or_after_working(completion, strict_correct, after_working):
+    assert strict_correct_reward("q", completion, "8") == strict_correct
+    assert format_after_working_reward("q", completion, "8") == after_working
+    # strict_correct ignores the run's rule: a prose answer is right under flexible but earns no strict bonus
+    assert strict_correct_reward("q", completion, "8", answer_match="flexible", correct=1.0) == strict_correct
+
+
+def test_the_cpu_recipe_ranks_a_stated_right_answer_over_prose_over_a_bare_form():
+    """The recipe of the CPU word-problems preset: accuracy 1 (flexible) + strict_correct 1 + format_after_working
+    0.15. A right answer after working and '####' earns 2.15, the same in prose 1, a wrong one stated after working
+    0.15, a bare right '#### 8' 2 and a bare wrong one 0: the form alone is worth at most 0.15."""
+    rewards = [
+        {"name": "accuracy", "weight": 1.0},
+        {"name": "strict_correct", "weight": 1.0},
+        {"name": "format_after_working", "weight": 0.15},
+    ]
+    texts = ["Tom has 3 + 5 = 8 apples.\n#### 8", "Tom has 3 + 5 = 8 apples.", "Tom has 3 + 5 = 9 apples.\n#### 9"]
+    texts += ["#### 8", "#### 9"]
+    outputs = [{"question": "q", "completion": t, "reference": "8", "row": {"answer_match": "flexible"}} for t in texts]
+    totals = [round(total, 4) for total, _ in score_outputs(rewards, outputs)]
+    assert totals == [2.15, 1.0, 0.15, 2.0, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -156,7 +193,7 @@ def test_rewards_from_the_form_as_json_text_and_round_trip():
     assert spec.rewards == [{"name": "length", "weight": 0.5}, {"name": "accuracy", "weight": 1.0}]
     assert validate_spec(spec.to_dict()) == spec
     assert validate_spec({"rewards": ""}).rewards == [] == validate_spec({}).rewards
-    assert set(BUILTINS) == {"accuracy", "format", "length", "repetition"}
+    assert set(BUILTINS) == {"accuracy", "format", "length", "repetition", "strict_correct", "format_after_working"}
 
 
 def test_reward_metrics_are_charted_in_the_reward_panel_and_not_required_every_step():

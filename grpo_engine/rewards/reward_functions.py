@@ -25,100 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grpo_engine.rewards.rewards import extract_final_answer, outcome_reward
+from grpo_engine.rewards.builtin_rewards import BUILTINS
 
 ENTRY_POINT_GROUP = "grpo_dashboard.rewards"  # where installed packages declare their reward functions
 SWITCH = "GRPO_ALLOW_CUSTOM_REWARDS"  # the operator's switch for custom rewards (dashboard and workers)
 MAX_NAME = 1000  # the longest reward name (a file path and a function)
 SHOWN_CHARS = 200  # how much of a question or a completion a failed reward's error quotes
-
-# length: the cosine schedule's end values (Demystifying Long CoT, Yeo et al. 2025; TRL's get_cosine_scaled_reward)
-COSINE_CORRECT = (1.0, 0.5)  # a right answer: reward at length 0, reward at max_new_tokens and beyond
-COSINE_WRONG = (-1.0, -0.5)  # a wrong one: the same two ends (longer is penalised less)
-CHARS_PER_TOKEN = 4  # length without a token count (the Launch tab's preview): characters / 4
-REPETITION_N = 3  # repetition: n-grams of this many words
-REPETITION_MAX_PENALTY = 1.0  # repetition: the reward of an output that only repeats one n-gram is about -this
-
-
-# ---- the built-ins ----------------------------------------------------------------------------------
-
-
-def _correct(completion: str, reference: str, row: dict) -> float:
-    """The verifier's verdict: ``row["correct"]`` when the engine passes it (judged under the run's answer_match),
-    else computed (rewards.outcome_reward) under ``row["answer_match"]`` ('strict' when it is not given)."""
-    if row.get("correct") is not None:
-        return float(row["correct"])
-    return outcome_reward(completion, reference, match=row.get("answer_match") or "strict")[1]["correct"]
-
-
-def accuracy_reward(question: str, completion: str, reference: str, **row: Any) -> float:
-    """1.0 when the output's final answer equals the reference answer (the verifier: rewards.outcome_reward, exact
-    numbers or math-verify; the final answer read as ``row["answer_match"]`` says, strict by default), else 0.0.
-
-    >>> accuracy_reward("2+3*4", "3*4=12\\n2+12=14\\n#### 14", "14"), accuracy_reward("q", "#### 15", "14")
-    (1.0, 0.0)
-    >>> prose = "3 + 5 = 8 apples."
-    >>> accuracy_reward("q", prose, "8"), accuracy_reward("q", prose, "8", answer_match="flexible")
-    (0.0, 1.0)
-    """
-    return _correct(completion, reference, row)
-
-
-def format_reward(question: str, completion: str, reference: str, **row: Any) -> float:
-    """1.0 when the output states a final answer in the expected form (a last line ``#### <answer>`` or a
-    ``\\boxed{...}``), right or wrong; else 0.0 (rewards.extract_final_answer).
-
-    >>> format_reward("q", "so \\\\boxed{7}", "8"), format_reward("q", "it is 7", "7")
-    (1.0, 0.0)
-    """
-    return float(extract_final_answer(completion)[0] is not None)
-
-
-def length_reward(question: str, completion: str, reference: str, **row: Any) -> float:
-    """Cosine-scaled length reward (Demystifying Long CoT; TRL's get_cosine_scaled_reward): a right answer earns
-    more when shorter, a wrong one is penalised less when longer.
-
-        p = min(L / L_max, 1),  r = r_end + 0.5 (r_0 - r_end)(1 + cos(pi p))
-
-    with L the output's length in tokens (``row["completion_tokens"]``; without it, characters / CHARS_PER_TOKEN),
-    L_max the run's max_new_tokens (``row["max_new_tokens"]``), (r_0, r_end) = COSINE_CORRECT (1.0, 0.5) for a
-    right answer and COSINE_WRONG (-1.0, -0.5) for a wrong one. Worked: right, 8 of 32 tokens: p = 0.25,
-    r = 0.5 + 0.25 x (1 + cos(pi/4)) = 0.9268; wrong at 8 of 32: -0.9268; right at 32 of 32: 0.5.
-
-    >>> round(length_reward("q", "#### 14", "14", completion_tokens=8, max_new_tokens=32), 4)
-    0.9268
-    >>> round(length_reward("q", "#### 15", "14", completion_tokens=8, max_new_tokens=32), 4)
-    -0.9268
-    """
-    tokens = row.get("completion_tokens")
-    length = float(tokens) if tokens is not None else len(completion) / CHARS_PER_TOKEN
-    progress = min(length / max(float(row.get("max_new_tokens") or 1), 1.0), 1.0)
-    start, end = COSINE_CORRECT if _correct(completion, reference, row) else COSINE_WRONG
-    return end + 0.5 * (start - end) * (1.0 + math.cos(math.pi * progress))
-
-
-def repetition_reward(question: str, completion: str, reference: str, **row: Any) -> float:
-    """N-gram repetition penalty (TRL's get_repetition_penalty_reward): with the output's lower-cased words cut into
-    n-grams of REPETITION_N (3) words, r = -(1 - unique n-grams / all n-grams) x REPETITION_MAX_PENALTY (1.0), in
-    (-1, 0]; 0 for an output shorter than n words. Worked: "a b a b a b" has the 3-grams aba, bab, aba, bab:
-    2 unique of 4, r = -(1 - 2/4) x 1 = -0.5.
-
-    >>> repetition_reward("q", "a b a b a b", "x"), repetition_reward("q", "one two three four", "x")
-    (-0.5, 0.0)
-    """
-    words = completion.lower().split()
-    if len(words) < REPETITION_N:
-        return 0.0
-    grams = list(zip(*(words[i:] for i in range(REPETITION_N))))
-    return -(1.0 - len(set(grams)) / len(grams)) * REPETITION_MAX_PENALTY + 0.0  # + 0.0: no -0.0
-
-
-BUILTINS: dict[str, Callable[..., float]] = {
-    "accuracy": accuracy_reward,
-    "format": format_reward,
-    "length": length_reward,
-    "repetition": repetition_reward,
-}
 
 
 # ---- the rewards key --------------------------------------------------------------------------------

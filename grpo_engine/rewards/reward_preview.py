@@ -14,7 +14,8 @@ import json
 import sys
 
 from grpo_engine.spec.spec_values import decode_delimiter
-from grpo_engine.rewards.reward_functions import RewardFunctionError, accuracy_reward, score_outputs
+from grpo_engine.rewards.builtin_rewards import accuracy_reward
+from grpo_engine.rewards.reward_functions import RewardFunctionError, score_outputs
 
 
 def preview(request: dict) -> dict:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
-from grpo_engine.rewards.reward_functions import REPETITION_MAX_PENALTY, repetition_reward
+from grpo_engine.rewards.builtin_rewards import REPETITION_MAX_PENALTY, repetition_reward
 from grpo_engine.rewards.rewards import extract_final_answer
 from grpo_engine.train.learner import Learner, Sampled, Scored
 from grpo_engine.train.parallel import Processes
@@ -74,7 +74,7 @@ def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> di
 
 def repetition_share(text: str) -> float:
     """The share of an output's word 3-grams that repeat an earlier one (0: none; the ``repetition`` reward's
-    penalty at weight 1, reward_functions.repetition_reward).
+    penalty at weight 1, builtin_rewards.repetition_reward).
 
     >>> repetition_share("a b a b a b"), repetition_share("one two three four")
     (0.5, 0.0)

@@ -50,7 +50,9 @@ class RewardKeys:
     format_reward: float = key(
         0.0,
         "Outcome reward added when an output states a final answer in the expected form ('#### <answer>' or "
-        "\\boxed{...}), right or wrong; 0 = none.",
+        "\\boxed{...}), right or wrong; 0 = none. It pays a bare '#### 7' too: a small instruct model can collect it "
+        "without working and stop answering right (accuracy falls while eval/format rises); the named rewards "
+        "'strict_correct' and 'format_after_working' pay the form only with a right answer or after some working.",
         min=0.0,
         max=10.0,
         section=REWARD,
@@ -60,7 +62,9 @@ class RewardKeys:
     rewards: list = key(
         [],
         'Named rewards, each {"name", "weight"}: an output\'s reward is the weighted sum. Built-ins (outcome): '
-        "'accuracy' (the verifier), 'format', 'length' (cosine-scaled), 'repetition' (n-gram penalty); or a custom "
+        "'accuracy' (the verifier), 'format', 'strict_correct' (a right answer stated as '####' or \\boxed), "
+        "'format_after_working' (the strict form after 5 or more words), 'length' (cosine-scaled), 'repetition' "
+        "(n-gram penalty); or a custom "
         "function 'module:function' or '/path/file.py:function' (GRPO_ALLOW_CUSTOM_REWARDS); with supervision "
         "'process', only custom functions returning one number per step. Empty = the verifier plus format_reward.",
         note='a list of `{"name", "weight"}`; see docs/data-and-rewards.md',
