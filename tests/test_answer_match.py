@@ -9,7 +9,7 @@ import pytest
 from grpo_engine.rewards.builtin_rewards import accuracy_reward, format_reward
 from grpo_engine.rewards.reward_functions import named_rewards
 from grpo_engine.rewards.reward_preview import preview
-from grpo_engine.rewards.rewards import final_answer, last_number, outcome_reward
+from grpo_engine.rewards.rewards import _reference_final_answer, final_answer, last_number, outcome_reward
 
 # --- last_number: lm-eval's flexible-extract, (text, number) -----------------------------------------------
 
@@ -54,6 +54,63 @@ def test_last_number(text, number):
 def test_final_answer_under_each_rule(completion, strict, flexible):
     assert final_answer(completion) == final_answer(completion, "strict") == strict
     assert final_answer(completion, "flexible") == flexible
+
+
+# --- a #### line without a number: the issue's two outputs and their neighbours ------------------------------
+
+EVA = "Eva had 8 stickers and gave 5 away, so 8 - 5 = 3 stickers left."
+
+
+@pytest.mark.parametrize(
+    "completion, strict, flexible",
+    [
+        # hashes alone after the prose: no stated answer, so flexible reads the last number
+        (
+            f"{EVA}\n######## Eva ended up with 3 stickers without surrendering!\n########",
+            (None, "none"),
+            ("3", "number"),
+        ),
+        (f"{EVA}\n######## Eva has 3 stickers left", (None, "none"), ("3", "number")),  # prose after the hashes
+        (f"{EVA}\n######## 3", ("3", "gsm8k"), ("3", "gsm8k")),  # extra hashes before a number: it is stated
+        (f"{EVA}\n########3", ("3", "gsm8k"), ("3", "gsm8k")),
+        (f"{EVA}\n#### 4", ("4", "gsm8k"), ("4", "gsm8k")),  # a stated wrong answer stays the answer
+        (f"{EVA}\n####", (None, "none"), ("3", "number")),
+        (f"{EVA}\n#### .", (None, "none"), ("3", "number")),  # no letter or digit after the hashes
+        (f"{EVA}\n#### $", (None, "none"), ("3", "number")),
+        (f"{EVA}\n#### ## ##", (None, "none"), ("3", "number")),  # hashes and spaces only
+        (f"{EVA}\n#### x", ("x", "gsm8k"), ("x", "gsm8k")),  # a letter: an expression, stated
+        ("so \\boxed{3}\n########", ("3", "boxed"), ("3", "boxed")),  # an empty #### line: the box still counts
+        ("########", (None, "none"), (None, "none")),  # nothing else to read
+    ],
+)
+def test_a_hash_line_without_an_answer_states_none(completion, strict, flexible):
+    assert final_answer(completion) == strict
+    assert final_answer(completion, "flexible") == flexible
+
+
+@pytest.mark.parametrize(
+    "completion, strict, flexible, formatted",
+    [  # the issue's outputs with format_reward 0.1: right under flexible, the format reward not paid
+        (f"{EVA}\n######## Eva ended up with 3 stickers without surrendering!\n########", 0.0, 1.0, 0.0),
+        (f"{EVA}\n######## Eva has 3 stickers left", 0.0, 1.0, 0.0),
+        (f"{EVA}\n######## 3", 1.0, 1.0, 1.0),
+        (f"{EVA}\n#### .", 0.0, 1.0, 0.0),
+    ],
+)
+def test_the_issues_outputs_are_scored_as_they_read(completion, strict, flexible, formatted):
+    for match, correct in (("strict", strict), ("flexible", flexible)):
+        assert outcome_reward(completion, "3", 0.1, match) == (
+            pytest.approx(correct + 0.1 * formatted),
+            {"correct": correct, "formatted": formatted, "format": pytest.approx(0.1 * formatted)},
+        )
+
+
+def test_a_reference_is_read_as_an_output():
+    """A reference's #### line with extra hashes states its number; a #### line with no letter or digit states
+    nothing, so its box is the answer."""
+    assert _reference_final_answer("8 - 5 = 3\n######## 3") == "3"
+    assert _reference_final_answer("\\boxed{3}\n#### .") == "3"
+    assert outcome_reward("#### 3", "\\boxed{3}\n#### .")[0] == 1.0
 
 
 def test_an_unknown_rule_is_refused():

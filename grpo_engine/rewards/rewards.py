@@ -40,6 +40,23 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _stated_after_hashes(line: str) -> str | None:
+    """What a ``####`` line states: its text after the ``####``, with any further leading ``#`` and white space
+    stripped; None when the line does not start with ``####``, or when that text holds no letter or digit (a line
+    of hashes, ``#### .``): such a line states no answer.
+
+    >>> _stated_after_hashes("#### 14"), _stated_after_hashes("######## 3"), _stated_after_hashes("####x = 3")
+    ('14', '3', 'x = 3')
+    >>> _stated_after_hashes("########"), _stated_after_hashes("#### ."), _stated_after_hashes("so 14")
+    (None, None, None)
+    """
+    prefix = ANSWER_PREFIX.strip()
+    if not line.startswith(prefix):
+        return None
+    stated = line[len(prefix) :].lstrip("#").strip()
+    return stated if any(ch.isalnum() for ch in stated) else None
+
+
 def _is_expression(answer: str) -> bool:
     """Could ``answer`` (what follows ``####``) be a number or a formula, rather than prose?
 
@@ -81,21 +98,27 @@ def extract_final_answer(completion: str) -> tuple[str | None, str]:
 
     1. ``"gsm8k"``: the last non-empty line is ``#### <answer>`` (GSM8K style, as the built-in task
        writes it), where the answer is a number or an expression, not prose (``#### 14 apples`` is
-       not an answer). Text after that line means there is no such answer.
+       not an answer). Text after that line means there is no such answer. The answer is what follows the
+       ``####`` once any further leading ``#`` and white space are stripped (``######## 3`` states 3); a line
+       whose rest holds no letter or digit (``########``, ``#### .``) states no answer, so the rule goes on to
+       2., and under 'flexible' (:func:`final_answer`) to the last number.
     2. ``"boxed"``: otherwise, the content of the LAST ``\\boxed{...}`` / ``\\fbox{...}`` anywhere,
        braces balanced (nested ``\\frac{1}{2}`` and escaped ``\\{1,2\\}`` are fine). An unclosed or
        empty last box gives no answer: an earlier box is not taken instead.
     3. ``"none"``: no final answer; returns ``(None, "none")``.
+
     >>> extract_final_answer("3*4=12\\n2+12=14\\n#### 14")
     ('14', 'gsm8k')
     >>> extract_final_answer("so $x = \\\\boxed{\\\\frac{1}{2}}$.")
     ('\\\\frac{1}{2}', 'boxed')
+    >>> extract_final_answer("= 3 stickers left.\\n######## 3"), extract_final_answer("3 left.\\n########")
+    (('3', 'gsm8k'), (None, 'none'))
+    >>> extract_final_answer("3 left.\\n#### ."), extract_final_answer("######## Eva has 3 stickers left")
+    ((None, 'none'), (None, 'none'))
     """
-    last = _last_line(completion)
-    if last.startswith(ANSWER_PREFIX.strip()):
-        answer = last[len(ANSWER_PREFIX.strip()) :].strip()
-        if _is_expression(answer):
-            return answer, "gsm8k"
+    answer = _stated_after_hashes(_last_line(completion))
+    if answer is not None and _is_expression(answer):
+        return answer, "gsm8k"
     boxed = _last_boxed(completion)
     if boxed is not None:
         return boxed, "boxed"
@@ -104,10 +127,16 @@ def extract_final_answer(completion: str) -> tuple[str | None, str]:
 
 def _reference_final_answer(reference: str) -> str:
     """The answer in a reference: the ``####`` line's text or the last box when it is a whole
-    solution (GSM8K, MATH), else the reference itself. References are trusted: no prose test."""
-    last = _last_line(reference)
-    if last.startswith(ANSWER_PREFIX.strip()) and last[len(ANSWER_PREFIX.strip()) :].strip():
-        return last[len(ANSWER_PREFIX.strip()) :].strip()
+    solution (GSM8K, MATH), else the reference itself. References are trusted: no prose test. Its ``####`` line is
+    read as an output's (:func:`_stated_after_hashes`: further leading ``#`` stripped; a line with no letter or
+    digit after them states nothing).
+
+    >>> [_reference_final_answer(r) for r in ("4 + 4 = 8\\n#### 8", "######## 8", "8")]
+    ['8', '8', '8']
+    """
+    stated = _stated_after_hashes(_last_line(reference))
+    if stated is not None:
+        return stated
     boxed = _last_boxed(reference)
     return boxed if boxed is not None else reference.strip()
 
@@ -116,6 +145,13 @@ def _reference_final_answer(reference: str) -> str:
 _FLEXIBLE_NUMBER_RE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 STRICT_FORMS = ("gsm8k", "boxed")  # the forms of a final answer stated as the strict rule reads it
 MATCH_RULES = ("strict", "flexible")  # RunSpec.answer_match's values, as final_answer reads them
+# each form final_answer gives, as the dashboard names the rule that read the answer (recorded as samples.answer_rule)
+FORM_WORDS = {
+    "gsm8k": "strict ####",
+    "boxed": "strict \\boxed{}",
+    "number": "flexible last number",
+    "none": "none",
+}
 
 
 def last_number(text: str) -> str | None:
@@ -295,7 +331,20 @@ def outcome_reward(
     >>> outcome_reward("3 + 5 = 8\\n#### 8", "8", format_weight=0.5, match="flexible")
     (1.5, {'correct': 1.0, 'formatted': 1.0, 'format': 0.5})
     """
-    answer, form = final_answer(completion, match)
+    return reading_reward(final_answer(completion, match), reference_answer, format_weight)
+
+
+def reading_reward(
+    reading: tuple[str | None, str], reference_answer: str, format_weight: float = 0.0
+) -> tuple[float, dict[str, float]]:
+    """:func:`outcome_reward` of an output whose final answer was read already: ``reading`` is
+    :func:`final_answer`'s (answer, form), so the engine reads each output once and records that reading beside
+    its reward.
+
+    >>> reading_reward(("8", "number"), "4 + 4 = 8\\n#### 8", 0.5), reading_reward((None, "none"), "8")
+    ((1.0, {'correct': 1.0, 'formatted': 0.0, 'format': 0.0}), (0.0, {'correct': 0.0, 'formatted': 0.0}))
+    """
+    answer, form = reading
     correct = float(answer is not None and answers_match(answer, _reference_final_answer(reference_answer)))
     formatted = float(form in STRICT_FORMS)
     components = {"correct": correct, "formatted": formatted}
