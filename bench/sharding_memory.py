@@ -91,7 +91,7 @@ def main() -> int:
         spec["model"] = args.model
     else:
         spec["model"] = str(find_gguf(args.gguf, cache_dir))
-        spec["dataset"] = str(write_word_problems(data_dir / "word_problems.jsonl", 9))
+        spec["dataset"] = str(write_word_problems(data_dir / "word_problems.jsonl"))
         spec["question_template"] = INSTRUCTION
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
     env["GRPO_CACHE_DIR"] = str(cache_dir / "models")

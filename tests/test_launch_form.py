@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from app.web.launch_form import APPLIES, DECIDING, PRESETS, SECTIONS, applies, label, preset_values, section_of
+from app.web.launch_form import APPLIES, DECIDING, SECTIONS, applies, label, preset_values, section_of
+from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.config import FIELDS, validate_spec
 from grpo_engine.spec.spec_values import SpecError
 from tests.test_custom_rewards import FILE
@@ -37,6 +38,7 @@ def test_keys_apply_only_under_their_options():
     assert not applies("dataset_split", {"dataset": "builtin-arith"}) and applies(
         "dataset_split", {"dataset": "openai/gsm8k"}
     )
+    assert not applies("question_field", {"dataset": "builtin-word-problems"})
     assert all(applies(f.name, {}) for f in FIELDS if f.name not in APPLIES)
     assert set(DECIDING) <= {f.name for f in FIELDS}
 

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
 ENDPOINTS = {
     "/launch_run",
+    "/list_presets",
     "/list_runs",
     "/get_run",
     "/get_metrics",
@@ -147,6 +148,20 @@ def test_bad_spec_error_names_the_key(client, spec, message):
 
 
 @pytest.mark.slow
+def test_presets_are_the_forms_list_and_each_is_a_valid_run_spec(client):
+    from grpo_engine.spec.config import validate_spec
+    from grpo_engine.spec.presets import PRESETS
+
+    presets = client.predict(api_name="/list_presets")
+    assert [p["name"] for p in presets] == list(PRESETS)
+    by_name = {p["name"]: p["spec"] for p in presets}
+    word = by_name["Small instruct model on word problems (CPU)"]
+    assert word["dataset"] == "builtin-word-problems" and word["answer_match"] == "flexible"
+    assert [r["name"] for r in word["rewards"]] == ["accuracy", "strict_correct", "format_after_working"]
+    for spec in by_name.values():
+        validate_spec(spec)
+
+
 def test_unknown_run_is_an_error(client):
     with pytest.raises(AppError, match="run 99999 not found"):
         client.predict(99999, api_name="/get_run")
@@ -544,6 +559,8 @@ def test_preview_dataset_shows_the_first_rows_of_each_format(server, client, tmp
         client.predict(str(mapped), api_name="/preview_dataset")
     builtin = client.predict("builtin-arith", api_name="/preview_dataset")
     assert builtin["rows"] > 100 and len(builtin["preview"]) == 5
+    words = client.predict("builtin-word-problems", api_name="/preview_dataset")
+    assert words["rows"] == 1100 and words["preview"][0]["solution"].endswith("#### " + words["preview"][0]["answer"])
     (data_dir / "bad.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "2+2"}\n')
     with pytest.raises(AppError, match=r"bad.jsonl: line 2 needs the fields 'question' and 'answer'"):
         client.predict(str(data_dir / "bad.jsonl"), api_name="/preview_dataset")

@@ -25,6 +25,7 @@ from app.service.placement import check_placement
 from app.service.run_health import run_warnings
 from app.service.step_detail import step_details
 from grpo_engine.spec.config import SpecError, shown, validate_spec
+from grpo_engine.spec.presets import PRESETS
 
 
 class ApiError(ValueError):
@@ -112,6 +113,12 @@ def launch_run(spec: dict | str | None) -> dict:
             store.finish_run(s, run_id, RunStatus.FAILED, error=error)
         raise ApiError(f"run {run_id} failed: {error}") from e
     return {"run_id": run_id, "status": RunStatus.QUEUED}
+
+
+def list_presets() -> list[dict]:
+    """The presets, in the Launch form's order: ``[{name, spec}]``, ``spec`` the keys the preset sets over the
+    defaults (a run spec /launch_run takes as it is)."""
+    return [{"name": name, "spec": json.loads(json.dumps(spec))} for name, spec in PRESETS.items()]
 
 
 def list_runs() -> list[dict]:

@@ -15,11 +15,11 @@ from typing import Any
 from app.service.api import ApiError
 from app.core.paths import is_local_path, resolve_inside, spec_fields
 from app.core.settings import get_settings
-from grpo_engine.data.builtin_task import builtin_examples
-from grpo_engine.spec.config import BUILTIN_DATASET, MAX_TEXT, SpecError
-from grpo_engine.data.data import FIELDS, check_dataset_file
+from grpo_engine.spec.config import BUILTIN_DATASETS, MAX_TEXT, SpecError
+from grpo_engine.data.data import FIELDS, check_dataset_file, load_dataset
 
 PREVIEW_ROWS = 5
+BUILTINS = " and ".join(map(repr, BUILTIN_DATASETS))  # the built-in datasets, as a message names them
 CHECKS_AT_ONCE = 2  # dataset files checked at the same time; more requests wait their turn
 CACHED_CHECKS = 64  # checked files remembered, by (path, size, modification time, columns)
 _checking = threading.BoundedSemaphore(CHECKS_AT_ONCE)
@@ -135,23 +135,25 @@ def preview_dataset(
         {"question_field": question_field, "answer_field": answer_field, "solution_field": solution_field}
     )
     if not isinstance(dataset, str) or not dataset.strip():
-        raise ApiError("dataset: give the built-in name, or the path of a .jsonl, .csv or .parquet file")
+        raise ApiError(f"dataset: give a built-in name ({BUILTINS}), or the path of a .jsonl, .csv or .parquet file")
     dataset = dataset.strip()
     if len(dataset) > MAX_TEXT or "\x00" in dataset:
         raise ApiError(f"dataset: must be at most {MAX_TEXT} characters, with no NUL character")
-    if dataset == BUILTIN_DATASET:
-        train, heldout = builtin_examples()
+    if dataset in BUILTIN_DATASETS:
+        train, heldout = load_dataset(dataset)
         return {"dataset": dataset, "rows": len(train) + len(heldout), "preview": train[:PREVIEW_ROWS]}
     if not is_local_path(dataset):
         raise ApiError(
-            f"dataset: {dataset!r} is not a local file; only local files and '{BUILTIN_DATASET}' are previewed"
+            f"dataset: {dataset!r} is not a local file; only local files and the built-in {BUILTINS} are previewed"
         )
     try:
         path = resolve_inside("dataset", dataset, get_settings().path_roots)
     except SpecError as e:
         raise ApiError(str(e)) from None
     if path.is_dir():
-        raise ApiError(f"dataset: {dataset!r} is a dataset directory; only files and '{BUILTIN_DATASET}' are previewed")
+        raise ApiError(
+            f"dataset: {dataset!r} is a dataset directory; only files and the built-in {BUILTINS} are previewed"
+        )
     try:
         count, first = checked_file(path, dataset, fields)  # read once: its check and its preview
     except ValueError as e:

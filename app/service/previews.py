@@ -25,7 +25,7 @@ from app.service.api import ApiError, parse_spec
 from app.service.datasets import preview_dataset
 from app.core.paths import check_custom_rewards, check_spec_paths
 from app.core.settings import get_settings
-from grpo_engine.spec.config import BUILTIN_DATASET, SpecError, is_local_path, validate_spec
+from grpo_engine.spec.config import BUILTIN_DATASETS, SpecError, is_local_path, validate_spec
 
 PROMPT_TIMEOUT_S = 180  # loading a tokenizer; a .gguf model's first conversion takes about a minute on 2 cores
 REWARDS_TIMEOUT_S = 60  # loading the rewards and scoring the rows
@@ -66,7 +66,7 @@ def preview_prompt(spec: dict | str | None) -> dict:
     except SpecError as e:
         raise ApiError(str(e)) from None
     question, stand_in = STAND_IN, True
-    if config["dataset"] == BUILTIN_DATASET or not _read_by_the_worker(config["dataset"]):
+    if config["dataset"] in BUILTIN_DATASETS or not _read_by_the_worker(config["dataset"]):
         rows = preview_dataset(
             config["dataset"], config["question_field"], config["answer_field"], config["solution_field"]
         )["preview"]

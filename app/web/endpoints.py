@@ -1,6 +1,6 @@
 """The dashboard's named API endpoints: what ``gradio_client`` calls, and all that the API page lists.
 
-``/launch_run``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/get_logs``, ``/wait_run``, ``/list_groups``,
+``/launch_run``, ``/list_presets``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/get_logs``, ``/wait_run``, ``/list_groups``,
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
 ``/preview_rewards``, ``/preview_prompt``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
 the diagnosis ``/search_samples``, ``/question_history`` wrap app.service.api (and app.service.manage_api, app.service.exports,
@@ -48,6 +48,12 @@ def call_api(fn, *args):
 def launch_run(spec: dict) -> dict:
     """Launch a run from a run spec (JSON object; missing keys take their defaults). Returns {run_id, status}."""
     return call_api(api.launch_run, spec)
+
+
+def list_presets() -> list[dict]:
+    """The Launch form's presets, in its order: [{name, spec}], spec the run-spec keys the preset sets over the
+    defaults (pass it to /launch_run as it is, or with keys changed)."""
+    return call_api(api.list_presets)
 
 
 def list_runs() -> list[dict]:
@@ -232,6 +238,7 @@ def question_history(run_id: int, question: str, other_runs: bool = True) -> dic
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
 ENDPOINTS = (
     launch_run,
+    list_presets,
     list_runs,
     get_run,
     get_metrics,

@@ -1,6 +1,6 @@
 """The Launch form's layout, as data, read from each key's RunSpec metadata (grpo_engine.spec.run_spec): which
 section it sits in, whether it is shown at once or folded under "More options", the label a user reads, and when it
-applies (the rule launch enforces); and the presets.
+applies (the rule launch enforces); and a preset's values in the form's order (the presets: grpo_engine.spec.presets).
 
 Pure (no Gradio): app.web.tabs.launch builds the components from it, and tests check that every RunSpec key appears
 exactly once and that every preset is a valid run spec.
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_engine.spec.applicability import form_values
+from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.run_spec import DEFAULTS, FIELD_BY_NAME, FIELDS
 from grpo_engine.spec.spec_values import SECTIONS as SECTION_TITLES
 
@@ -86,43 +87,6 @@ def applicable(spec: dict) -> dict:
 def section_of(key: str) -> int:
     """The index in SECTIONS of the section holding ``key``."""
     return next(i for i, s in enumerate(SECTIONS) if key in s.essential or key in s.more)
-
-
-# verl's GSM8K instruction: the answer after "####", the form the strict answer match reads
-GSM8K_INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer after "####".'
-
-PRESETS = {
-    "Built-in demo (CPU, minutes)": {},
-    "GSM8K with a 0.5B instruct model (GPU)": {
-        "name": "qwen0.5b-gsm8k",
-        "model": "Qwen/Qwen2.5-0.5B-Instruct",
-        "dataset": "openai/gsm8k",
-        "dataset_config": "main",
-        "dataset_split": "train",
-        "eval_split": "test",
-        "prompt_template": "auto",
-        "question_template": GSM8K_INSTRUCTION,
-        "format_reward": 0.1,
-        "group_size": 8,
-        "batch_size": 16,
-        "max_new_tokens": 300,
-        "learning_rate": 1e-6,
-        "steps_per_iteration": 500,
-        "eval_every": 25,
-        "checkpoint_every": 25,
-        "device": "gpu",
-        "micro_batch_size": 16,
-        "gradient_checkpointing": True,
-    },
-    "Process supervision with a learned PRM (built-in)": {
-        "name": "builtin-prm",
-        "supervision": "process",
-        "reward": "model",
-        "iterations": 2,
-        "steps_per_iteration": 100,
-        "rm_samples": 1024,
-    },
-}
 
 
 def preset_values(preset: str) -> list:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from grpo_engine.data.builtin_task import HELDOUT_SIZE, builtin_examples
-from grpo_engine.spec.spec_values import BUILTIN_DATASET, DATASET_SUFFIXES
+from grpo_engine.data.word_problems import builtin_word_problems
+from grpo_engine.spec.spec_values import BUILTIN_DATASET, BUILTIN_WORD_PROBLEMS, DATASET_SUFFIXES
 
 MIN_ROWS = 2  # a dataset file needs a training row and a held-out row
 
@@ -253,6 +254,8 @@ def load_dataset(
     """Load ``name`` as (train, heldout) example lists ``{"question", "answer", "solution"}``.
 
     - ``builtin-arith``: the built-in task (its own fixed held-out split).
+    - ``builtin-word-problems``: the built-in word problems (word_problems.builtin_word_problems; the last 110 of
+      1100 held out).
     - a local ``.jsonl``, ``.csv`` or ``.parquet`` file (:func:`read_dataset_file`), read from the columns
       ``fields``: its last 10% (at least 1, at most 200) is held out.
     - otherwise a Hugging Face dataset: a hub id such as ``openai/gsm8k`` (config ``main``) or a local
@@ -261,6 +264,8 @@ def load_dataset(
     """
     if name == BUILTIN_DATASET:
         return builtin_examples()
+    if name == BUILTIN_WORD_PROBLEMS:
+        return builtin_word_problems()
     path = Path(name).expanduser()
     if path.suffix.lower() in DATASET_SUFFIXES and path.is_file():
         return _split_off_heldout(read_dataset_file(path, fields=fields))

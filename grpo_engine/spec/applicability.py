@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_engine.spec.spec_values import BUILTIN_DATASET, DATASET_SUFFIXES, shown
+from grpo_engine.spec.spec_values import BUILTIN_DATASET, BUILTIN_DATASETS, DATASET_SUFFIXES, shown
 
 Values = Mapping[str, Any]
 
@@ -34,8 +34,8 @@ class Applies:
 
 
 def own_dataset(values: Values) -> bool:
-    """Whether the dataset is anything but the built-in one (its columns are then read)."""
-    return values["dataset"] != BUILTIN_DATASET
+    """Whether the dataset is anything but a built-in one (its columns are then read)."""
+    return values["dataset"] not in BUILTIN_DATASETS
 
 
 def hub_dataset(values: Values) -> bool:
@@ -93,8 +93,8 @@ def _not_rollouts(values: Values) -> str:
 
 
 def _dataset_is(values: Values) -> str:
-    if values["dataset"] == BUILTIN_DATASET:
-        return "the built-in one"
+    if values["dataset"] in BUILTIN_DATASETS:
+        return f"the built-in {shown(values['dataset'])}"
     return f"the file {shown(values['dataset'])}"
 
 
@@ -107,7 +107,7 @@ HUB_DATASET = Applies(
 )
 OWN_DATASET = Applies(
     own_dataset,
-    lambda v: "names a column of your dataset, but dataset is the built-in one; leave it out",
+    lambda v: f"names a column of your dataset, but dataset is the built-in {shown(v['dataset'])}; leave it out",
 )
 LEARNED_REWARD = Applies(
     learned_reward,

@@ -19,7 +19,9 @@ from grpo_engine.spec.run_spec import FIELD_BY_NAME, FIELDS, RunSpec
 from grpo_engine.spec.spec_checks import check_report_to, is_gguf  # noqa: F401 (is_gguf: app, model use it)
 from grpo_engine.spec.spec_values import (  # noqa: F401 (the spec's words, for its readers)
     BUILTIN_DATASET,
+    BUILTIN_DATASETS,
     BUILTIN_MODEL,
+    BUILTIN_WORD_PROBLEMS,
     MAX_TEXT,
     SpecError,
     _check_range,
@@ -38,7 +40,7 @@ def is_local_path(value: str) -> bool:
     Local: it starts with '/', '.' or '~', ends with a data-file extension, has more than one '/'
     (a Hugging Face id is ``name`` or ``owner/name``), or exists relative to the current directory.
     """
-    if not value or value in (BUILTIN_MODEL, BUILTIN_DATASET):
+    if not value or value == BUILTIN_MODEL or value in BUILTIN_DATASETS:
         return False
     return (
         value.startswith(("/", ".", "~"))

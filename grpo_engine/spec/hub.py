@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grpo_engine.spec.config import BUILTIN_DATASET, BUILTIN_MODEL, SpecError, is_local_path
+from grpo_engine.spec.config import BUILTIN_DATASETS, BUILTIN_MODEL, SpecError, is_local_path
 
 HUB_KEYS = (
     ("model", "model"),
@@ -44,7 +44,7 @@ def hub_ids(config: dict) -> list[tuple[str, str, str]]:
     found = []
     for key, kind in HUB_KEYS:
         value = (config.get(key) or "").strip()
-        if value and value not in (BUILTIN_MODEL, BUILTIN_DATASET) and not is_local_path(value):
+        if value and value != BUILTIN_MODEL and value not in BUILTIN_DATASETS and not is_local_path(value):
             found.append((key, value, kind))
     return found
 

@@ -16,6 +16,8 @@ from grpo_engine.rewards.reward_functions import check_reward_list
 MAX_TEXT = 4096  # the longest text value a key takes (paths, ids, field names); ``name`` takes 200
 BUILTIN_MODEL = "builtin-arith"  # the built-in tiny model (grpo_engine.model.model)
 BUILTIN_DATASET = "builtin-arith"  # the built-in arithmetic questions (grpo_engine.data.builtin_task)
+BUILTIN_WORD_PROBLEMS = "builtin-word-problems"  # generated word problems (grpo_engine.data.word_problems)
+BUILTIN_DATASETS = (BUILTIN_DATASET, BUILTIN_WORD_PROBLEMS)  # the datasets a run reads without a file or a download
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files grpo_engine.data.data reads
 
 # The Launch form's sections, in its order; each key names its own (grpo_engine/spec/keys/, a module a section).

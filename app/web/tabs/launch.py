@@ -15,7 +15,6 @@ from app.service import api, datasets, previews
 from app.web.launch_form import (
     APPLIES,
     DECIDING,
-    PRESETS,
     SECTIONS,
     applicable,
     applies,
@@ -26,6 +25,7 @@ from app.web.launch_form import (
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
 from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
+from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.run_spec import FIELD_BY_NAME, FIELDS
 
 # where a refusal names its key: "group_size: must be ..." (the first word before a colon)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_engine.spec.applicability import HUB_DATASET, OWN_DATASET
-from grpo_engine.spec.spec_values import BUILTIN_DATASET, BUILTIN_MODEL, MODEL_AND_DATA, key
+from grpo_engine.spec.spec_values import BUILTIN_DATASET, BUILTIN_MODEL, BUILTIN_WORD_PROBLEMS, MODEL_AND_DATA, key
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class ModelAndDataKeys:
     )
     dataset: str = key(
         BUILTIN_DATASET,
-        f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), a local .jsonl, .csv or "
+        f"Questions with reference answers: '{BUILTIN_DATASET}' (built-in arithmetic), '{BUILTIN_WORD_PROBLEMS}' "
+        "(built-in word problems of one or two operations, worked answers ending in '#### N'), a local .jsonl, .csv or "
         ".parquet file (or one uploaded in the Launch tab), or a Hugging Face dataset: a hub id such as "
         "'openai/gsm8k' or a local dataset directory (see dataset_config, dataset_split, eval_split).",
         section=MODEL_AND_DATA,
