@@ -1,5 +1,6 @@
 """Reading a run's metric rows for the health rules (app.service.health): the training rows, the recent and earlier
-windows, a metric's mean over a window, a window's span, a Pearson r, and measured numbers as messages show them.
+windows, a metric's mean over a window, a window's span, the evaluations' values, a Pearson r, and measured numbers
+as messages show them.
 
 Rows are ``{"step", "iteration", <metric>: value}`` in step order (app.service.api.get_metrics); a metric may be missing or
 None on any row. The training steps are the rows with step >= 1 (step 0 is the evaluation before training). The
@@ -56,6 +57,72 @@ def mean_of(rows: Iterable[Row], name: str) -> float | None:
 def span(rows: Sequence[Row]) -> list[int]:
     """[first step, last step] of ``rows``."""
     return [rows[0]["step"], rows[-1]["step"]]
+
+
+def eval_points(metrics: Iterable[Row], name: str = "eval/accuracy") -> list[tuple[int, float]]:
+    """(step, value) of every row holding metric ``name`` (an evaluation's, step 0's included), in the order given.
+
+    >>> eval_points([{"step": 0, "eval/accuracy": 0.25}, {"step": 1}, {"step": 5, "eval/accuracy": 0.3}])
+    [(0, 0.25), (5, 0.3)]
+    """
+    return [
+        (r["step"], v) for r in metrics if isinstance(r.get("step"), int) and (v := number(r.get(name))) is not None
+    ]
+
+
+def evaluations_between(metrics: Sequence[Row], first: int, last: int) -> list[tuple[int, float]]:
+    """(step, eval/accuracy) of the evaluations from the last one at or before step ``first`` to step ``last``.
+
+    >>> evaluations_between([{"step": s, "eval/accuracy": s / 10} for s in (0, 5, 10, 15)], 7, 10)
+    [(5, 0.5), (10, 1.0)]
+    """
+    points = eval_points(metrics)
+    start = max((i for i, (s, _) in enumerate(points) if s <= first), default=0)
+    return [(s, v) for s, v in points[start:] if s <= last]
+
+
+def latest_evaluation(metrics: Sequence[Row], names: Sequence[str]) -> tuple[int, list[float]] | None:
+    """(step, [each of ``names``]) of the last row holding all of them; None when none does (a run recorded
+    before evaluation measured them, or with eval_every 0)."""
+    for row in reversed(metrics):
+        values = [number(row.get(k)) for k in names]
+        if isinstance(row.get("step"), int) and all(v is not None for v in values):
+            return row["step"], values
+    return None
+
+
+def first_and_last(rows: Sequence[Row], name: str, n: int) -> tuple[float, float] | None:
+    """(mean over the first ``n`` rows, mean over the last ``n``) of metric ``name``; None when n < 1 or either
+    holds none.
+
+    >>> first_and_last([{"x": 0.1}, {"x": 0.2}, {"x": 0.5}, {"x": 0.7}], "x", 2)
+    (0.15000000000000002, 0.6)
+    """
+    before, after = (mean_of(rows[:n], name), mean_of(rows[-n:], name)) if n >= 1 else (None, None)
+    return None if before is None or after is None else (before, after)
+
+
+def rises_between(
+    metrics: Sequence[Row], evaluated: Sequence[str], trained: Sequence[str], first: int, last: int, level: float
+) -> list[tuple[str, float, float]]:
+    """(metric, before, after) of each metric that rose by >= ``level`` from step ``first`` to step ``last``: each
+    of ``evaluated`` from its value at ``first`` to its value at ``last``, each of ``trained`` from its mean over
+    the first to its mean over the last window of the training steps after ``first`` up to ``last`` (windows of
+    the run's window_size, at most half of those steps each).
+
+    >>> rows = [{"step": s, "eval/format": s / 20, "x": s / 8} for s in range(11)]
+    >>> rises_between(rows, ["eval/format"], ["x"], 0, 10, 0.1)  # x: steps 1-5 against steps 6-10
+    [('eval/format', 0.0, 0.5), ('x', 0.375, 1.0)]
+    """
+    found = []
+    for name in evaluated:
+        values = dict(eval_points(metrics, name))
+        found += [(name, values[first], values[last])] if first in values and last in values else []
+    rows = [r for r in training_rows(metrics) if first < r["step"] <= last]
+    n = min(window_size(len(training_rows(metrics))), len(rows) // 2)
+    for name in trained:
+        found += [(name, *means) for means in [first_and_last(rows, name, n)] if means]
+    return [(m, a, b) for m, a, b in found if round(b - a, 9) >= level]
 
 
 def pearson(pairs: Sequence[tuple[float, float]]) -> float | None:
