@@ -108,6 +108,7 @@ def test_rules_markdown_lists_every_rule():
     for rule in RULES:
         assert f"`{rule.id}`" in table
     assert [r.id for r in RULES] == [
+        "form_not_answers",
         "answer_form",
         "reward_hacking",
         "length_reward",
@@ -447,13 +448,15 @@ def test_answer_form_reads_the_latest_evaluation():
 
 
 def test_answer_form_leaves_out_what_the_config_has():
-    template = {**STRICT, "question_template": "{question}\nAnswer after ####."}
+    template = {**STRICT, "question_template": "{question}\nShow your working."}
     w = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config=template)
     assert "reword question_template" in w["message"] and "Let's think" not in w["message"]
+    asked = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "question_template": "{q} ####"})
+    assert "question_template" not in asked["message"]
     paid = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "format_reward": 0.1})
     assert "format_reward" not in paid["message"]
     named = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "rewards": [{"name": "accuracy"}]})
-    assert '{"name": "format", "weight": 0.2} to rewards' in named["message"]
+    assert '{"name": "format_after_working", "weight": 0.15} to rewards' in named["message"]
     process = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "supervision": "process"})
     assert "format_reward" not in process["message"] and '"name": "format"' not in process["message"]
 

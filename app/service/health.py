@@ -12,22 +12,33 @@ and returns one warning dict per rule that fires::
 (their thresholds, ids, titles, when they fire, what to do; ``RULES`` for the docs and the UI, ``rules_markdown``
 as a Markdown table) are app.service.health_rules'; this module holds their checks.
 
-Windows (app.service.health_metrics). The training steps are the recorded rows with step >= 1 (step 0 is the evaluation
-before training). The recent window is the last max(5, 20%) of them (rounded up), the earlier window as many rows
-just before it. A rule needs MIN_STEPS (10) training steps, except the two that read the recent
-window alone (zero_spread, truncation: MIN_STEPS_RECENT, 5) and answer_form, which reads the latest evaluation
-(step 0's, before training, included). A window's mean is over the rows that hold the
-metric; a rule whose metric is absent from a window it reads does not fire (older runs lack ``repetition``
-and ``groups/*``, a run with kl_coef 0 has no ``kl``).
+Windows: app.service.health_metrics (the recent window, the last max(5, 20%) training steps; the earlier one as
+many before it). A rule needs MIN_STEPS (10) training steps, except the two that read the recent window alone
+(zero_spread, truncation: MIN_STEPS_RECENT, 5) and the two that read evaluations (answer_form, the latest;
+form_not_answers, >= 3 of them; step 0's, before training, included). A rule whose metric is absent from what it
+reads does not fire (older runs lack ``repetition`` and ``groups/*``, a run with kl_coef 0 has no ``kl``).
 
-Pure Python, standard library only: no store, no torch, no Gradio.
+Pure: no store, no torch, no Gradio.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from app.service.health_metrics import Row, fmt, mean_of, number, pearson, span, training_rows, windows
+from app.service.health_metrics import (
+    Row,
+    eval_points,
+    evaluations_between,
+    rises_between,
+    latest_evaluation,
+    fmt,
+    mean_of,
+    number,
+    pearson,
+    span,
+    training_rows,
+    windows,
+)
 from app.service.health_rules import (
     ANSWER_FORM,
     CAUSE_CUT_LEVEL,
@@ -36,10 +47,16 @@ from app.service.health_rules import (
     ENTROPY_COLLAPSE,
     ENTROPY_FLOOR,
     ENTROPY_SHARE,
+    FALL_DROP,
+    FALL_EVAL_POINTS,
+    FALL_SHARE,
     FORM_FLEXIBLE_LEVEL,
     FORM_FORMAT_LEVEL,
     FORM_GAP,
     FORM_METRICS,
+    FORM_NOT_ANSWERS,
+    FORM_RISE,
+    MATCH_WORDS,
     HACK_EVAL_CEILING,
     HACK_EVAL_POINTS,
     HACK_EVAL_RISE,
@@ -62,6 +79,16 @@ from app.service.health_rules import (
     TRUNCATION_LEVEL,
     ZERO_SPREAD,
     ZERO_SPREAD_LEVEL,
+    either,
+    entropy_remedies,
+    form_not_answers_remedies,
+    form_remedies,
+    form_metrics,
+    kl_remedies,
+    length_remedies,
+    repetition_remedies,
+    spread_remedies,
+    truncation_remedies,
 )
 
 HealthWarning = dict[str, Any]  # one warning: rule, title, message, steps, metrics, severity
@@ -81,17 +108,6 @@ def _warn(rule: Rule, message: str, steps: list[int], metrics: list[str]) -> Hea
 # --- the rules --------------------------------------------------------------------------------------------
 
 
-def _eval_points(metrics: Sequence[Row], first: int, last: int) -> list[tuple[int, float]]:
-    """(step, eval/accuracy) of the evaluations from the last one at or before step ``first`` to step ``last``."""
-    points = [
-        (r["step"], v)
-        for r in metrics
-        if isinstance(r.get("step"), int) and (v := number(r.get("eval/accuracy"))) is not None
-    ]
-    start = max((i for i, (s, _) in enumerate(points) if s <= first), default=0)
-    return [(s, v) for s, v in points[start:] if s <= last]
-
-
 def check_reward_hacking(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
     """reward_hacking: reward_mean's recent-window mean is >= HACK_REWARD_RISE (0.1) above a baseline's mean
     while eval/accuracy stayed flat: over >= HACK_EVAL_POINTS (3) evaluations, from the last one at or before
@@ -108,7 +124,7 @@ def check_reward_hacking(metrics: Sequence[Row], length_reward: Sequence, config
         before = mean_of(base, "reward_mean")
         if now is None or before is None or now - before < HACK_REWARD_RISE:
             continue
-        points = _eval_points(metrics, base[0]["step"], recent[-1]["step"])
+        points = evaluations_between(metrics, base[0]["step"], recent[-1]["step"])
         if len(points) < HACK_EVAL_POINTS or points[0][1] >= HACK_EVAL_CEILING:
             continue
         change = points[-1][1] - points[0][1]
@@ -143,8 +159,7 @@ def check_length_reward(metrics: Sequence[Row], length_reward: Sequence, config:
         return None
     return _warn(
         LENGTH_REWARD,
-        f"longer outputs get higher rewards (r = {r:.2f} over {len(pairs)} samples): check that the "
-        "reward does not pay for length (a length reward, a learned reward model).",
+        f"longer outputs get higher rewards (r = {r:.2f} over {len(pairs)} samples). {either(length_remedies(config))}",
         span(windows(rows)[1]),
         ["completion_len", "reward_mean"],
     )
@@ -163,8 +178,8 @@ def check_repetition_rising(metrics: Sequence[Row], length_reward: Sequence, con
     return _warn(
         REPETITION_RISING,
         f"outputs repeat themselves more: {now:.0%} of word 3-grams repeated in steps "
-        f"{recent[0]['step']}-{recent[-1]['step']}, up from {before:.0%}. Look at the samples; add a "
-        "repetition reward, lower the learning rate or raise kl_coef.",
+        f"{recent[0]['step']}-{recent[-1]['step']}, up from {before:.0%}. Look at the samples. "
+        f"{either(repetition_remedies(config))}",
         span(earlier + recent),
         ["repetition"],
     )
@@ -188,8 +203,7 @@ def check_entropy_collapse(metrics: Sequence[Row], length_reward: Sequence, conf
         ENTROPY_COLLAPSE,
         f"entropy fell to {fmt(now)} nats in steps {recent[0]['step']}-{recent[-1]['step']}, from "
         f"{fmt(start)} in the first {len(first)} steps ({now / start:.0%} of it): the policy samples "
-        "almost one output and stops exploring. Lower the learning rate, raise the temperature, or "
-        "use clip-higher (clip_eps_high).",
+        f"almost one output and stops exploring. {either(entropy_remedies(config))}",
         [first[0]["step"], recent[-1]["step"]],
         ["entropy"],
     )
@@ -218,11 +232,9 @@ def check_kl_runaway(metrics: Sequence[Row], length_reward: Sequence, config: Ma
         )
     else:
         return None
-    coef = config.get("kl_coef")
     return _warn(
         KL_RUNAWAY,
-        f"{found}: the policy is running away from the reference. Raise kl_coef"
-        f"{f' (now {coef})' if coef is not None else ''} or lower the learning rate.",
+        f"{found}: the policy is running away from the reference. {either(kl_remedies(config))}",
         span(earlier + recent),
         ["kl"],
     )
@@ -230,9 +242,10 @@ def check_kl_runaway(metrics: Sequence[Row], length_reward: Sequence, config: Ma
 
 def zero_spread_cause(rows: Sequence[Row], config: Mapping) -> str:
     """Why groups had all rewards equal over ``rows`` (metrics rows: a window, or one step's), read from the
-    evidence, with the key to change: most outputs cut at max_new_tokens (truncated_frac >= CAUSE_CUT_LEVEL);
-    all-wrong groups whose outputs state no answer in the form the reward reads (answer_stated_frac <
-    CAUSE_STATED_LEVEL: the reward cannot see an answer, however right); else mostly all wrong (too hard) or
+    evidence, with the keys to change that the config does not have already: most outputs cut at max_new_tokens
+    (truncated_frac >= CAUSE_CUT_LEVEL); all-wrong groups whose outputs state no answer in the form the reward
+    reads (answer_stated_frac < CAUSE_STATED_LEVEL, with answer_match not 'flexible', whose reward reads an
+    output's last number: the reward cannot see an answer, however right); else mostly all wrong (too hard) or
     all right (too easy), from groups/all_right and groups/all_wrong; else a general sentence. One or two
     sentences, starting with a capital, ending with a period.
 
@@ -248,26 +261,23 @@ def zero_spread_cause(rows: Sequence[Row], config: Mapping) -> str:
             f"{cut:.0%} of the outputs were cut at max_new_tokens{f' (now {limit})' if limit else ''}, so they "
             "state no answer. Raise max_new_tokens."
         )
-    if wrong > right and stated is not None and stated < CAUSE_STATED_LEVEL:
-        remedies = _form_remedies(config)
+    remedies = form_remedies(config) if config.get("answer_match") != "flexible" else []
+    if wrong > right and stated is not None and stated < CAUSE_STATED_LEVEL and remedies:
         return (
             f"Most are all wrong, and only {stated:.0%} of the outputs state a final answer in the form the "
-            f"reward reads ('#### <answer>' or \\boxed{{}}). {remedies[0][0].upper()}{remedies[0][1:]}; or "
-            f"{'; or '.join(remedies[1:])}."
+            f"reward reads ('#### <answer>' or \\boxed{{}}). {either(remedies)}"
         )
     if wrong > right:
         return (
-            f"Most are all wrong ({wrong:.0f} groups vs {right:.0f} all right): the questions are too hard. Use "
-            "easier questions, raise group_size or the temperature."
+            f"Most are all wrong ({wrong:.0f} groups vs {right:.0f} all right): the questions are too hard. "
+            f"{either(spread_remedies(config, 'hard'))}"
         )
     if right > wrong:
         return (
             f"Most are all right ({right:.0f} groups vs {wrong:.0f} all wrong): the questions are too easy. "
-            "Use harder questions" + ("." if config.get("skip_zero_spread") else ", or turn on skip_zero_spread.")
+            f"{either(spread_remedies(config, 'easy'))}"
         )
-    return "Raise group_size or the temperature, use questions nearer the model's level" + (
-        "." if config.get("skip_zero_spread") else ", or turn on skip_zero_spread."
-    )
+    return either(spread_remedies(config, "far"))
 
 
 def recent_at_least(metrics: Sequence[Row], name: str, level: float) -> tuple[list[Row], float] | None:
@@ -311,51 +321,13 @@ def check_truncation(metrics: Sequence[Row], length_reward: Sequence, config: Ma
     if high is None:
         return None
     recent, now = high
-    limit = config.get("max_new_tokens")
-    remedy = "raise max_new_tokens" + (f" (now {limit})" if limit is not None else "")
-    unset = [k for k in ("mask_truncated", "overlong_penalty") if not config.get(k)]
-    if unset:
-        remedy += ", or set " + " or ".join(unset)
     return _warn(
         TRUNCATION,
         f"{now:.0%} of completions were cut at max_new_tokens in steps {recent[0]['step']}-"
-        f"{recent[-1]['step']}: they end without an answer. {remedy[0].upper()}{remedy[1:]}.",
+        f"{recent[-1]['step']}: they end without an answer. {either(truncation_remedies(config))}",
         span(recent),
         ["truncated_frac", "completion_len"],
     )
-
-
-def latest_evaluation(metrics: Sequence[Row]) -> tuple[int, list[float]] | None:
-    """(step, [strict accuracy, flexible accuracy, format share]) of the last row holding all FORM_METRICS; None
-    when none does (a run recorded before evaluation measured them, or with eval_every 0)."""
-    for row in reversed(metrics):
-        values = [number(row.get(k)) for k in FORM_METRICS]
-        if isinstance(row.get("step"), int) and all(v is not None for v in values):
-            return row["step"], values
-    return None
-
-
-def _form_remedies(config: Mapping) -> list[str]:
-    """What to change for answer_form, leaving out what the config already has."""
-    template = (
-        "reword question_template to ask for a last line '#### <answer>'"
-        if config.get("question_template")
-        else "ask for the form with question_template, e.g. '{question}\\nLet's think step by step and output "
-        'the final answer after "####".\''
-    )
-    remedies = ["set answer_match: flexible (the reward then also counts an output's last number)", template]
-    rewards = config.get("rewards") or []
-    if (
-        config.get("supervision") != "process"
-        and not config.get("format_reward")
-        and not any(r.get("name") == "format" for r in rewards if isinstance(r, Mapping))
-    ):
-        remedies.append(
-            'add {"name": "format", "weight": 0.2} to rewards'
-            if rewards
-            else "pay for the form with format_reward (e.g. 0.2)"
-        )
-    return remedies
 
 
 def check_answer_form(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
@@ -364,28 +336,66 @@ def check_answer_form(metrics: Sequence[Row], length_reward: Sequence, config: M
     >= FORM_GAP (0.15) above eval/accuracy_strict, while eval/format is < FORM_FORMAT_LEVEL (0.5): the model
     answers right in prose, which the strict verifier reads as no answer. Not with answer_match 'flexible' (the
     reward counts those answers already)."""
-    latest = latest_evaluation(metrics)
+    latest = latest_evaluation(metrics, FORM_METRICS)
     if latest is None or config.get("answer_match") == "flexible":
         return None
     step, (strict, flexible, formatted) = latest
     if flexible < FORM_FLEXIBLE_LEVEL or round(flexible - strict, 9) < FORM_GAP or formatted >= FORM_FORMAT_LEVEL:
         return None
-    remedies = _form_remedies(config)
     return _warn(
         ANSWER_FORM,
         f"at step {step}'s evaluation {flexible:.0%} of held-out answers are right by their last number but "
         f"only {strict:.0%} as the reward reads them ('#### <answer>' or \\boxed{{}}, stated by "
         f"{formatted:.0%} of the outputs): the model's answers are right but not stated in the form the "
-        f"reward reads, so they earn nothing. {remedies[0][0].upper()}{remedies[0][1:]}; or "
-        f"{'; or '.join(remedies[1:])}.",
+        f"reward reads, so they earn nothing. {either(form_remedies(config))}",
         [step, step],
         list(FORM_METRICS),
+    )
+
+
+def check_form_not_answers(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:
+    """form_not_answers: over >= FALL_EVAL_POINTS (3) evaluations, the latest eval/accuracy (under the run's
+    answer_match) is >= FALL_DROP (0.1) and >= FALL_SHARE (a third) below the best one before it, while the form
+    rose by >= FORM_RISE (0.1) since: eval/format, or what pays the form over the training steps in between
+    (form_metrics). The policy learns to state an answer, not to find it (a bare '#### 7' collects the form's
+    pay). The message names the numbers, which accuracy fell (the other rule's beside it) and what to change
+    that the config does not have already (form_not_answers_remedies)."""
+    points = eval_points(metrics)
+    if len(points) < FALL_EVAL_POINTS:
+        return None
+    last_step, last = points[-1]
+    best_step, best = max(points[:-1], key=lambda p: p[1])  # the first of equal bests
+    fall = round(best - last, 9)
+    if fall < FALL_DROP or fall < round(FALL_SHARE * best, 9):
+        return None
+    rises = rises_between(metrics, ["eval/format"], form_metrics(config), best_step, last_step, FORM_RISE)
+    if not rises:
+        return None
+    span_points = [(s, v) for s, v in points if best_step <= s]
+    match = config.get("answer_match")
+    meaning, other = MATCH_WORDS.get(match, ("", ""))
+    others = dict(eval_points(metrics, other))
+    beside = (
+        f"; {other} {fmt(others[best_step])} -> {fmt(others[last_step])}"
+        if {best_step, last_step} <= others.keys()
+        else ""
+    )
+    return _warn(
+        FORM_NOT_ANSWERS,
+        f"held-out accuracy{f' under answer_match {match!r}' if meaning else ''} fell {fmt(best)} -> {fmt(last)} "
+        f"(eval/accuracy{f': {meaning}' if meaning else ''}; {', '.join(fmt(v) for _, v in span_points)} at "
+        f"steps {', '.join(str(s) for s, _ in span_points)}{beside}) while the form rose "
+        f"({', '.join(f'{m} {fmt(a)} -> {fmt(b)}' for m, a, b in rises)}): the policy is learning to state an "
+        f"answer, not to find it. {either(form_not_answers_remedies(config))}",
+        [best_step, last_step],
+        ["eval/accuracy"] + [m for m, _, _ in rises],
     )
 
 
 Check = Callable[[Sequence[Row], Sequence, Mapping], "HealthWarning | None"]
 # each rule's check, in RULES' order
 CHECKS: tuple[tuple[Rule, Check], ...] = (
+    (FORM_NOT_ANSWERS, check_form_not_answers),
     (ANSWER_FORM, check_answer_form),
     (REWARD_HACKING, check_reward_hacking),
     (LENGTH_REWARD, check_length_reward),
