@@ -129,9 +129,9 @@ def test_without_the_gguf_package_a_gguf_model_is_refused_at_launch(gguf_root, m
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else find_spec(name, *a))
     path = str(gguf_root / "model.gguf")
-    with pytest.raises(SpecError, match=r"^model: .* pip install 'grpo-dashboard\[gguf\]'"):
+    with pytest.raises(SpecError, match=r"^model: .* pip install 'gguf>=0.10'"):
         validate_spec({"model": path})
-    with pytest.raises(SpecError, match=r"^reward_model: .* pip install 'grpo-dashboard\[gguf\]'"):
+    with pytest.raises(SpecError, match=r"^reward_model: .* pip install 'gguf>=0.10'"):
         check_spec_paths({"reward_model": path}, [gguf_root])
 
 

@@ -23,9 +23,10 @@ from typing import Any
 
 from app.service.api import ApiError, parse_spec
 from app.service.datasets import preview_dataset
-from app.core.paths import check_custom_rewards, check_spec_paths
+from app.core.paths import check_custom_rewards, check_spec_paths, resolve_inside
 from app.core.settings import get_settings
-from grpo_engine.spec.config import BUILTIN_DATASETS, SpecError, is_local_path, validate_spec
+from grpo_engine.spec.config import BUILTIN_DATASETS, SpecError, is_gguf, is_local_path, validate_spec
+from grpo_engine.spec.gguf_header import converted_dir
 
 PROMPT_TIMEOUT_S = 180  # loading a tokenizer; a .gguf model's first conversion takes about a minute on 2 cores
 REWARDS_TIMEOUT_S = 60  # loading the rewards and scoring the rows
@@ -88,6 +89,28 @@ def preview_prompt(spec: dict | str | None) -> dict:
     if "error" in result:
         raise ApiError(f"model: the tokenizer of {model} could not be loaded: {result['error']}")
     return {"model": config["model"], "question": question, "stand_in": stand_in, **result}
+
+
+def conversion_notice(spec: dict | str | None) -> str | None:
+    """What "Show the model's prompt" says while it waits on a first conversion: 'Converting NAME.gguf into a model
+    directory (once, about a minute)…' where the spec's model is a .gguf file inside the path roots that the model
+    cache has not converted yet (grpo_engine.spec.gguf_header.converted_dir); else None (a file outside the roots
+    or missing is refused by :func:`preview_prompt`, which says why)."""
+    try:
+        spec = parse_spec(spec)
+    except ApiError:
+        return None
+    model = spec.get("model") if isinstance(spec, dict) else None
+    if not isinstance(model, str) or not is_gguf(model.strip()):
+        return None
+    settings = get_settings()
+    try:
+        path = resolve_inside("model", model.strip(), settings.path_roots)
+    except SpecError:
+        return None
+    if not path.is_file() or converted_dir(path, settings.cache_dir).is_dir():
+        return None
+    return f"Converting {path.name} into a model directory (once, about a minute)…"
 
 
 def _read_by_the_worker(dataset: str) -> bool:

@@ -17,8 +17,6 @@ The conversion holds the weights twice in fp32 while it copies them (about 1.1 G
 from __future__ import annotations
 
 import copy
-import hashlib
-import re
 import time
 from pathlib import Path
 
@@ -26,28 +24,21 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_engine.model.model_cache import DTYPE_KEYWORD, build_once
+from grpo_engine.spec.gguf_header import converted_dir
 
 try:  # transformers 5 may keep a GGUF's weights in their blocks; asked to, it unpacks every one
     from transformers import GgufConfig
 except ImportError:  # older: a .gguf file is always dequantized
     GgufConfig = None
 
-GGUF_CACHE = "gguf"  # the model cache's folder of converted .gguf files
+CONVERTING = "converting the .gguf model (once)"  # the run's phase while its .gguf file converts
 
 
-def gguf_key(path: Path) -> str:
-    """The cache entry of the .gguf file at ``path``: its name, then a digest of its resolved path, size and
-    modification time (the same file converts once; a replaced or rewritten one converts again)."""
-    resolved = Path(path).expanduser().resolve()
-    stat = resolved.stat()
-    digest = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", resolved.stem)[:80]
-    return f"{name}-{digest}"
-
-
-def gguf_model_dir(path: str | Path, cache_dir: Path, log=print) -> Path:
+def gguf_model_dir(path: str | Path, cache_dir: Path, log=print, phase=None) -> Path:
     """The converted model directory of the .gguf file at ``path``, converted on first use (safe across
-    processes: grpo_engine.model.model_cache). A conversion logs its start and how long it took.
+    processes: grpo_engine.model.model_cache). A conversion logs its start and how long it took, and reports
+    ``phase(CONVERTING)`` before it and ``phase("loading model")`` after it (a run's recorder shows them as the
+    run's phase).
 
     Raises FileNotFoundError where ``path`` is not a file.
     """
@@ -58,10 +49,12 @@ def gguf_model_dir(path: str | Path, cache_dir: Path, log=print) -> Path:
             if not source.exists()
             else f"{str(path)!r} is not a GGUF file but a directory"
         )
-    target = Path(cache_dir) / GGUF_CACHE / gguf_key(source)
+    target = converted_dir(source, cache_dir)
     start = time.monotonic()
 
     def build(tmp: Path) -> None:
+        if phase is not None:
+            phase(CONVERTING)
         log(f"converting {source.name} into a model directory (first use of this file only)")
         convert_gguf(source, tmp)
 
@@ -72,6 +65,8 @@ def gguf_model_dir(path: str | Path, cache_dir: Path, log=print) -> Path:
         missing=f"the conversion of {source.name} wrote no weights",
     ):
         log(f"converted {source.name} in {time.monotonic() - start:.0f}s into {target}")
+        if phase is not None:
+            phase("loading model")
     return target
 
 

@@ -180,15 +180,15 @@ def write_builtin_model(out_dir: Path, cache_dir: Path, log=print) -> Path:
     return out_dir
 
 
-def resolve_model_path(model: str, cache_dir: Path, log=print, progress=no_progress) -> str:
+def resolve_model_path(model: str, cache_dir: Path, log=print, progress=no_progress, phase=None) -> str:
     """The directory a run's ``model`` (or ``reward_model``, ``label_completer``) loads from: the built-in preset's
     cached directory (built on first use, ``progress`` following its warm start), a .gguf file's converted
-    directory in the cache (converted on first use: grpo_engine.model.gguf_model), or ``model`` unchanged (a hub id or
-    a local directory)."""
+    directory in the cache (converted on first use, reported through ``phase(name)``: grpo_engine.model.gguf_model),
+    or ``model`` unchanged (a hub id or a local directory)."""
     if model == BUILTIN_MODEL:
         return str(builtin_model_dir(cache_dir, log=log, progress=progress))
     if is_gguf(model):
-        return str(gguf_model_dir(model, cache_dir, log=log))
+        return str(gguf_model_dir(model, cache_dir, log=log, phase=phase))
     return model
 
 
@@ -228,11 +228,11 @@ def disable_dropout(model) -> None:
                 setattr(module, name, 0.0)
 
 
-def load_policy(model: str, cache_dir: Path, device: torch.device, log=print, progress=no_progress):
-    """(model, tokenizer) for a preset, a local directory or a Hugging Face id.
+def load_policy(model: str, cache_dir: Path, device: torch.device, log=print, progress=no_progress, phase=None):
+    """(model, tokenizer) for a preset, a local directory, a .gguf file or a Hugging Face id.
 
-    The tokenizer pads on the left (batched generation). ``progress``: see resolve_model_path.
+    The tokenizer pads on the left (batched generation). ``progress`` and ``phase``: see resolve_model_path.
     """
-    policy, tokenizer = load_causal_lm(resolve_model_path(model, cache_dir, log=log, progress=progress))
+    policy, tokenizer = load_causal_lm(resolve_model_path(model, cache_dir, log=log, progress=progress, phase=phase))
     tokenizer.padding_side = "left"
     return policy.to(device), tokenizer

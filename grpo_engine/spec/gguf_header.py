@@ -7,12 +7,17 @@ a version (2 or 3), the tensor and metadata counts, the metadata (key, type, val
 vocabulary among them) and then each tensor's name, dims, type and offset, all little-endian. The metadata
 values are skipped, not decoded: the gguf package's reader decodes them all in Python (about 4 s for a
 49k-token vocabulary on 2 CPU cores), this reads the same file's shapes in tens of milliseconds.
+
+Where a file's conversion into a model directory goes (:func:`converted_dir`, grpo_engine.model.gguf_model writes it)
+is here too, so the dashboard can tell a first conversion coming without torch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import mmap
+import re
 import struct
 from pathlib import Path
 
@@ -21,12 +26,29 @@ VERSIONS = (2, 3)
 SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes
 STRING, ARRAY = 8, 9  # the two value types of variable length
 MAX_DIMS = 8
+GGUF_CACHE = "gguf"  # the model cache's folder of converted .gguf files
 
 
 def is_gguf_file(path: Path) -> bool:
     """Whether the file at ``path`` starts with the GGUF magic."""
     with open(path, "rb") as fh:
         return fh.read(4) == MAGIC
+
+
+def gguf_key(path: str | Path) -> str:
+    """The cache entry of the .gguf file at ``path``: its name, then a digest of its resolved path, size and
+    modification time (the same file converts once; a replaced or rewritten one converts again)."""
+    resolved = Path(path).expanduser().resolve()
+    stat = resolved.stat()
+    digest = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", resolved.stem)[:80]
+    return f"{name}-{digest}"
+
+
+def converted_dir(path: str | Path, cache_dir: str | Path) -> Path:
+    """The model directory the .gguf file at ``path`` converts into under the model cache ``cache_dir`` (present
+    once converted)."""
+    return Path(cache_dir) / GGUF_CACHE / gguf_key(path)
 
 
 class _Header:

@@ -80,7 +80,7 @@ def check_prompt_keys(values: dict[str, Any]) -> None:
         raise SpecError(
             "model",
             f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
-            "pip install 'grpo-dashboard[gguf]'",
+            "pip install 'gguf>=0.10'",
         )
 
 

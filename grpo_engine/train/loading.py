@@ -239,12 +239,14 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
                 *([spec.reward_model or spec.model] if spec.reward == "model" else []),
                 *([spec.label_completer] if spec.label_completer else []),
             }:
-                resolve_model_path(name, cache_dir, log=recorder.log, progress=building)
+                resolve_model_path(name, cache_dir, log=recorder.log, progress=building, phase=recorder.phase)
         procs.barrier()
     # a sharded run loads the whole model into the CPU's memory, and shard() moves each layer's share to the device:
     # a model bigger than one GPU never sits whole on one
     load_dev = torch.device("cpu") if spec.sharding == "fsdp" else dev
-    policy, tokenizer = load_policy(spec.model, cache_dir, load_dev, log=recorder.log, progress=building)
+    policy, tokenizer = load_policy(
+        spec.model, cache_dir, load_dev, log=recorder.log, progress=building, phase=recorder.phase
+    )
     check()
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
@@ -314,7 +316,9 @@ def load_completer(
     own chat template when it has one."""
     name = spec.label_completer
     recorder.phase("loading model")
-    model, tokenizer = load_policy(name, cache_dir, dev, log=recorder.log, progress=building_progress(recorder, check))
+    model, tokenizer = load_policy(
+        name, cache_dir, dev, log=recorder.log, progress=building_progress(recorder, check), phase=recorder.phase
+    )
     model = model.eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)
     recorder.log(f"label_completer {name!r}: {sum(p.numel() for p in model.parameters()):,} parameters, frozen")
     return Completer(model, tokenizer, run_prompt(tokenizer, spec, "auto"), end_token_ids(model, tokenizer))
@@ -335,7 +339,11 @@ def load_reward_model_state(
     # the RM reads prompts as the policy does (its own tokenizer's chat template, when it starts elsewhere)
     rm = load_reward_model(
         resolve_model_path(
-            spec.reward_model or spec.model, cache_dir, log=recorder.log, progress=building_progress(recorder, check)
+            spec.reward_model or spec.model,
+            cache_dir,
+            log=recorder.log,
+            progress=building_progress(recorder, check),
+            phase=recorder.phase,
         ),
         kind,
         dev,
