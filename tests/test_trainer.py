@@ -15,7 +15,7 @@ from grpo_engine.spec.config import validate_spec
 from grpo_engine.data.data import format_prompt
 from grpo_engine.algo.objective import ADV_EPS, process_advantages
 from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
-from grpo_engine.rewards.rewards import outcome_reward
+from grpo_engine.rewards.rewards import final_answer, outcome_reward
 from grpo_engine.rollout.tokenization import step_boundaries
 from grpo_engine.train.loading import cpu_bf16_is_fast
 from grpo_engine.train.evaluation import eval_scores
@@ -126,6 +126,7 @@ def test_a_flexible_run_rewards_and_evaluates_by_the_last_number(grpo_cache_dir)
     samples = [(s, g.reference) for groups in rec.group_log.values() for g in groups for s in g.samples]
     for s, reference in samples:  # the reward: the verifier under 'flexible', its format part the strict form's
         assert (s.reward, s.reward_components) == outcome_reward(s.completion, reference, 0.5, "flexible")
+        assert (s.answer, s.answer_rule) == final_answer(s.completion, "flexible")  # the reading it was paid for
         assert s.reward_components["correct"] >= outcome_reward(s.completion, reference)[1]["correct"]
     for step, groups in rec.group_log.items():  # correct_frac: the share of outputs the flexible verifier accepts
         correct = [s.reward_components["correct"] for g in groups for s in g.samples]

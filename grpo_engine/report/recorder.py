@@ -53,6 +53,10 @@ class SampleRecord:
     ratios: list[float] | None = None
     kls: list[float] | None = None
     clipped: list[bool] | None = None
+    # the verifier's reading under the run's answer_match (rewards.final_answer): the final answer it read (None:
+    # none) and the form that held it, gsm8k, boxed, number or none (rewards.FORM_WORDS); None when not recorded
+    answer: str | None = None
+    answer_rule: str | None = None
 
 
 @dataclass

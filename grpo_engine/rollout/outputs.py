@@ -14,7 +14,7 @@ import torch
 from grpo_engine.data.builtin_task import STEP_DELIMITER, check_step
 from grpo_engine.data.data import format_prompt
 from grpo_engine.rm.reward_model import RMExample
-from grpo_engine.rewards.rewards import outcome_reward
+from grpo_engine.rewards.rewards import final_answer, reading_reward
 from grpo_engine.rewards.step_check import step_equations_hold
 from grpo_engine.rollout.tokenization import step_boundaries, token_pieces
 
@@ -124,6 +124,9 @@ class Judged:
     texts: list[str]
     tokens: list[list[str]]  # each token's text in context (token_pieces: they spell the text), then the end token's
     outcome: list[tuple[float, dict[str, float]]]  # the verifier's (reward, components)
+    # the verifier's reading: the final answer it read under the run's answer_match and the form that held it
+    # (rewards.final_answer: gsm8k, boxed, number, none), whatever rewards the run pays
+    readings: list[tuple[str | None, str]] = field(default_factory=list)
     steps: list[list[str]] = field(default_factory=list)  # process: the reasoning steps cut from the text
     step_ends: list[list[int]] = field(default_factory=list)  # process: 0-based token index of each step's end
     verdicts: list[list[float]] = field(default_factory=list)  # process: the step checker's, 1.0 / 0.0 per step
@@ -142,7 +145,8 @@ def judge(
     match: str = "strict",
 ) -> Judged:
     """Decode N sampled outputs and judge them with the rules; ``examples[i]`` is output i's question. The
-    verifier reads final answers as ``match`` says (RunSpec.answer_match: rewards.final_answer). With ``process``,
+    verifier reads each final answer once, as ``match`` says (RunSpec.answer_match: rewards.final_answer), and
+    scores that reading (``readings``, rewards.reading_reward). With ``process``,
     each output is also cut into steps (the end token is no step) and each step checked by ``checker``
     (RunSpec.step_checker: :func:`step_verdicts`); 'rollouts' leaves the verdicts empty for the caller to sample
     (rollout_labels.rollout_verdicts)."""
@@ -154,7 +158,8 @@ def judge(
     out = Judged(texts, [], [])
     for i, ex in enumerate(examples):
         out.tokens.append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
-        out.outcome.append(outcome_reward(texts[i], ex["answer"], format_weight, match))
+        out.readings.append(final_answer(texts[i], match))
+        out.outcome.append(reading_reward(out.readings[-1], ex["answer"], format_weight))
         if process:
             steps, ends = step_boundaries(pieces[i], delimiter)
             out.steps.append(steps)

@@ -29,7 +29,8 @@ class Learner:
     with the adapter off) and with kl_coef 0 (no KL term: no reference is kept); ``params`` are the trainable parameters; ``end_ids`` the tokens that end a
     completion; ``prompt`` makes a question the prompt text (the run's prompt_template); ``rm`` the learned
     reward model (reward: model); ``completer`` the model that continues outputs for rollout labels when it is
-    not the policy (label_completer)."""
+    not the policy (label_completer); ``source_dtype`` the dtype the model came in (model.source_dtype), which the
+    trained policy downloads in."""
 
     spec: RunSpec
     accelerator: Any
@@ -45,6 +46,7 @@ class Learner:
     delimiter: str
     rm: RewardModel | None = None
     completer: Completer | None = None
+    source_dtype: str = "float32"
 
     @property
     def dev(self) -> torch.device:
@@ -115,3 +117,4 @@ class Scored:
     step_shares: list[list[float] | None] = field(
         default_factory=list
     )  # rollouts: each step's share reaching the answer
+    readings: list[tuple[str | None, str]] = field(default_factory=list)  # the verifier's (answer, form) of each

@@ -221,6 +221,7 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         labelling,
         labels,
         shares,
+        judged.readings,
     )
 
 

@@ -141,6 +141,8 @@ def group_records(
                 ratios=per_token("ratios", i),
                 kls=per_token("kls", i),
                 clipped=per_token("clipped", i),
+                answer=scored.readings[i][0] if scored.readings else None,
+                answer_rule=scored.readings[i][1] if scored.readings else None,
             )
             for i in range(b * G, (b + 1) * G)
         ]
