@@ -64,7 +64,12 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bad-input")
     root, outside = tmp / "root", tmp / "outside"
     _make_files(root, outside)
-    env = server_env(tmp / "data", GRPO_PATH_ROOTS=str(root), GRPO_MAX_UPLOAD_MB=str(MAX_UPLOAD_MB))
+    env = server_env(
+        tmp / "data",
+        GRPO_PATH_ROOTS=str(root),
+        GRPO_MAX_UPLOAD_MB=str(MAX_UPLOAD_MB),
+        GRPO_MAX_MODEL_UPLOAD_MB=str(MAX_UPLOAD_MB),  # the model cap too: Gradio's limit is the larger
+    )
     (tmp / "data").mkdir()
     with running_server(tmp / "data", env) as (url, proc, log_path):
         yield Client(url, verbose=False), url, root, outside

@@ -92,6 +92,7 @@ def limited(tmp_path_factory):
         GRPO_EMBEDDED_WORKER="0",
         GRPO_MAX_UPLOAD_FILES="3",
         GRPO_MAX_UPLOAD_MB="1",
+        GRPO_MAX_MODEL_UPLOAD_MB="1",
         GRPO_UPLOAD_MB_PER_HOUR="2",
         GRADIO_TEMP_DIR=str(tmp / "gradio"),
     )

@@ -252,16 +252,20 @@ def test_urls_are_shown_with_their_passwords_masked(settings_env, monkeypatch):
 
 def test_path_roots_default_to_the_data_dir_and_the_start_directory(settings_env, monkeypatch):
     data = (settings_env / "data").resolve()
-    assert get_settings().path_roots == (data, Path.cwd().resolve(), data / "uploads")
+    assert get_settings().path_roots == (data, Path.cwd().resolve(), data / "uploads", data / "models")
     a, b = settings_env / "a", settings_env / "b"
     monkeypatch.setenv("GRPO_PATH_ROOTS", f"{a}{os.pathsep}{os.pathsep}{b}")
-    assert get_settings().path_roots == (a.resolve(), b.resolve(), data / "uploads")
+    assert get_settings().path_roots == (a.resolve(), b.resolve(), data / "uploads", data / "models")
 
 
 def test_upload_limit_setting(settings_env, monkeypatch):
     assert get_settings().max_upload_mb == 200 and get_settings().max_upload_bytes == 200 * 2**20
+    assert get_settings().max_model_upload_bytes == get_settings().largest_upload_bytes == 2048 * 2**20
+    assert get_settings().upload_mb_per_hour >= get_settings().max_model_upload_mb  # a model at the cap fits
     monkeypatch.setenv("GRPO_MAX_UPLOAD_MB", "0.5")
     assert get_settings().max_upload_bytes == 2**19
+    monkeypatch.setenv("GRPO_MAX_MODEL_UPLOAD_MB", "0.25")
+    assert get_settings().max_model_upload_bytes == 2**18 and get_settings().largest_upload_bytes == 2**19
     for bad, words in (("0", "must be greater than 0"), ("lots", "must be a number")):
         monkeypatch.setenv("GRPO_MAX_UPLOAD_MB", bad)
         with pytest.raises(ValueError, match=f"GRPO_MAX_UPLOAD_MB {words}"):

@@ -45,6 +45,8 @@ ENDPOINTS = {
     "/export_run",
     "/upload_dataset",
     "/preview_dataset",
+    "/upload_model",
+    "/list_models",
     "/preview_rewards",
     "/preview_prompt",
     "/rename_run",

@@ -3,7 +3,8 @@
 A run spec's ``model``, ``reward_model`` and ``dataset`` are each a built-in name, a Hugging Face id
 (``Qwen/Qwen2.5-0.5B-Instruct``, ``gsm8k``: the worker resolves it) or a local path. A local path
 must resolve, after ``~``, ``..`` and symlinks, inside one of the roots (GRPO_PATH_ROOTS; by default
-the data directory and the directory the process started in, plus the uploads directory), so a run
+the data directory and the directory the process started in; the uploads directory and the models folder
+``<data dir>/models`` always), so a run
 spec cannot make a worker read files elsewhere on its machine. Then it must exist, a model directory
 must hold a ``config.json`` (or the model is a .gguf file: a file starting with the GGUF magic, where the gguf
 package that converts it is installed), a dataset file must read cleanly (grpo_engine.data.data.check_dataset_file, from
@@ -56,8 +57,9 @@ def resolve_inside(key: str, value: str, roots: list[Path] | tuple[Path, ...]) -
     if not _inside(path, roots):
         raise SpecError(
             key,
-            f"{value!r} is outside the directories runs may read (GRPO_PATH_ROOTS: the "
-            "operator sets them; uploaded datasets are always readable)",
+            f"{value!r} is outside the directories runs may read (GRPO_PATH_ROOTS: the operator sets them; "
+            "the models folder <data dir>/models, where the Launch tab uploads models, and uploaded datasets are "
+            "always readable)",
         )
     if not path.exists():
         raise SpecError(key, f"{value!r} does not exist")
@@ -129,7 +131,7 @@ def check_gguf_file(key: str, value: str, path: Path) -> None:
         raise SpecError(key, f"{value!r} is not a GGUF file (it does not start with 'GGUF')")
     if importlib.util.find_spec("gguf") is None:
         raise SpecError(
-            key, f"{value!r} is a .gguf file, which needs the gguf package to read: pip install 'grpo-dashboard[gguf]'"
+            key, f"{value!r} is a .gguf file, which needs the gguf package to read: pip install 'gguf>=0.10'"
         )
 
 

@@ -14,10 +14,11 @@ Infrastructure only; training settings are the run spec (grpo_engine.spec.config
 | `GRPO_LEASE_SECONDS` | `60` | a worker renews its run's lease 4 times in this period; a run whose lease is older (its worker died) is put back in the queue by any live worker and resumes from its last checkpoint |
 | `GRPO_AUTH_USERS` | none | who may log in: comma-separated `user:hash` entries, each hash made by `grpo-dashboard hash-password`; with this or `GRPO_AUTH_FILE` set, the page and every API call need a login (see Login) |
 | `GRPO_AUTH_FILE` | none | a file of `user:hash` lines (blank lines and `#` comments allowed), read at start-up and at every login, so deleting a line stops that user's next login |
-| `GRPO_PATH_ROOTS` | the data directory and the directory the process started in | directories (separated by `:`) that a local `model`, `reward_model` or `dataset` path in a run spec must lie in, after following symlinks; `<data dir>/uploads` is always allowed |
+| `GRPO_PATH_ROOTS` | the data directory and the directory the process started in | directories (separated by `:`) that a local `model`, `reward_model` or `dataset` path in a run spec must lie in, after following symlinks; `<data dir>/uploads` (uploaded datasets) and `<data dir>/models` (the models folder: uploaded models, or any model directory or `.gguf` file copied there) are always allowed |
 | `GRPO_MAX_UPLOAD_MB` | `200` | largest dataset file an upload may be, in MiB (2^20 bytes) |
+| `GRPO_MAX_MODEL_UPLOAD_MB` | `2048` | largest model an upload may be, in MiB: a `.gguf` file, or a zipped model directory both as uploaded and as unpacked (the sum of its files) |
 | `GRPO_MAX_UPLOAD_FILES` | `4` | most files one upload request may carry |
-| `GRPO_UPLOAD_MB_PER_HOUR` | `1000` | most MiB one user (without a login: one client address) may upload in an hour |
+| `GRPO_UPLOAD_MB_PER_HOUR` | `4096` | most MiB one user (without a login: one client address) may upload in an hour (datasets and models together: at least `GRPO_MAX_MODEL_UPLOAD_MB`, or a model at the cap cannot be uploaded) |
 | `GRPO_ALLOWED_ORIGINS` | none | other web origins (comma-separated `scheme://host[:port]`) whose pages may call the dashboard with a user's session; its own origin is always allowed, every other is refused (see Security) |
 | `GRPO_SESSION_IDLE_MINUTES` | `720` | a login session unused for this long ends |
 | `GRPO_MAX_TOKENS_PER_STEP` | `1048576` | the most tokens a run may sample in one step (`batch_size` x `group_size` x `max_new_tokens`), checked at launch and again by the worker, which may set its own; a reward model's (re)training may sample 8 steps' worth (`rm_samples` x 1.25 x `max_new_tokens`); size it to the workers' memory |
@@ -32,6 +33,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+UPLOADS = "uploads"  # the data directory's folder of uploaded datasets
+MODELS = "models"  # the data directory's models folder: uploaded models, and any copied there by hand
 
 
 def _flag(value: str) -> bool:
@@ -75,10 +80,10 @@ def _origins(raw: str | None) -> tuple[str, ...]:
 
 def _path_roots(raw: str | None, data_dir: Path) -> tuple[Path, ...]:
     """GRPO_PATH_ROOTS (os.pathsep-separated), else the data directory and the current directory; resolved
-    (symlinks followed), with the uploads directory added."""
+    (symlinks followed), with the uploads directory and the models folder added."""
     given = [p for p in (raw or "").split(os.pathsep) if p.strip()]
     roots = [Path(p.strip()).expanduser().resolve() for p in given] or [data_dir, Path.cwd().resolve()]
-    return tuple(dict.fromkeys([*roots, (data_dir / "uploads").resolve()]))
+    return tuple(dict.fromkeys([*roots, (data_dir / UPLOADS).resolve(), (data_dir / MODELS).resolve()]))
 
 
 @dataclass(frozen=True)
@@ -93,11 +98,12 @@ class Settings:
     lease_seconds: float
     auth_users: str = field(repr=False)  # the raw GRPO_AUTH_USERS, parsed by app.core.auth (hashes: never printed)
     auth_file: Path | None
-    path_roots: tuple[Path, ...]  # resolved, the uploads directory included
+    path_roots: tuple[Path, ...]  # resolved, the uploads directory and the models folder included
     max_upload_mb: float
+    max_model_upload_mb: float = 2048.0
     allowed_origins: tuple[str, ...] = ()  # besides the dashboard's own
     max_upload_files: int = 4
-    upload_mb_per_hour: float = 1000.0
+    upload_mb_per_hour: float = 4096.0
     session_idle_minutes: float = 720.0
     login_free_attempts: int = 5
     max_tokens_per_step: int = 2**20
@@ -113,11 +119,26 @@ class Settings:
     @property
     def uploads_dir(self) -> Path:
         """Where uploaded dataset files are stored."""
-        return self.data_dir / "uploads"
+        return self.data_dir / UPLOADS
+
+    @property
+    def models_dir(self) -> Path:
+        """The models folder: uploaded models, and model directories or .gguf files copied there; always a path
+        root."""
+        return self.data_dir / MODELS
 
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 2**20)
+
+    @property
+    def max_model_upload_bytes(self) -> int:
+        return int(self.max_model_upload_mb * 2**20)
+
+    @property
+    def largest_upload_bytes(self) -> int:
+        """The most one uploaded file may be, a dataset or a model (what the web server lets through)."""
+        return max(self.max_upload_bytes, self.max_model_upload_bytes)
 
 
 def get_settings() -> Settings:
@@ -139,9 +160,10 @@ def get_settings() -> Settings:
         auth_file=Path(env["GRPO_AUTH_FILE"]).expanduser() if env.get("GRPO_AUTH_FILE", "").strip() else None,
         path_roots=_path_roots(env.get("GRPO_PATH_ROOTS"), data_dir),
         max_upload_mb=_positive(env, "GRPO_MAX_UPLOAD_MB", 200.0),
+        max_model_upload_mb=_positive(env, "GRPO_MAX_MODEL_UPLOAD_MB", 2048.0),
         allowed_origins=_origins(env.get("GRPO_ALLOWED_ORIGINS")),
         max_upload_files=int(_positive(env, "GRPO_MAX_UPLOAD_FILES", 4)),
-        upload_mb_per_hour=_positive(env, "GRPO_UPLOAD_MB_PER_HOUR", 1000.0),
+        upload_mb_per_hour=_positive(env, "GRPO_UPLOAD_MB_PER_HOUR", 4096.0),
         session_idle_minutes=_positive(env, "GRPO_SESSION_IDLE_MINUTES", 720.0),
         login_free_attempts=int(_positive(env, "GRPO_LOGIN_FREE_ATTEMPTS", 5)),
         max_tokens_per_step=int(_positive(env, "GRPO_MAX_TOKENS_PER_STEP", 2**20)),

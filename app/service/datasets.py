@@ -1,5 +1,6 @@
-"""Datasets from the browser: uploading a file (checked, stored under its content hash) and previewing the first
-rows of the dataset a run spec names."""
+"""Datasets and models from the browser: uploading a dataset file (checked, stored under its content hash),
+previewing the first rows of the dataset a run spec names, uploading a model into the models folder
+(app.core.models_folder) and listing what the Launch form's model field offers."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from app.service.api import ApiError
+from app.core.models_folder import ModelUploadError, store_model
+from app.core.models_folder import list_models as list_models_in
 from app.core.paths import is_local_path, resolve_inside, spec_fields
 from app.core.settings import get_settings
 from grpo_engine.spec.config import BUILTIN_DATASETS, MAX_TEXT, SpecError
 from grpo_engine.data.data import FIELDS, check_dataset_file, load_dataset
+from grpo_engine.spec.hub import cached_models
 
 PREVIEW_ROWS = 5
 BUILTINS = " and ".join(map(repr, BUILTIN_DATASETS))  # the built-in datasets, as a message names them
@@ -80,7 +84,17 @@ def upload_dataset(file: Any, remove_source: bool = False) -> dict:
     ``preview`` its first rows. ``remove_source``: delete the uploaded file afterwards, kept or refused (Gradio's
     cached copy of an upload: nothing else needs it).
     """
-    # 1. where the file is, and the name the user knows it by (never a path; the extension is the file's)
+    source, name = _uploaded(file)
+    try:
+        return _store_upload(source, name, get_settings())
+    finally:
+        if remove_source:
+            source.unlink(missing_ok=True)
+
+
+def _uploaded(file: Any) -> tuple[Path, str]:
+    """Where an uploaded file is, and the name the user knows it by (never a path; the extension is the file's):
+    ``file`` is its path or Gradio's file dict (``{"path", "orig_name", ...}``)."""
     if isinstance(file, dict):
         source, name = file.get("path"), file.get("orig_name")
     else:
@@ -93,12 +107,36 @@ def upload_dataset(file: Any, remove_source: bool = False) -> dict:
         name = source.name
     if not source.is_file():
         raise ApiError(f"{name}: the uploaded file is missing")
+    return source, name
 
+
+def upload_model(file: Any, remove_source: bool = False) -> dict:
+    """Keep an uploaded model in the models folder (``<data dir>/models``, always a path root); returns ``{model,
+    name, kind, size}``: ``model`` the stored path, for a run spec's ``model``; ``kind`` 'gguf' or 'directory'.
+
+    ``file`` as for :func:`upload_dataset`: a .gguf file, or a .zip of a model directory (config.json,
+    .safetensors weights, tokenizer files). Refused, naming the file and why, beyond GRPO_MAX_MODEL_UPLOAD_MB (a
+    zip: also unpacked) and for a zip whose members escape its folder, are links, or that is damaged
+    (app.core.models_folder.store_model); nothing is left in the models folder then. ``remove_source``: delete the
+    uploaded file afterwards."""
+    source, name = _uploaded(file)
+    settings = get_settings()
+    cap_words = f"{settings.max_model_upload_mb:g} MiB a model may be (GRPO_MAX_MODEL_UPLOAD_MB)"
     try:
-        return _store_upload(source, name, get_settings())
+        return store_model(source, name, settings.models_dir, settings.max_model_upload_bytes, cap_words)
+    except ModelUploadError as e:
+        raise ApiError(str(e)) from None
     finally:
         if remove_source:
             source.unlink(missing_ok=True)
+
+
+def list_models() -> dict:
+    """What the Launch form's model field offers: ``{models_folder, local, hub}``: ``local`` the models folder's
+    models (app.core.models_folder.list_models: ``{name, model, kind, size}``, kind 'directory' or 'gguf'), ``hub``
+    the model ids in this machine's Hugging Face cache (grpo_engine.spec.hub.cached_models)."""
+    folder = get_settings().models_dir
+    return {"models_folder": str(folder), "local": list_models_in(folder), "hub": cached_models()}
 
 
 def _store_upload(source: Path, name: str, settings) -> dict:

@@ -2,6 +2,7 @@
 
 ``/launch_run``, ``/list_presets``, ``/list_runs``, ``/get_run``, ``/get_metrics``, ``/get_logs``, ``/wait_run``, ``/list_groups``,
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
+``/upload_model``, ``/list_models``,
 ``/preview_rewards``, ``/preview_prompt``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
 the diagnosis ``/search_samples``, ``/question_history`` wrap app.service.api (and app.service.manage_api, app.service.exports,
 app.service.datasets, app.service.previews, app.service.diagnose_api) one to one; a refused request reaches the client as gr.Error with
@@ -155,6 +156,23 @@ def upload_dataset(file: gr.FileData) -> dict:
     return call_api(datasets.upload_dataset, file, True)
 
 
+def upload_model(file: gr.FileData) -> dict:
+    """Upload a model into the models folder (gradio_client: handle_file(path)): a .gguf file, or a .zip of a model
+    directory (config.json, .safetensors weights, tokenizer files). Returns {model: the stored path, for a run
+    spec's model, name, kind: 'gguf' or 'directory', size}. Refused, naming why, beyond GRPO_MAX_MODEL_UPLOAD_MB
+    (a zip: also unpacked) and for a zip whose members escape its folder, are links, or that is damaged."""
+    if not _is_upload(file):
+        raise gr.Error("file must be an uploaded file (gradio_client: handle_file(path))", print_exception=False)
+    return call_api(datasets.upload_model, file, True)
+
+
+def list_models() -> dict:
+    """What the Launch form's model field offers: {models_folder, local, hub}: local the models folder's models,
+    each {name, model (its path, for a run spec's model), kind: 'directory' or 'gguf', size in bytes}; hub the
+    model ids in the server's Hugging Face cache."""
+    return call_api(datasets.list_models)
+
+
 def preview_dataset(
     dataset: str, question_field: str | None = None, answer_field: str | None = None, solution_field: str | None = None
 ) -> dict:
@@ -251,6 +269,8 @@ ENDPOINTS = (
     export_run,
     upload_dataset,
     preview_dataset,
+    upload_model,
+    list_models,
     preview_rewards,
     preview_prompt,
     rename_run,

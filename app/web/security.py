@@ -13,9 +13,11 @@ Each rule and the threat it answers:
 - **Sessions.** With a login, logging out is a POST (``/logout``) that ends only the session it is sent from; a
   session unused for GRPO_SESSION_IDLE_MINUTES ends.
 - **Before login.** Only the login form and its static files answer; the login page carries no API description.
-- **Uploads.** One upload request carries at most GRPO_MAX_UPLOAD_FILES files and GRPO_MAX_UPLOAD_MB (each file's
-  limit, which Gradio checks too) plus its form's framing; a user (without a login: a client address) uploads at
-  most GRPO_UPLOAD_MB_PER_HOUR an hour. A request over a limit is cut off and answered 413 or 429.
+- **Uploads.** One upload request carries at most GRPO_MAX_UPLOAD_FILES files and the larger of
+  GRPO_MAX_MODEL_UPLOAD_MB and GRPO_MAX_UPLOAD_MB (each file's limit, which Gradio checks too: an upload does not
+  say whether it is a model or a dataset, so /upload_dataset checks the smaller dataset cap itself) plus its form's
+  framing; a user (without a login: a client address) uploads at most GRPO_UPLOAD_MB_PER_HOUR an hour. A request
+  over a limit is cut off and answered 413 or 429.
 - **Guessing passwords.** Failed logins are counted per client address and per user name (:class:`LoginThrottle`):
   after a few, each further attempt must wait, doubling up to a cap; refused attempts are logged.
 """
@@ -52,6 +54,7 @@ PUBLIC_PATHS = {
     "/gradio_api/startup-events",
 }
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/svelte/", "/pwa_icon")
+UPLOAD_CAPS = "GRPO_MAX_MODEL_UPLOAD_MB for a model, GRPO_MAX_UPLOAD_MB for a dataset: the larger"
 _API_INFO = re.compile(rb"window\.gradio_api_info = .*?;</script>", re.DOTALL)
 _SAMESITE = re.compile(rb";\s*samesite=[a-z]+", re.IGNORECASE)
 
@@ -229,7 +232,8 @@ class SecurityMiddleware:
         hour_ago = time.monotonic() - 3600
         recent = [(t, n) for t, n in self.uploaded.get(who, []) if t > hour_ago]
         budget = settings.upload_mb_per_hour * 2**20 - sum(n for _, n in recent)
-        limit = settings.max_upload_bytes + 64 * 1024 * settings.max_upload_files  # files plus the form's framing
+        limit = settings.largest_upload_bytes + 64 * 1024 * settings.max_upload_files  # files plus the form's framing
+        most = f"at most {settings.largest_upload_bytes / 2**20:g} MiB a request"
         declared = int(headers.get("content-length") or 0)
         refusal = None
         if declared > budget:
@@ -238,7 +242,7 @@ class SecurityMiddleware:
                 f"upload limit: at most {settings.upload_mb_per_hour:g} MiB an hour (GRPO_UPLOAD_MB_PER_HOUR)",
             )
         elif declared > limit:
-            refusal = (413, f"upload too large: at most {settings.max_upload_mb:g} MiB a request (GRPO_MAX_UPLOAD_MB)")
+            refusal = (413, f"upload too large: {most} ({UPLOAD_CAPS})")
         if refusal:
             log(f"upload of {declared:,} bytes by {who!r} refused: {refusal[1]}")
             await _respond(send, refusal[0], {"error": refusal[1]})
@@ -262,8 +266,7 @@ class SecurityMiddleware:
             elif counted["bytes"] > min(limit, budget):
                 counted["over"] = (
                     413,
-                    f"upload too large: at most {settings.max_upload_mb:g} MiB a request "
-                    "(GRPO_MAX_UPLOAD_MB), and the hour's budget (GRPO_UPLOAD_MB_PER_HOUR)",
+                    f"upload too large: {most} ({UPLOAD_CAPS}), and the hour's budget (GRPO_UPLOAD_MB_PER_HOUR)",
                 )
             return {"type": "http.disconnect"} if counted["over"] else message
 

@@ -27,6 +27,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Mount
 
 from app.core import auth
+from app.core.models_folder import remove_stale_partials
 from app.store.db import upgrade_database
 from app.web.endpoints import ENDPOINT_CONCURRENCY, ENDPOINTS
 from app.core.settings import Settings, get_settings
@@ -168,12 +169,16 @@ def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
 
     With users configured (GRPO_AUTH_USERS / GRPO_AUTH_FILE) the page and every API route need a login;
     a malformed entry stops the start (app.core.auth.AuthConfigError, naming where it is). Uploads larger than
-    GRPO_MAX_UPLOAD_MB are refused by Gradio before they are written. The Gradio app is mounted in a parent app
+    GRPO_MAX_MODEL_UPLOAD_MB or GRPO_MAX_UPLOAD_MB, whichever is larger, are refused by Gradio before they are
+    written. The models folder is created, and what uploads left half-written there more than an hour ago is
+    removed. The Gradio app is mounted in a parent app
     whose middleware (app.web.security) refuses other origins, sets the security headers and guards logins.
     """
     settings = get_settings()
     users = auth.load_users(settings)
     upgrade_database()
+    settings.models_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(settings.models_dir)
     if users:
         print(
             f"grpo-dashboard: login required; {len(users)} user{'s' if len(users) != 1 else ''} may log in", flush=True
@@ -224,7 +229,7 @@ def make_app(settings: Settings, login: bool) -> FastAPI:
         path="/",
         show_error=False,
         auth=_login if login else None,
-        max_file_size=settings.max_upload_bytes,
+        max_file_size=settings.largest_upload_bytes,  # a model's cap or a dataset's; each endpoint checks its own
         css=css,
         js=DASHBOARD_JS,
     )

@@ -104,3 +104,16 @@ def _ask_the_hub(key: str, repo_id: str, kind: str, timeout: float) -> None:
             f"could not reach the Hugging Face Hub within {timeout:g} s to find {repo_id!r} "
             f"({type(e).__name__}); {WITHOUT_THE_HUB}",
         ) from None
+
+
+def cached_models() -> list[str]:
+    """The ids of the models this machine's Hugging Face hub cache holds a snapshot of, sorted (huggingface_hub's
+    cache scan); none where there is no cache or it cannot be read."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
+
+    try:
+        scanned = scan_cache_dir()
+    except (CacheNotFound, CorruptedCacheException, OSError):
+        return []
+    return sorted(repo.repo_id for repo in scanned.repos if repo.repo_type == "model" and repo.revisions)

@@ -1,10 +1,12 @@
 """The Launch tab: the run spec as a form in four sections (app.web.launch_form: model & data, algorithm, reward,
 runtime & saving), each showing its essential keys and folding the rest under "More options"; keys that do not
 apply to the chosen options are hidden. A bar at the top holds the presets and the Launch button; a refused launch
-marks the field it names and opens its section. The dataset upload and the dataset's first rows sit next to the
+marks the field it names and opens its section. The model field offers the models folder's models and the Hugging
+Face cache's, with a model upload beside it (app.web.tabs.model_field). The dataset upload and the dataset's first rows sit next to the
 'dataset' field; "Show the model's prompt" shows its first training question as the model reads it; "Test rewards" scores the dataset's first rows with the form's named rewards. Launch opens the Run
 tab on the new run."""
 
+import html
 import json
 import re
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from app.web.launch_form import (
     preset_values,
     section_of,
 )
+from app.web.tabs.model_field import build_model_field, wire_model_field
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
 from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
@@ -51,7 +54,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
     """The tab and its listeners: presets, launch, upload a dataset, preview the dataset named (also on opening),
     and hiding what does not apply."""
     inputs, folds = {}, []
-    with gr.Tab("Launch", id="launch", elem_id="tab-launch"):
+    with gr.Tab("Launch", id="launch", elem_id="tab-launch") as launch_tab:
         with gr.Column(elem_id="launch-top"):  # stays in view: the bar, and what the last launch said
             with gr.Row(elem_id="launch-bar", equal_height=True):
                 preset = gr.Dropdown(
@@ -67,7 +70,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
             with gr.Column(elem_classes=["launch-section"]):
                 gr.Markdown(f"#### {section.title}")
                 if section.title == "Model & data":
-                    upload_info, dataset_upload, show_prompt, prompt_shown = _model_and_data(inputs)
+                    upload_info, dataset_upload, show_prompt, prompt_shown, model_parts = _model_and_data(inputs)
                 else:
                     _rows(section.essential, inputs)
                 if section.title == "Reward":  # shown with the rewards key (not for a learned reward model)
@@ -103,6 +106,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
     for box in deciding:  # a preset or "Launch again" changes them too: .change, not .input
         box.change(_visibility, deciding, dependent, **PRIVATE)
     shared.demo.load(_visibility, deciding, dependent, **PRIVATE)
+    wire_model_field(shared, launch_tab, inputs["model"], *model_parts)
     dataset_box = inputs["dataset"]
     dataset_upload.upload(_upload, dataset_upload, [dataset_box, upload_info], **PRIVATE)
     field_boxes = [inputs[k] for k in ("question_field", "answer_field", "solution_field")]
@@ -113,12 +117,14 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
 
 
 def _model_and_data(inputs: dict):
-    """The first section's essentials: name and model, then the dataset beside its upload, its first rows below,
-    then the prompt keys and "Show the model's prompt". Returns (the dataset preview HTML, the upload component,
-    the prompt button, the prompt's HTML)."""
-    with gr.Row():
-        for key in ("name", "model"):
-            inputs[key] = _field_input(FIELD_BY_NAME[key])
+    """The first section's essentials: name and model beside the model upload (app.web.tabs.model_field), then the
+    dataset beside its upload, its first rows below, then the prompt keys and "Show the model's prompt". Returns
+    (the dataset preview HTML, the upload component, the prompt button, the prompt's HTML, and the model upload
+    and its message)."""
+    with gr.Row(equal_height=True):
+        inputs["name"] = _field_input(FIELD_BY_NAME["name"])
+        inputs["model"], model_upload = build_model_field()
+    model_info = gr.HTML(elem_id="model-upload-info")
     with gr.Row(equal_height=True):
         with gr.Column(scale=2):
             inputs["dataset"] = _field_input(FIELD_BY_NAME["dataset"])
@@ -135,7 +141,7 @@ def _model_and_data(inputs: dict):
             inputs[key] = _field_input(FIELD_BY_NAME[key])
     show_prompt = gr.Button("Show the model's prompt", elem_id="show-prompt", scale=0, min_width=200)
     prompt_shown = gr.HTML(elem_id="prompt-preview")
-    return upload_info, dataset_upload, show_prompt, prompt_shown
+    return upload_info, dataset_upload, show_prompt, prompt_shown, (model_upload, model_info)
 
 
 def _rows(keys: tuple[str, ...], inputs: dict, per_row: int = 3) -> None:
@@ -239,10 +245,14 @@ def _test_rewards(*values):
 
 
 def _show_prompt(*values):
-    """The dataset's first training question as the form's model reads it (app.service.previews), or why not."""
+    """The dataset's first training question as the form's model reads it (app.service.previews), or why not; a
+    .gguf model's first conversion is announced while it runs."""
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
+    notice = previews.conversion_notice(spec)
+    if notice:
+        yield f'<div class="hint converting">{html.escape(notice)}</div>'
     got = attempt(previews.preview_prompt, spec)
-    return previews.prompt_html(got.value) if got.ok else error_html(got.error)
+    yield previews.prompt_html(got.value) if got.ok else error_html(got.error)
 
 
 def _upload(path):

@@ -22,7 +22,9 @@ class ModelAndDataKeys:
     )
     model: str = key(
         BUILTIN_MODEL,
-        f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), or a Hugging Face model id or local directory with a causal LM.",
+        f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), a Hugging Face model id, or a local "
+        "model directory (config.json, safetensors weights) or .gguf file, such as one in the models folder "
+        "<data dir>/models (or one uploaded in the Launch tab: a .gguf file or a zipped model directory).",
         section=MODEL_AND_DATA,
     )
     dataset: str = key(
