@@ -61,7 +61,7 @@ def test_alembic_command_line_reads_the_settings(tmp_path):
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
     subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
     current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0009 (head)" in current.stdout
+    assert "0010 (head)" in current.stdout
     engine = make_engine(env["GRPO_DATABASE_URL"])
     assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
     engine.dispose()
@@ -223,6 +223,45 @@ def test_a_run_status_outside_the_vocabulary_is_refused_by_the_database(db_url):
     with engine.begin() as connection:
         connection.exec_driver_sql(f"UPDATE runs SET status = 'paused' WHERE id = {run_id}")
         connection.exec_driver_sql(f"UPDATE runs SET status = 'queued' WHERE id = {run_id}")
+    engine.dispose()
+    upgrade_database(db_url)
+    engine.dispose()
+
+
+def test_migration_0010_leaves_earlier_samples_unread_and_goes_back(db_url):
+    """Samples recorded before the verifier's reading was kept have answer and answer_rule null after the upgrade
+    (not read again); the downgrade drops both columns and keeps every sample."""
+    run_id = new_run(db_url)
+    command.downgrade(alembic_config(db_url), "0009")
+    engine = make_engine(db_url)
+    engine.dispose()
+    with engine.begin() as connection:  # a group and a sample written by the 0009 schema
+        connection.exec_driver_sql(
+            "INSERT INTO groups (run_id, step, position, prompt, reference, reward_mean, reward_std) "
+            f"VALUES ({run_id}, 1, 0, 'q', '3', 1.0, 0.0)"
+        )
+        group_id = connection.exec_driver_sql("SELECT max(id) FROM groups").scalar()
+        connection.exec_driver_sql(
+            "INSERT INTO samples (group_id, run_id, step, position, completion, tokens, reward, reward_components, "
+            f"answer_found) VALUES ({group_id}, {run_id}, 1, 0, '#### 3', '[\"#### 3\"]', 1.0, '{{}}', true)"
+        )
+    engine.dispose()
+    upgrade_database(db_url)
+    engine.dispose()
+    with session_scope(db_url) as s:
+        [sample] = store.get_group(s, group_id)["samples"]
+    assert (sample["completion"], sample["answer"], sample["answer_rule"], sample["answer_found"]) == (
+        "#### 3",
+        None,
+        None,
+        True,
+    )
+    command.downgrade(alembic_config(db_url), "0009")
+    engine.dispose()
+    columns = {c["name"] for c in inspect(engine).get_columns("samples")}
+    assert "answer" not in columns and "answer_rule" not in columns and "answer_found" in columns
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql(f"SELECT count(*) FROM samples WHERE group_id = {group_id}").scalar() == 1
     engine.dispose()
     upgrade_database(db_url)
     engine.dispose()

@@ -143,6 +143,9 @@ def test_a_row_says_what_the_sample_and_its_group_were(run_a):
         "reward": 0.0,
         "correct": False,
         "answer_found": True,
+        "answer": None,  # not recorded by this seed
+        "answer_rule": None,
+        "reward_components": {"correct": 0.0, "formatted": 1.0},
         "truncated": False,
         "length": 5,
         "spread": pytest.approx((2 / 9) ** 0.5),

@@ -19,6 +19,7 @@ from app.store.models import Base, Group, Run, Sample
 from app.store.groups import SAMPLE_COLUMNS
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
+from grpo_engine.rewards.rewards import final_answer, outcome_reward
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers", "id_high_water"}
@@ -307,6 +308,48 @@ def test_get_group_round_trips_samples_exactly(db_url):
     assert got[0]["samples"][0]["step_rewards"] is None and got[0]["samples"][0]["step_end_indices"] is None
     assert got[1]["samples"][0]["step_end_indices"] == [2, 5]
     assert got[1]["samples"][1]["step_rewards"] == [0.0, 0.0]
+
+
+def test_a_samples_reading_comes_back_and_decides_answer_found(db_url):
+    """The verifier's reading recorded with a sample (the answer and its rule, as rewards.final_answer gives them
+    under the run's answer_match) comes back from get_group, the export's rows and a search; answer_found follows
+    it (a flexible last number is an answer found, though no strict form was stated); a sample recorded without a
+    reading keeps both null and answer_found from its strict ``formatted`` component."""
+    texts = {  # the issue's two outputs, a stated answer, and one with no number at all
+        "hashes": "8 - 5 = 3 stickers left.\n######## Eva ended up with 3 stickers!\n########",
+        "prose": "8 - 5 = 3.\n######## Eva has 3 stickers left",
+        "stated": "8 - 5 = 3\n#### 3",
+        "nothing": "I cannot tell.",
+    }
+    samples = []
+    for text in texts.values():
+        answer, rule = final_answer(text, "flexible")
+        components = outcome_reward(text, "3", 0.1, "flexible")[1]
+        samples.append(
+            SampleRecord(text, [text], 1.0, [0.0], reward_components=components, answer=answer, answer_rule=rule)
+        )
+    samples.append(SampleRecord("old", ["old"], 0.0, [0.0], reward_components={"correct": 0.0, "formatted": 0.0}))
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.record_groups(s, run_id, 1, [GroupRecord("Eva's stickers?", "3", samples).to_dict()])
+    with session_scope(db_url) as s:
+        [summary] = store.list_groups(s, run_id, 1)
+        got = store.get_group(s, summary["group_id"])["samples"]
+        exported = list(store.iter_sample_rows(s, run_id))
+        no_answer = store.search_samples(s, run_id, outcome="no_answer")["rows"]
+    readings = [(x["answer"], x["answer_rule"], x["answer_found"]) for x in got]
+    assert readings == [
+        ("3", "number", True),
+        ("3", "number", True),
+        ("3", "gsm8k", True),
+        (None, "none", False),
+        (None, None, False),  # recorded without a reading: not recorded
+    ]
+    assert [x["reward_components"]["formatted"] for x in got[:3]] == [0.0, 0.0, 1.0]
+    assert [(r["answer"], r["answer_rule"]) for r in exported] == [(a, r) for a, r, _ in readings]
+    assert {"answer", "answer_rule"} <= set(store.EXPORT_COLUMNS)
+    assert [(r["completion"], r["answer_rule"]) for r in no_answer] == [(texts["nothing"], "none"), ("old", None)]
+    assert no_answer[0]["reward_components"] == {"correct": 0.0, "formatted": 0.0, "format": 0.0}
 
 
 # ---- logs -----------------------------------------------------------------------------------

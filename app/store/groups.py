@@ -162,6 +162,8 @@ SAMPLE_COLUMNS = (
     "length",
     "correct",
     "answer_found",
+    "answer",
+    "answer_rule",
     "truncated",
     *TOKEN_ARRAYS,
     "clipped",
@@ -179,10 +181,26 @@ def _floats(values) -> str | None:
     return None if values is None else json.dumps([float(v) for v in values])
 
 
+def answer_found(sample: dict[str, Any]) -> bool:
+    """Whether the verifier read a final answer from a ``SampleRecord`` dict, under its run's answer_match: its
+    recorded reading (``answer_rule`` not 'none'; with 'flexible' a last number counts); for a sample recorded
+    without one, a final answer stated in the strict form (its ``formatted`` reward component, true when absent).
+
+    >>> answer_found({"answer": "3", "answer_rule": "number", "reward_components": {"formatted": 0.0}})
+    True
+    >>> answer_found({"answer": None, "answer_rule": "none"}), answer_found({"reward_components": {"formatted": 0.0}})
+    (False, False)
+    """
+    if sample.get("answer_rule") is not None:
+        return sample["answer_rule"] != "none"
+    return float((sample.get("reward_components") or {}).get("formatted", 1.0)) > 0
+
+
 def _sample(group_id: int, run_id: int, step: int, position: int, sample: dict[str, Any]) -> tuple:
     """The samples row of one ``SampleRecord`` dict, as a tuple of SAMPLE_COLUMNS: JSON columns as JSON text,
     per-token arrays packed."""
     components = {key: float(v) for key, v in (sample.get("reward_components") or {}).items()}
+    rule = sample.get("answer_rule")
     ends = sample.get("step_end_indices")
     advantages = sample["advantages"]
     return (
@@ -201,7 +219,9 @@ def _sample(group_id: int, run_id: int, step: int, position: int, sample: dict[s
         json.dumps(components),
         len(advantages),
         components.get("correct", 0.0) > 0,
-        components.get("formatted", 1.0) > 0,
+        answer_found(sample),
+        None if rule is None or sample.get("answer") is None else str(sample["answer"]),
+        rule,
         sample.get("truncated"),
         *(pack(sample.get(name)) for name in TOKEN_ARRAYS),
         pack(sample.get("clipped"), "B"),
@@ -270,6 +290,8 @@ def sample_dict(sample: Sample) -> dict[str, Any]:
         "length": sample.length,
         "correct": sample.correct,
         "answer_found": sample.answer_found,
+        "answer": sample.answer,
+        "answer_rule": sample.answer_rule,
         "truncated": sample.truncated,
         **{name: unpack(getattr(sample, name)) for name in TOKEN_ARRAYS},
         "clipped": unpack(sample.clipped, "B"),
@@ -325,6 +347,8 @@ EXPORT_COLUMNS = (
     "length",
     "correct",
     "answer_found",
+    "answer",
+    "answer_rule",
     "truncated",
     *TOKEN_ARRAYS,
     "clipped",

@@ -6,7 +6,8 @@ The schema itself is created and changed only by the Alembic migrations in
 runs 1-n metrics     one row per finished step: {step, iteration, values: {metric: float}}
 runs 1-n groups      the G outputs sampled for one question at one step, with reward mean/std
 groups 1-n samples   one output: completion, decoded tokens, per-token advantages, rewards, step labels, the
-                     columns a search filters on (run, step, length, verdicts), per-token log-probs / ratio / KL
+                     columns a search filters on (run, step, length, verdicts), the verifier's reading (the answer
+                     it read and its rule), per-token log-probs / ratio / KL
 runs 1-n run_logs    human-readable lines from the worker / engine
 Deleting a run deletes everything under it (ON DELETE CASCADE).
 workers              each worker process's queues and GPUs, and when it last reported
@@ -174,7 +175,12 @@ class Sample(Base):
     reward_components: Mapped[dict[str, float]] = mapped_column(JSON)
     length: Mapped[int | None]  # completion tokens, the end token included
     correct: Mapped[bool | None]  # the verifier accepted the final answer
-    answer_found: Mapped[bool | None]  # a final answer was found at all
+    # the verifier read a final answer under the run's answer_match (with 'flexible' a last number counts)
+    answer_found: Mapped[bool | None]
+    # the final answer the verifier read (null: none) and the form that held it (rewards.final_answer: gsm8k, boxed,
+    # number, none); both null for samples recorded before migration 0010
+    answer: Mapped[str | None] = mapped_column(Text)
+    answer_rule: Mapped[str | None] = mapped_column(String(16))
     truncated: Mapped[bool | None]  # cut at max_new_tokens without an end token
     # per token (null when not recorded): log pi_old at sampling, log pi_ref, the ratio and k3 KL at the last update
     # (little-endian float32 each), and whether the clip bound it (uint8)

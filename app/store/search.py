@@ -48,7 +48,8 @@ def _shown_completion():
 
 
 def _outcome_filter(outcome: str) -> list:
-    """The WHERE terms of an ``outcome``: correct, wrong (an answer found, but wrong), no_answer, truncated."""
+    """The WHERE terms of an ``outcome``: correct, wrong (an answer found, but wrong), no_answer, truncated. An answer
+    is found when the verifier read one under the run's answer_match (samples.answer_found)."""
     return {
         "any": [],
         "correct": [Sample.correct.is_(True)],
@@ -150,6 +151,9 @@ def _page_select(where: list, sort: str, descending: bool, page: int, page_size:
             Sample.reward,
             Sample.correct,
             Sample.answer_found,
+            Sample.answer,
+            Sample.answer_rule,
+            Sample.reward_components,
             Sample.truncated,
             Sample.length,
             Group.reward_std,
@@ -174,6 +178,9 @@ def _search_row(row) -> dict[str, Any]:
         "reward": row.reward,
         "correct": row.correct,
         "answer_found": row.answer_found,
+        "answer": row.answer,
+        "answer_rule": row.answer_rule,
+        "reward_components": row.reward_components,
         "truncated": row.truncated,
         "length": row.length,
         "spread": row.reward_std,
