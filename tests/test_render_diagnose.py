@@ -143,6 +143,8 @@ def test_found_samples_are_one_row_each_with_their_verdict_in_a_word():
         "sample",
         "reward",
         "verdict",
+        "answer read",
+        "reward components",
         "length",
         "spread",
         "question",
@@ -151,6 +153,7 @@ def test_found_samples_are_one_row_each_with_their_verdict_in_a_word():
     row = frame.iloc[0]
     assert (row["step"], row["group"], row["sample"], row["reward"]) == (2, 3, 7, 0.1235)
     assert row["verdict"] == "no answer · cut" and row["question"] == "What is 12 + 30?"
+    assert (row["answer read"], row["reward components"]) == ("not recorded", "")  # recorded without them
     assert row["completion"].startswith("line one line <two> x") and row["completion"].endswith("…")
     assert samples_frame(None).empty
     assert [
@@ -161,6 +164,40 @@ def test_found_samples_are_one_row_each_with_their_verdict_in_a_word():
             {"correct": True, "truncated": True},
         )
     ] == ["✓", "✗", "✓ · cut"]
+
+
+def test_a_found_sample_shows_the_answer_the_verifier_read_and_its_components():
+    """The issue's output read under 'flexible' by its last number, paid no format reward; a stated wrong answer;
+    none read; a long answer cut."""
+    rows = [
+        ("3", "number", True, True, {"correct": 1.0, "formatted": 0.0, "format": 0.0}),
+        ("4", "gsm8k", False, True, {"correct": 0.0, "formatted": 1.0, "format": 0.1}),
+        (None, "none", False, False, {"correct": 0.0, "formatted": 0.0}),
+        ("\\frac{" + "1" * 60 + "}{2}", "boxed", False, True, {"correct": 0.0, "formatted": 1.0}),
+    ]
+    result = {
+        **RESULT,
+        "rows": [
+            {
+                **RESULT["rows"][0],
+                "truncated": False,
+                "answer": answer,
+                "answer_rule": rule,
+                "correct": correct,
+                "answer_found": found,
+                "reward_components": components,
+            }
+            for answer, rule, correct, found, components in rows
+        ],
+    }
+    frame = samples_frame(result)
+    assert list(frame["verdict"]) == ["✓", "✗", "no answer", "✗"]
+    assert list(frame["answer read"])[:3] == ["3 (flexible last number)", "4 (strict ####)", "none read"]
+    assert frame["answer read"].iloc[3] == "\\frac{" + "1" * 34 + "… (strict \\boxed{})"
+    assert [c.replace("\xa0", " ") for c in frame["reward components"][:2]] == [
+        "correct 1 · formatted 0 · format 0",
+        "correct 0 · formatted 1 · format 0.1",
+    ]
 
 
 def test_the_pager_says_where_it_is_or_why_the_search_was_refused():

@@ -130,10 +130,11 @@ def test_reward_components_in_words_and_the_tooltip():
     ]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
     for words in (
-        "verifier: correct ✓",
-        "verifier: wrong ✗",
-        "final answer stated (#### or \\boxed)",
-        "no #### or \\boxed final answer",
+        "correct 1 ✓",
+        "correct 0 ✗",
+        "formatted 1 (#### or \\boxed stated)",
+        "formatted 0 (no #### or \\boxed)",
+        "verifier's reading: not recorded",  # recorded without the verifier's reading
         "format reward +0.1",
         "reward model score 0.250",
         ">len 3<",
@@ -209,3 +210,28 @@ def test_step_marks_give_the_reward_its_source_and_the_normalised_value():
     assert "step rewards at each step end (from rollouts, N=4, hard estimate)" in page
     assert 'data-tip="step 1: reward +1.000 from rollouts, N=4, hard estimate; normalised +0.577"' in page
     assert 'data-tip="step 1: reward +0.000 from rollouts, N=4, hard estimate; normalised -1.732"' in page
+
+
+def test_each_card_shows_the_verifiers_reading():
+    """The issue's two outputs under 'flexible': each card says the answer the verifier read and the rule that read
+    it, a stated answer its strict rule, none read says so; the answer is escaped and a long one cut on the card."""
+    readings = [("3", "number"), ("3", "gsm8k"), (None, "none"), ("<b>" + "9" * 100, "boxed")]
+    samples = [
+        {
+            "sample_id": i,
+            "tokens": ["x"],
+            "reward": 1.0,
+            "advantages": [0.0],
+            "answer": answer,
+            "answer_rule": rule,
+            "reward_components": {"correct": 1.0, "formatted": float(rule != "number"), "format": 0.0},
+        }
+        for i, (answer, rule) in enumerate(readings)
+    ]
+    page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "3", "samples": samples})
+    cards = page.split('<div class="sample" ')[1:]
+    assert 'verifier read <code class="answer" title="3">3</code> · by flexible last number' in cards[0]
+    assert "formatted 0 (no #### or \\boxed)" in cards[0] and "format reward +0" in cards[0]
+    assert ">3</code> · by strict ####" in cards[1]
+    assert "verifier read no final answer (rule: none)" in cards[2]
+    assert "&lt;b&gt;" + "9" * 77 + "…</code> · by strict \\boxed{}" in cards[3] and "<b>9" not in cards[3]

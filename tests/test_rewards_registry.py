@@ -9,7 +9,7 @@ import math
 import pytest
 
 from app.web.views.charts import chart_panels
-from app.web.views.group import _verdicts
+from app.web.views.reading import components_html
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.report.recorder import METRICS
 from grpo_engine.rewards.builtin_rewards import (
@@ -204,9 +204,9 @@ def test_reward_metrics_are_charted_in_the_reward_panel_and_not_required_every_s
 
 
 def test_group_view_shows_each_named_reward_with_its_weight_and_the_total():
-    page = _verdicts(
+    page = components_html(
         {"correct": 1.0, "formatted": 1.0, "accuracy": 1.0, "length": 0.42}, {"accuracy": 1.0, "length": 0.5}
     )
-    assert "verifier: correct ✓" in page and "accuracy 1 × 1" in page and "length 0.42 × 0.5" in page
+    assert "correct 1 ✓" in page and "accuracy 1 × 1" in page and "length 0.42 × 0.5" in page
     assert "weighted total 1.21" in page
-    assert "length 0.42" in _verdicts({"length": 0.42}) and "×" not in _verdicts({"length": 0.42})
+    assert "length 0.42" in components_html({"length": 0.42}) and "×" not in components_html({"length": 0.42})

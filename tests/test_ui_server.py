@@ -182,8 +182,10 @@ def test_metrics_and_groups(server, client):
             advantages=[2 * r - 1] * 3,
             step_rewards=[r],
             step_end_indices=[2],
+            answer=answer,
+            answer_rule=rule,
         )
-        for r in (0.0, 1.0)
+        for r, (answer, rule) in zip((0.0, 1.0), ((None, "none"), ("4", "number")))
     ]
     with session_scope(db_url) as s:
         store.mark_running(s, run_id, total_steps=40)
@@ -213,6 +215,10 @@ def test_metrics_and_groups(server, client):
     sample = group["samples"][1]
     assert sample["tokens"] == tokens and sample["advantages"] == [1.0, 1.0, 1.0]
     assert sample["step_end_indices"] == [2] and sample["step_rewards"] == [1.0]
+    # the verifier's reading: the answer it read and its rule; none read, and no answer found
+    assert (sample["answer"], sample["answer_rule"], sample["answer_found"]) == ("4", "number", True)
+    first = group["samples"][0]
+    assert (first["answer"], first["answer_rule"], first["answer_found"]) == (None, "none", False)
 
     # a running run is asked to stop and stays running until its worker does
     assert client.predict(run_id, api_name="/cancel_run") == {"run_id": run_id, "status": "running"}
@@ -288,6 +294,8 @@ def test_export_groups_as_parquet_and_csv_and_config_as_json(server, client):
     csv = pd.read_csv(client.predict(run_id, "csv", api_name="/export_run"))
     assert len(csv) == 6 and json.loads(csv.loc[1, "tokens"]) == ["0", "-", "1"]
     assert json.loads(csv.loc[1, "reward_components"]) == {"correct": 1.0}
+    # the verifier's reading: a column each, empty for samples recorded without it
+    assert {"answer", "answer_rule"} <= set(parquet.columns) and csv["answer_rule"].isna().all()
     with open(client.predict(run_id, "config", api_name="/export_run"), encoding="utf-8") as fh:
         config = json.load(fh)
     assert config == client.predict(run_id, api_name="/get_run")["config"] and config["group_size"] == 2

@@ -90,7 +90,8 @@ def list_groups(run_id: int, step: int | None = None, order: str | None = None) 
 
 
 def get_group(group_id: int) -> dict:
-    """One group: prompt, reference and its samples with tokens, rewards and per-token advantages."""
+    """One group: prompt, reference and its samples with tokens, rewards and per-token advantages, and the
+    verifier's reading of each (answer, answer_rule: gsm8k, boxed, number or none; null when not recorded)."""
     return call_api(api.get_group, group_id)
 
 
@@ -221,7 +222,8 @@ def search_samples(
     all_wrong, mixed or zero_spread; contains: a case-insensitive substring of the completion; sort: step, reward,
     length or spread (then by sample id), descending; page from 1, page_size 1 to 200. Returns {run_id, total,
     page, page_size, pages, rows}, each row {sample_id, group_id, step, question, completion (cut to 300
-    characters), reward, correct, answer_found, truncated, length, spread, kind}."""
+    characters), reward, correct, answer_found, answer, answer_rule, reward_components, truncated, length, spread,
+    kind}."""
     return call_api(
         diagnose_api.search_samples,
         run_id,

@@ -50,7 +50,8 @@ FILTERS = (
 )
 CLEARED = {"outcome": "any", "kind": "any", "sort": "step", "descending": False}  # the rest: "" (no bound)
 PAGE_SIZE = 50
-RESULT_WIDTHS = ["5%", "6%", "6%", "7%", "10%", "6%", "7%", "20%", "33%"]  # of the table's width
+# of the table's width, in SAMPLE_COLUMNS' order; the verdict, the answer read and the components wrap (diagnose.css)
+RESULT_WIDTHS = ["5%", "5%", "6%", "6%", "8%", "14%", "18%", "6%", "6%", "10%", "16%"]
 SCROLL_TO_FOUND = (
     "() => document.querySelector('#group-view .sample[data-found]')"
     "?.scrollIntoView({behavior: 'smooth', block: 'nearest'})"

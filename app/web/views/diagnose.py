@@ -15,6 +15,8 @@ import math
 
 import pandas as pd
 
+from grpo_engine.rewards.rewards import FORM_WORDS
+
 # the bar segments, bottom to top: (kind, legend words); each kind's colour is app/web/static/diagnose.css's
 KINDS = (
     ("mixed", "mixed: some outputs right, some wrong (the gradient)"),
@@ -242,9 +244,22 @@ def gradient_chart_html(rows: list[dict], max_bars: int = MAX_BARS) -> str:
 
 # ---- found samples ----------------------------------------------------------------------------
 
-SAMPLE_COLUMNS = ["step", "group", "sample", "reward", "verdict", "length", "spread", "question", "completion"]
+SAMPLE_COLUMNS = [
+    "step",
+    "group",
+    "sample",
+    "reward",
+    "verdict",
+    "answer read",
+    "reward components",
+    "length",
+    "spread",
+    "question",
+    "completion",
+]
 COMPLETION_CHARS = 120  # a result's completion, on one line, cut to this
 QUESTION_CHARS = 80  # a result's question (the dataset's prompt, before any template), on one line, cut to this
+ANSWER_CHARS = 40  # a result's answer read, on one line, cut to this
 
 
 def one_line(text: str, limit: int) -> str:
@@ -258,13 +273,41 @@ def one_line(text: str, limit: int) -> str:
 
 
 def verdict_text(row: dict) -> str:
-    """A sample's verdict in a word: ✓, ✗, "no answer" (none found), with "cut" for one stopped at the length limit.
+    """A sample's verdict in a word: ✓, ✗, "no answer" (the verifier read none under the run's answer_match:
+    ``answer_found``), with "cut" for one stopped at the length limit.
 
     >>> verdict_text({"correct": True}), verdict_text({"correct": False, "answer_found": False, "truncated": True})
     ('✓', 'no answer · cut')
     """
     word = "✓" if row.get("correct") else "no answer" if row.get("answer_found") is False else "✗"
     return f"{word} · cut" if row.get("truncated") else word
+
+
+def reading_text(row: dict) -> str:
+    """The verifier's reading of a found sample in a few words: the answer it read and, in brackets, the rule that
+    read it (rewards.FORM_WORDS); "none read" where it read none; "not recorded" for a sample recorded without it.
+
+    >>> reading_text({"answer": "3", "answer_rule": "number"}), reading_text({"answer": None, "answer_rule": "none"})
+    ('3 (flexible last number)', 'none read')
+    >>> reading_text({"answer": "14", "answer_rule": "gsm8k"}), reading_text({"answer_rule": None})
+    ('14 (strict ####)', 'not recorded')
+    """
+    rule = row.get("answer_rule")
+    if rule is None:
+        return "not recorded"
+    if row.get("answer") is None:
+        return "none read"
+    return f"{one_line(row['answer'], ANSWER_CHARS)} ({FORM_WORDS.get(rule, rule)})"
+
+
+def components_text(components: dict | None) -> str:
+    """A found sample's reward components, each with its value (a no-break space between them, so that a wrapped
+    cell breaks only between components).
+
+    >>> components_text({"correct": 1.0, "formatted": 0.0, "format": 0.0, "reward/length": 0.4213}).replace("\xa0", " ")
+    'correct 1 · formatted 0 · format 0 · reward/length 0.421'
+    """
+    return " · ".join(f"{key}\xa0{value:.3g}" for key, value in (components or {}).items())
 
 
 def samples_frame(result: dict | None) -> pd.DataFrame:
@@ -276,6 +319,8 @@ def samples_frame(result: dict | None) -> pd.DataFrame:
             r["sample_id"],
             round(r["reward"], 4),
             verdict_text(r),
+            reading_text(r),
+            components_text(r.get("reward_components")),
             r["length"],
             None if r["spread"] is None else round(r["spread"], 4),
             one_line(r["question"], QUESTION_CHARS),

@@ -7,6 +7,7 @@ import html
 
 from app.service.health import zero_spread_cause
 from app.service.step_detail import step_details
+from app.web.views.reading import components_html, reading_html
 
 # What a token's tint can show: key -> (words, the per-sample list it reads, the tint's colour as r, g, b)
 COLOURINGS = {
@@ -100,44 +101,6 @@ def sample_detail(sample: dict, t: int) -> dict:
         "kl": at("kls"),
         "clipped": at("clipped"),
     }
-
-
-# the reward components' names in words: key -> (text for a true / nonzero value, text for 0)
-_COMPONENT_WORDS = {
-    "correct": ("verifier: correct ✓", "verifier: wrong ✗"),
-    "formatted": ("final answer stated (#### or \\boxed)", "no #### or \\boxed final answer"),
-}
-
-
-def _verdicts(components: dict, weights: dict | None = None) -> str:
-    """The reward's components in words: the verifier's verdict, whether a final answer was found, the
-    format reward's share and, where a learned reward model scored the output, its score; a named reward of the
-    run's ``rewards`` (``weights``: name -> weight) as its value times its weight ("length 0.42 × 0.5"), then
-    their weighted total; any other component by its key."""
-    weights = weights or {}
-    parts = []
-    for key, (yes, no) in _COMPONENT_WORDS.items():
-        if key in components:
-            cls = ("ok" if components[key] else "bad") if key == "correct" else "component"
-            words = yes if components[key] else no
-            parts.append(f'<span class="verdict {cls}" data-component="{key}">{words}</span>')
-    if "format" in components:
-        parts.append(f'<span class="component" data-component="format">format reward {components["format"]:+g}</span>')
-    if "rm_score" in components:
-        parts.append(
-            f'<span class="rm-score" data-component="rm_score">reward model score {components["rm_score"]:.3f}</span>'
-        )
-    rest = {k: v for k, v in components.items() if k not in (*_COMPONENT_WORDS, "format", "rm_score")}
-    parts += [
-        f'<span class="component" data-component="{html.escape(k)}">{html.escape(k)} {v:.3g}'
-        f"{f' × {weights[k]:g}' if k in weights else ''}</span>"
-        for k, v in rest.items()
-    ]
-    named = [k for k in weights if k in components]
-    if named:
-        total = sum(components[k] * weights[k] for k in named)
-        parts.append(f'<span class="component" data-component="weighted-total">weighted total {total:.3g}</span>')
-    return " ".join(parts)
 
 
 def _cut_mark(sample: dict) -> str:
@@ -360,8 +323,8 @@ def group_html(group: dict, colour: str = "advantage") -> str:
         out.append(
             f'<div class="sample" data-sample-id="{sample["sample_id"]}" data-reward="{sample["reward"]:.6g}">'
             f'<div class="sample-head"><b>sample {i + 1}</b> · {reward_text} · {len(sample["tokens"])} tokens'
-            f"{_cut_mark(sample)}"
-            f'<div class="verdicts">{_verdicts(sample.get("reward_components") or {}, weights)}</div></div>'
+            f"{_cut_mark(sample)}{reading_html(sample)}"
+            f'<div class="verdicts">{components_html(sample.get("reward_components") or {}, weights)}</div></div>'
             f'<div class="tokens">{"".join(spans)}</div>{_step_table(steps, group.get("step_label_rule"))}</div>'
         )
     out.append("</div></div>")
