@@ -147,6 +147,24 @@ def test_eval_scores_on_hand_outputs():
     assert eval_scores([], []) == dict.fromkeys(EVAL_METRICS, 0.0)
 
 
+def test_evaluation_reads_answers_as_the_reward_does():
+    """The issue's outputs: a line of hashes, and prose after them, state no answer (no format, right only under
+    'flexible', by the last number, as the reward and the groups' recorded reading have it); extra hashes before a
+    number state it."""
+    eva = "8 - 5 = 3 stickers left."
+    texts = [
+        f"{eva}\n######## Eva ended up with 3 stickers!\n########",
+        f"{eva}\n######## Eva has 3 left",
+        "######## 3",
+    ]
+    assert eval_scores(texts, ["3"] * 3, "flexible") == {
+        "eval/accuracy": 1.0,
+        "eval/accuracy_strict": 1 / 3,
+        "eval/accuracy_flexible": 1.0,
+        "eval/format": 1 / 3,
+    }
+
+
 # --- process supervision ---------------------------------------------------------------------
 
 

@@ -34,7 +34,8 @@ def evaluate(
 def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> dict[str, float]:
     """EVAL_METRICS of outputs ``texts`` to questions with reference ``answers``, each a share of the outputs:
     right under the strict rule, under the flexible one, under ``match`` (eval/accuracy), and stating a final
-    answer in the strict form (eval/format). An output stating one has the same verdict under both rules.
+    answer in the strict form (eval/format). An output stating one has the same verdict under both rules. Each
+    output is read as a step's verifier reads it (rewards.outcome_reward, whose reading the groups record).
 
     >>> from grpo_engine.report.recorder import EVAL_METRICS
     >>> scores = eval_scores(["3 + 5 = 8 apples.", "#### 14", "#### 9", "no idea"], ["8", "14", "7", "3"], "flexible")
