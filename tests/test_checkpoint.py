@@ -8,6 +8,8 @@ Short real runs of grpo_engine.train.trainer.train on the built-in model (``grpo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -168,6 +170,7 @@ def test_final_policy_is_a_loadable_model_and_lora_also_an_adapter(grpo_cache_di
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "final" / "model")
     assert (tmp_path / "final" / "adapter" / "adapter_model.safetensors").is_file()
     assert not list((tmp_path / "final").rglob("*.bin"))  # safetensors only
+    assert json.loads((tmp_path / "final" / "policy.json").read_text()) == {"source_dtype": "float32"}  # built-in
     # one iteration: the starting model plus the adapter is the merged model
     start = AutoModelForCausalLM.from_pretrained(builtin_model_dir(grpo_cache_dir))
     adapted = PeftModel.from_pretrained(start, tmp_path / "final" / "adapter").eval()

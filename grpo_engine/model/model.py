@@ -18,13 +18,21 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from grpo_engine.spec.config import BUILTIN_MODEL, is_gguf, is_local_path
 from grpo_engine.data.builtin_task import warmup_examples
 from grpo_engine.data.data import format_prompt
 from grpo_engine.model.gguf_model import gguf_model_dir
 from grpo_engine.model.model_cache import DTYPE_KEYWORD, build_once
+from grpo_engine.spec.gguf_header import gguf_float_dtype
 
 BUILTIN_VERSION = "v6"  # bump when the recipe below changes; the cache is keyed by it
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -41,6 +49,7 @@ BUILTIN_ARCH = dict(
     num_key_value_heads=4,
     max_position_embeddings=64,
 )
+SOURCE_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes a model's trained policy downloads in
 WARMUP = dict(examples=8000, wrong_share=0.75, steps=900, batch_size=64, lr=3e-3, seed=0)
 
 
@@ -210,6 +219,20 @@ def load_causal_lm(path: str, what: str = "model"):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return lm, tokenizer
+
+
+def source_dtype(model: str, cache_dir: Path) -> str:
+    """The dtype a run's ``model`` came in (the dtype its trained policy downloads in unless fp32 is asked for): the
+    dtype its config.json declares ("dtype", "torch_dtype" in older ones; float32 where it declares none, as
+    transformers reads it), or a .gguf file's float type (grpo_engine.spec.gguf_header.gguf_float_dtype: bfloat16
+    for a quantized file). One of SOURCE_DTYPES: another declared dtype (float64) counts as float32. The built-in
+    model is float32."""
+    if is_gguf(model):
+        return gguf_float_dtype(Path(model).expanduser())
+    config = AutoConfig.from_pretrained(resolve_model_path(model, cache_dir))
+    declared = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    name = str(declared).removeprefix("torch.")
+    return name if name in SOURCE_DTYPES else "float32"
 
 
 def disable_dropout(model) -> None:

@@ -1,4 +1,4 @@
-"""A .gguf file's tensors from its header: names and shapes, read without torch nor the gguf package.
+"""A .gguf file's tensors from its header: names, shapes and types, read without torch nor the gguf package.
 
 The dashboard sizes a run at launch (app.service.placement.check_fits_a_gpu) from the parameter count of a local model. A
 .gguf file's size says little about it (a 4-bit block holds about 5 bits per parameter, and the run trains the
@@ -27,6 +27,7 @@ SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12
 STRING, ARRAY = 8, 9  # the two value types of variable length
 MAX_DIMS = 8
 GGUF_CACHE = "gguf"  # the model cache's folder of converted .gguf files
+GGML_FLOAT_DTYPES = {0: "float32", 1: "float16", 30: "bfloat16"}  # ggml type -> torch's name
 
 
 def is_gguf_file(path: Path) -> bool:
@@ -90,10 +91,11 @@ class _Header:
             raise ValueError(f"{self.name}: unknown GGUF metadata type {kind}")
 
 
-def gguf_tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
-    """Each tensor's name -> its shape as torch holds it: the header lists ggml's dims innermost first, reversed
-    here, so a linear weight is (out, in). Raises ValueError for a file that is not GGUF (version 2 or 3) or
-    whose header is cut short, OSError for one that cannot be read."""
+def gguf_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], int]]:
+    """Each tensor's name -> (its shape as torch holds it, its ggml type: 0 F32, 1 F16, 30 BF16, the others
+    quantized). The header lists ggml's dims innermost first, reversed here, so a linear weight is (out, in).
+    Raises ValueError for a file that is not GGUF (version 2 or 3) or whose header is cut short, OSError for one
+    that cannot be read."""
     path = Path(path)
     with open(path, "rb") as fh:
         if fh.read(4) != MAGIC:
@@ -108,15 +110,46 @@ def gguf_tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
             for _ in range(n_values):
                 header.string()
                 header.skip_value(header.u32())
-            shapes = {}
+            tensors = {}
             for _ in range(n_tensors):
                 name, n_dims = header.string(), header.u32()
                 if n_dims > MAX_DIMS:
                     raise ValueError(f"{path.name}: tensor {name!r} has {n_dims} dims")
                 dims = [header.u64() for _ in range(n_dims)]
-                header.take(12)  # its type (u32) and offset (u64)
-                shapes[name] = tuple(reversed(dims))
-    return shapes
+                kind = header.u32()
+                header.take(8)  # its offset
+                tensors[name] = (tuple(reversed(dims)), kind)
+    return tensors
+
+
+def gguf_tensor_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's name -> its shape as torch holds it (see :func:`gguf_tensors`)."""
+    return {name: shape for name, (shape, _) in gguf_tensors(path).items()}
+
+
+def float_dtype_of(types: dict[int, int]) -> str:
+    """The float dtype a .gguf file's weights are written back in, from ``types`` (ggml type -> parameters of that
+    type): the type holding most parameters, as torch names it where it is a float (F32, F16, BF16), else
+    "bfloat16": a quantized type (Q4_1, Q8_0, K-quants, ...) has no torch dtype, and bfloat16 is the float dtype
+    nearest to what the file came from (the hub's checkpoints, llama.cpp's usual source, are mostly bf16) with
+    fp32's range, so no trained weight overflows.
+
+    >>> float_dtype_of({0: 1_000, 1: 90_000}), float_dtype_of({0: 1_000, 30: 90_000})
+    ('float16', 'bfloat16')
+    >>> float_dtype_of({0: 1_000, 3: 80_000, 14: 10_000}), float_dtype_of({0: 1_000})
+    ('bfloat16', 'float32')
+    """
+    main = max(types, key=types.get)
+    return GGML_FLOAT_DTYPES.get(main, "bfloat16")
+
+
+def gguf_float_dtype(path: str | Path) -> str:
+    """The float dtype of the .gguf file at ``path`` (:func:`float_dtype_of` of its tensors' types), the dtype its
+    trained policy downloads in: "float32", "float16" or "bfloat16" (a quantized file's too)."""
+    counts: dict[int, int] = {}
+    for shape, kind in gguf_tensors(path).values():
+        counts[kind] = counts.get(kind, 0) + math.prod(shape)
+    return float_dtype_of(counts) if counts else "float32"
 
 
 def gguf_parameter_counts(path: str | Path) -> tuple[int, list[tuple[int, int]]]:

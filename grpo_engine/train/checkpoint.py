@@ -20,7 +20,7 @@ loop needs to continue as if it had never stopped:
 Tensors are stored with safetensors only (no pickle is ever loaded). A checkpoint is written to a
 temporary directory and renamed into place, so a worker killed while saving leaves no half
 checkpoint behind; the newest ``keep`` are kept. ``final/`` (``save_final``) holds the policy at
-the end of the run as a Hugging Face model directory.
+the end of the run as a Hugging Face model directory, in fp32, with the dtype the model came in.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from grpo_engine.train.sharding import SHARDED_DIR, load_sharded
 
 FORMAT = 1
 STEP_DIR = re.compile(r"^step-(\d{8})$")
+FINAL_INFO = "policy.json"  # in final/: the dtype the model came in (save_final)
 
 
 def _random_state_to_json(state: tuple) -> list:
@@ -249,9 +250,12 @@ def load(
         rm_rng.setstate(_random_state_from_json(state["rm_rng"]))
 
 
-def save_final(out_dir: Path, policy, tokenizer, lora: bool) -> None:
+def save_final(out_dir: Path, policy, tokenizer, lora: bool, source_dtype: str = "float32") -> None:
     """The trained policy as Hugging Face model directories: ``model/`` (LoRA merged into the base)
-    and, for LoRA, ``adapter/`` (the adapter alone, for peft). Written aside, then renamed into place.
+    and, for LoRA, ``adapter/`` (the adapter alone, for peft), both in the dtype it trained in (fp32), and
+    ``policy.json``: ``{"source_dtype": ...}``, the dtype the model came in (model.source_dtype), which the
+    dashboard's download converts ``model/`` to unless fp32 is asked for (app.service.exports). Written aside,
+    then renamed into place.
 
     With LoRA the adapter is merged into ``policy`` in place (the run is over; no second copy)."""
     tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
@@ -265,5 +269,6 @@ def save_final(out_dir: Path, policy, tokenizer, lora: bool) -> None:
         merged = policy
     merged.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
+    (tmp / FINAL_INFO).write_text(json.dumps({"source_dtype": source_dtype}) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)

@@ -21,7 +21,7 @@ from grpo_engine.spec.spec_values import decode_delimiter
 from grpo_engine.data.data import load_dataset
 from grpo_engine.data.math_shepherd import load_math_shepherd
 from grpo_engine.spec.memory import estimate_memory, memory_limit, too_big_message
-from grpo_engine.model.model import disable_dropout, load_policy, resolve_model_path
+from grpo_engine.model.model import disable_dropout, load_policy, resolve_model_path, source_dtype
 from grpo_engine.train.parallel import Processes
 from grpo_engine.train.sharding import full_state_dict, shard
 from grpo_engine.report.recorder import Recorder, no_check, stop_check
@@ -295,6 +295,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
         run_prompt(tokenizer, spec),
         end_token_ids(policy, tokenizer),
         decode_delimiter(spec.step_delimiter),
+        source_dtype=source_dtype(spec.model, cache_dir),
     )
     if spec.label_completer:  # validate_spec allows it only with rollout step labels
         learner.completer = load_completer(spec, recorder, cache_dir, dev, precision.accelerate == "bf16", check)

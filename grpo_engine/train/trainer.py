@@ -291,6 +291,7 @@ class TrainingRun:
                 learner.unwrapped() if weights is None else unsharded_policy(learner, weights),
                 learner.tokenizer,
                 lora=self.spec.lora_rank > 0,
+                source_dtype=learner.source_dtype,
             )
             for _, old in checkpoint.step_dirs(self.checkpoint_dir):
                 shutil.rmtree(old, ignore_errors=True)
