@@ -152,7 +152,7 @@ def check_policy_export(client: Client, run_id: int) -> None:
     out = Path(path).with_suffix("")
     with zipfile.ZipFile(path) as archive:
         archive.extractall(out)
-    model_dir = out / f"run-{run_id}-model"
+    model_dir = out / f"run-{run_id}-model-fp32"  # the built-in model is fp32: its source dtype
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in model_dir.iterdir()}
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     ids = AutoTokenizer.from_pretrained(model_dir)("2+3*4=", return_tensors="pt").input_ids

@@ -280,6 +280,12 @@ def test_an_outcome_run_from_the_gguf_file_records_the_chat_prompt_and_saves_an_
     assert saved.eos_token == IM_END and saved.chat_template == tokenizer.chat_template
     policy = AutoModelForCausalLM.from_pretrained(final)
     assert getattr(policy, "hf_quantizer", None) is None and policy.generation_config.eos_token_id == 2
+    # the Q4_1 file's blocks cannot be written back: the policy downloads in bf16, half the fp32 weights' bytes
+    assert json.loads((final.parent / "policy.json").read_text()) == {"source_dtype": "bfloat16"}
+    download = dashboard.client.predict(run_id, "model", api_name="/export_run")
+    zipped = Path(download if isinstance(download, str) else download["path"])
+    assert zipped.name == f"run-{run_id}-model-bf16.zip"
+    assert zipped.stat().st_size < 0.52 * (final / "model.safetensors").stat().st_size
 
 
 @pytest.mark.slow

@@ -128,11 +128,11 @@ def delete_run(run_id: int) -> dict:
     return call_api(manage_api.delete_run, run_id)
 
 
-def export_run(run_id: int, kind: str = "parquet") -> gr.FileData:
+def export_run(run_id: int, kind: str = "parquet", dtype: str = "source") -> gr.FileData:
     """A run's export as a file (gradio_client downloads it and returns its local path): its recorded samples as
     'parquet' or 'csv', its 'config' as JSON, or the trained policy of a completed run as a zip: 'model' (LoRA
-    merged) or 'adapter' (LoRA adapter alone)."""
-    path = call_api(exports.export_run, run_id, kind)
+    merged; ``dtype`` 'source': in the dtype the model came in, or 'fp32') or 'adapter' (LoRA adapter alone, fp32)."""
+    path = call_api(exports.export_run, run_id, kind, dtype)
     return gr.FileData(path=path, orig_name=Path(path).name)
 
 
