@@ -110,7 +110,7 @@ def test_launch_watch_reload_and_browse_groups(dashboard, page, tmp_path):
     _check_the_log_follows_its_newest_lines(page, db_url, int(run_id))
     page.screenshot(path=str(ARTIFACTS / "run-view.png"), full_page=True)
     page.click("#export-model")  # the trained policy, zipped, offered for download
-    expect(page.locator("#export-file")).to_contain_text(re.compile(rf"run-{run_id}-model\s*\.zip"))
+    expect(page.locator("#export-file")).to_contain_text(re.compile(rf"run-{run_id}-model-fp32\s*\.zip"))
 
     # 4. the Groups tab: the latest step's groups, the first one shown as token spans
     page.click("#tab-groups-button")

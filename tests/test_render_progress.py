@@ -102,8 +102,9 @@ def test_the_header_shows_the_latest_key_numbers_in_one_line():
     ],
 )
 def test_buttons_apply_by_the_runs_state_and_config(run, cancel, model, adapter, adapter_shown):
-    cancel_button, model_button, adapter_button = _button_states(run)
+    cancel_button, model_button, fp32_button, adapter_button = _button_states(run)
     assert (cancel_button.interactive, model_button.interactive, adapter_button.interactive) == (cancel, model, adapter)
+    assert fp32_button.interactive == model  # the trained policy in fp32 beside it, in the dtype the model came in
     assert adapter_button.visible == adapter_shown
 
 

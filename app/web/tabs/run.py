@@ -4,7 +4,8 @@ right, all wrong or mixed; a click on a bar opens those groups in the Groups tab
 cancel, exports, "Launch again" (the Launch form filled from its config, under a new name), its config and its
 log (which follows its newest lines); redrawn when the run changes and on every tick, where anything new was
 recorded. Buttons that do not apply to the run (Cancel once it finished, the trained policy before it completed,
-the LoRA adapter of a run without one) are disabled or hidden."""
+the LoRA adapter of a run without one) are disabled or hidden. "Trained policy" downloads it in the dtype the model
+came in (bf16 for most hub models), "Trained policy (fp32)" as it trained (app.service.exports)."""
 
 import re
 
@@ -23,12 +24,13 @@ from grpo_engine.spec.config import FIELDS
 
 NO_RUN = "<div>No run selected.</div>"
 EXPORTS = (
-    ("export-parquet", "Groups as Parquet", "parquet"),
-    ("export-csv", "Groups as CSV", "csv"),
-    ("export-config", "Config as JSON", "config"),
-    ("export-model", "Trained policy", "model"),
-    ("export-adapter", "LoRA adapter", "adapter"),
-)  # (elem_id, button text, export kind)
+    ("export-parquet", "Groups as Parquet", "parquet", "source"),
+    ("export-csv", "Groups as CSV", "csv", "source"),
+    ("export-config", "Config as JSON", "config", "source"),
+    ("export-model", "Trained policy", "model", "source"),
+    ("export-model-fp32", "Trained policy (fp32)", "model", "fp32"),
+    ("export-adapter", "LoRA adapter", "adapter", "source"),
+)  # (elem_id, button text, export kind, dtype: the trained model's, "source" or "fp32")
 _NUMBERED = re.compile(r"^(.*) \((\d+)\)$")  # a name ending in " (n)"
 # the health badge: a click on a warning (its data-rule) asks for its evidence to be charted
 HEALTH_CLICK = (
@@ -81,8 +83,8 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         )
         with gr.Row(equal_height=True):
             buttons = {
-                kind: gr.Button(text, size="sm", elem_id=elem_id, interactive=kind in ("parquet", "csv", "config"))
-                for elem_id, text, kind in EXPORTS
+                elem_id: gr.Button(text, size="sm", elem_id=elem_id, interactive=kind in ("parquet", "csv", "config"))
+                for elem_id, text, kind, _ in EXPORTS
             }
         export_file = gr.File(label="Download", interactive=False, elem_id="export-file", height=60, visible=False)
         with gr.Row():
@@ -106,8 +108,9 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         chart_seen,
         picked,
         cancel_button,
-        buttons["model"],
-        buttons["adapter"],
+        buttons["export-model"],
+        buttons["export-model-fp32"],
+        buttons["export-adapter"],
     ]
     inputs = [run_select, chart_seen, smoothing, picked]
     # a tick and a change of run in one queue, one at a time: a tick that read the run before a Launch or a pick
@@ -117,8 +120,8 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
     smoothing.change(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     picked.input(_redraw, [run_select, smoothing, picked], charts, trigger_mode="always_last", **QUIET)
     cancel_button.click(_cancel, run_select, [progress, cancel_button], **PRIVATE)
-    for kind, button in buttons.items():
-        button.click(_export(kind), run_select, export_file, **PRIVATE)
+    for elem_id, _, kind, dtype in EXPORTS:
+        buttons[elem_id].click(_export(kind, dtype), run_select, export_file, **PRIVATE)
 
 
 def next_name(name: str) -> str:
@@ -146,15 +149,16 @@ def _relaunch(run_id):
 
 
 def _button_states(run: dict | None) -> tuple:
-    """Cancel, "Trained policy" and "LoRA adapter" for ``run``: Cancel while it is queued or running and not yet
-    asked to stop; the policy once it completed; the adapter only for LoRA runs (hidden otherwise), once
-    completed."""
+    """Cancel, "Trained policy", "Trained policy (fp32)" and "LoRA adapter" for ``run``: Cancel while it is queued
+    or running and not yet asked to stop; the policy (both) once it completed; the adapter only for LoRA runs
+    (hidden otherwise), once completed."""
     if run is None:
-        return gr.Button(interactive=False), gr.Button(interactive=False), gr.Button(interactive=False)
+        return tuple(gr.Button(interactive=False) for _ in range(4))
     status, lora = run["status"], (run.get("config") or {}).get("lora_rank", 0) > 0
     can_cancel = status in ACTIVE_STATUSES and not run.get("cancel_requested")
     return (
         gr.Button(interactive=can_cancel),
+        gr.Button(interactive=status == RunStatus.COMPLETED),
         gr.Button(interactive=status == RunStatus.COMPLETED),
         gr.Button(interactive=status == RunStatus.COMPLETED and lora, visible=lora),
     )
@@ -168,7 +172,7 @@ def _show_run(run_id, seen, smoothing, picked):
     another run). One listener reads the run once a tick for all of them."""
     if run_id is None:
         if api.list_runs():  # the Runs tab's refresh picks the newest in a moment: keep what is shown till then
-            return (gr.skip(),) * 12
+            return (gr.skip(),) * 13
         return (
             NO_RUN,
             "",
@@ -267,13 +271,14 @@ def _cancel_and_read(run_id: int) -> tuple[dict, list[dict]]:
     return api.get_run(run_id), api.get_metrics(run_id)
 
 
-def _export(kind):
-    """The listener of one export button: the file of the run's export of that kind, offered for download."""
+def _export(kind, dtype):
+    """The listener of one export button: the file of the run's export of that kind (a trained model in ``dtype``),
+    offered for download."""
 
     def export(run_id):
         """The export's file, and the download box shown with it."""
         if run_id is None:
             raise gr.Error("No run selected.")
-        return gr.File(value=call_api(exports.export_run, run_id, kind), visible=True)
+        return gr.File(value=call_api(exports.export_run, run_id, kind, dtype), visible=True)
 
     return export
