@@ -79,8 +79,7 @@ def check_prompt_keys(values: dict[str, Any]) -> None:
     if is_gguf(values["model"]) and importlib.util.find_spec("gguf") is None:
         raise SpecError(
             "model",
-            f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: "
-            "pip install 'gguf>=0.10'",
+            f"{shown(values['model'])} is a .gguf file, which needs the gguf package to read: pip install 'gguf>=0.10'",
         )
 
 
