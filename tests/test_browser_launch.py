@@ -41,6 +41,18 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
                 box = shown.bounding_box()
                 assert box["x"] >= 0 and box["x"] + box["width"] <= width  # nothing runs off the page
                 page.locator("#prompt-preview").screenshot(path=str(ARTIFACTS / f"launch-prompt-{width}.png"))
+                # the CPU recipe for a small instruct model: its built-in dataset previewed, its named rewards
+                page.locator("#launch-preset input").click()
+                page.get_by_role("option", name="Small instruct model on word problems (CPU)").click()
+                expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-word-problems: 1100 rows")
+                rewards = page.locator("#spec-rewards textarea, #spec-rewards input").first
+                expect(rewards).to_have_value(re.compile(r'"strict_correct".*"format_after_working", "weight": 0.15'))
+                expect(page.locator("#spec-answer_match input[value=flexible]")).to_be_checked()
+                expect(page.locator("#spec-format_reward")).to_be_hidden()  # named rewards pay the form
+                page.screenshot(path=str(ARTIFACTS / f"launch-preset-cpu-{width}.png"), full_page=True)
+                page.locator("#launch-preset input").click()
+                page.get_by_role("option", name="GSM8K with a 0.5B instruct model (GPU)").click()
+                expect(page.locator("#dataset-upload-info")).to_contain_text("openai/gsm8k: read by the worker")
                 page.close()
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(30_000)

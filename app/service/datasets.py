@@ -161,6 +161,16 @@ def _store_upload(source: Path, name: str, settings) -> dict:
     return {"dataset": str(stored), "rows": count, "preview": first}
 
 
+def read_by_the_worker(dataset: str) -> bool:
+    """Whether only the worker reads this dataset, so it is not previewed here: a Hugging Face id or a local dataset
+    directory (not a built-in set or a dataset file).
+
+    >>> [read_by_the_worker(d) for d in ("openai/gsm8k", "builtin-word-problems", "/data/train.jsonl")]
+    [True, False, False]
+    """
+    return dataset not in BUILTIN_DATASETS and (not is_local_path(dataset) or Path(dataset).expanduser().is_dir())
+
+
 def preview_dataset(
     dataset: Any, question_field: Any = None, answer_field: Any = None, solution_field: Any = None
 ) -> dict:

@@ -18,14 +18,13 @@ import html
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from app.service.api import ApiError, parse_spec
-from app.service.datasets import preview_dataset
+from app.service.datasets import preview_dataset, read_by_the_worker
 from app.core.paths import check_custom_rewards, check_spec_paths, resolve_inside
 from app.core.settings import get_settings
-from grpo_engine.spec.config import BUILTIN_DATASETS, SpecError, is_gguf, is_local_path, validate_spec
+from grpo_engine.spec.config import SpecError, is_gguf, validate_spec
 from grpo_engine.spec.gguf_header import converted_dir
 
 PROMPT_TIMEOUT_S = 180  # loading a tokenizer; a .gguf model's first conversion takes about a minute on 2 cores
@@ -67,7 +66,7 @@ def preview_prompt(spec: dict | str | None) -> dict:
     except SpecError as e:
         raise ApiError(str(e)) from None
     question, stand_in = STAND_IN, True
-    if config["dataset"] in BUILTIN_DATASETS or not _read_by_the_worker(config["dataset"]):
+    if not read_by_the_worker(config["dataset"]):
         rows = preview_dataset(
             config["dataset"], config["question_field"], config["answer_field"], config["solution_field"]
         )["preview"]
@@ -111,11 +110,6 @@ def conversion_notice(spec: dict | str | None) -> str | None:
     if not path.is_file() or converted_dir(path, settings.cache_dir).is_dir():
         return None
     return f"Converting {path.name} into a model directory (once, about a minute)…"
-
-
-def _read_by_the_worker(dataset: str) -> bool:
-    """Whether only the worker reads this dataset: a Hugging Face id or a local dataset directory (not previewed)."""
-    return not is_local_path(dataset) or Path(dataset).expanduser().is_dir()
 
 
 def prompt_html(result: dict) -> str:

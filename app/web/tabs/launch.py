@@ -98,7 +98,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
         concurrency_id="runs-refresh",  # in line with the ticks
         **PRIVATE,
     ).then(None, js=SHOW_INVALID)
-    preset.input(lambda name: form_values(preset_values(name)), preset, form, **PRIVATE)
+    picked = preset.input(lambda name: form_values(preset_values(name)), preset, form, **PRIVATE)
     test_rewards.click(_test_rewards, form, rewards_preview, **PRIVATE)
     show_prompt.click(_show_prompt, form, prompt_shown, **PRIVATE)
     dependent = [inputs[k] for k in APPLIES] + [test_box] + folds
@@ -113,6 +113,7 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
     for event in (dataset_box.blur, dataset_box.submit, *(box.blur for box in field_boxes)):  # typed in: the first rows
         event(_preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)
     shared.demo.load(_preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)  # the default dataset's rows
+    picked.then(_preview, [dataset_box, *field_boxes], upload_info, **PRIVATE)  # the preset's dataset's rows
     return LaunchForm(form, launch_result)
 
 
@@ -266,6 +267,10 @@ def _upload(path):
 
 
 def _preview(dataset, *fields):
-    """The first rows of the dataset the form names, read through its question/answer/solution fields."""
+    """The first rows of the dataset the form names, read through its question/answer/solution fields; for a Hugging
+    Face dataset or a dataset directory, which only the worker reads, a line saying so."""
+    if isinstance(dataset, str) and dataset.strip() and datasets.read_by_the_worker(dataset.strip()):
+        name = html.escape(dataset.strip())
+        return f'<div class="hint">{name}: read by the worker when the run starts (not previewed here).</div>'
     got = attempt(datasets.preview_dataset, dataset, *fields)
     return upload_preview_html(got.value, uploaded=False) if got.ok else error_html(got.error)
