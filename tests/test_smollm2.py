@@ -325,3 +325,56 @@ def test_a_lora_run_exports_its_adapter(dashboard, smollm2_file):
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= names
     assert adapter["r"] == 4
     assert (dashboard.checkpoints / f"run-{run_id}" / "final" / "model" / "model.safetensors").is_file()
+
+
+# ---- the CPU preset, from the form alone ----------------------------------------------------------------
+
+PRESET_STEPS = 2  # steps the preset's run makes before the test cancels it (the preset trains 40)
+PRESET_TIMEOUT = 900  # seconds for the step-0 evaluation of 110 questions and PRESET_STEPS steps of 32 outputs
+READINGS = {"gsm8k", "boxed", "number", "none"}
+
+
+@pytest.mark.slow
+def test_the_cpu_preset_runs_from_the_models_folder_and_every_card_names_its_reading(tmp_path, smollm2_file):
+    """A new user's path: the .gguf file put in the data directory's models folder (no GRPO_PATH_ROOTS, no custom
+    code, no restart), the preset "Small instruct model on word problems (CPU)" from /list_presets with only its
+    model swapped, launched through gradio_client; after a few steps every sample of /get_group says which answer
+    the verifier read and by which rule, and carries each named reward's value."""
+    import shutil
+    import time
+
+    data_dir = tmp_path / "data"
+    server, url = start_server(data_dir, clean_env(tmp_path / "cache"))  # a cache of its own: the copy converts once
+    try:
+        client = Client(url, verbose=False)
+        local = data_dir / "models" / smollm2_file.name
+        shutil.copy2(smollm2_file, local)  # the models folder exists from the start; a file copied in is offered
+        offered = client.predict(api_name="/list_models")
+        assert [m for m in offered["local"] if m["kind"] == "gguf" and Path(m["model"]) == local], offered
+        (preset,) = [p for p in client.predict(api_name="/list_presets") if "word problems (CPU)" in p["name"]]
+        run_id = client.predict({**preset["spec"], "model": str(local)}, api_name="/launch_run")["run_id"]
+        deadline = time.monotonic() + PRESET_TIMEOUT
+        while (run := client.predict(run_id, api_name="/get_run"))["step"] < PRESET_STEPS:
+            assert run["status"] in ("queued", "running"), f"{run['error']}\n{server.log()[-5000:]}"
+            assert time.monotonic() < deadline, f"{PRESET_STEPS} steps not done in {PRESET_TIMEOUT} s: {run}"
+            time.sleep(3)
+        client.predict(run_id, api_name="/cancel_run")
+        metrics = client.predict(run_id, api_name="/get_metrics")
+        assert metrics[0]["step"] == 0 and "eval/accuracy_strict" in metrics[0]  # the baseline before step 1
+        groups = [
+            client.predict(g["group_id"], api_name="/get_group")
+            for g in client.predict(run_id, 1, "position", api_name="/list_groups")
+        ]
+        assert len(groups) == 4 and all(len(g["samples"]) == 8 for g in groups)
+        for group in groups:
+            for sample in group["samples"]:
+                assert sample["answer_rule"] in READINGS, sample
+                assert (sample["answer"] is None) == (sample["answer_rule"] == "none"), sample
+                parts = sample["reward_components"]
+                assert {"accuracy", "strict_correct", "format_after_working"} <= set(parts), parts
+                weighted = parts["accuracy"] + parts["strict_correct"] + 0.15 * parts["format_after_working"]
+                assert sample["reward"] == pytest.approx(weighted), sample
+                assert parts["strict_correct"] <= parts["accuracy"]  # a strict right answer is a right answer
+        wait_finished(client, run_id, server.log, 120)
+    finally:
+        server.stop()
