@@ -28,9 +28,9 @@ HUB_KEYS = (
     ("rm_data", "dataset"),
 )
 WITHOUT_THE_HUB = (
-    "give a local directory instead, upload the dataset in the Launch tab, or download it on the "
-    "workers first (`hf download <id>`, add `--repo-type dataset` for a dataset) and set "
-    "HF_HUB_OFFLINE=1 there"
+    "give a local directory or .gguf file instead (a model in the data directory's models folder, or uploaded in the "
+    "Launch tab; a dataset uploaded there), or download it on the workers first (`hf download <id>`, add "
+    "`--repo-type dataset` for a dataset) and set HF_HUB_OFFLINE=1 there"
 )
 
 
