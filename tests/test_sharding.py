@@ -1,17 +1,21 @@
 """sharding 'fsdp': 2 CPU processes (gloo) launched by the worker through Accelerate, the policy and the reference
 sharded by torch's FSDP2, driven by ``execute_run`` in this process on a fresh SQLite store (as test_distributed.py).
 
-A sharded run must train exactly what the same run unsharded trains. With 2 processes it can, to the last bit but
-for one sum: a gradient is averaged over the processes by a reduce-scatter instead of an all-reduce, (a + b) / 2
-either way, which is exact in binary floating point for two terms; the forwards run on the same gathered weights.
-What can differ is the gradient norm, summed per shard and then across the processes (another order of the same
-squares): a relative difference of about 1e-7 in grad_norm, and through gradient clipping in the update, when it
-clips, a difference of the order of 1e-8 in the weights. The comparison runs in fp32 (``precision: fp32``): under bf16
-autocast such a difference can flip one bf16 rounding of a log-prob (2^-8 relative), which shows in the loss and KL
-(bench/sharding_memory.py measured 3.6e-3 relative on SmolLM2 at step 5, with weights 6e-8 apart). The tolerances
-below allow the fp32 differences and no more: 1e-5 relative on the metrics, or 1e-7 absolute, the round-off of terms
-of order 1, for a metric that is a near-cancelling sum of them (the loss was -3.7e-4 at step 5, 4e-9 apart: 1.1e-5
-relative); 1e-5 absolute on the weights. A sampled token that changed would move the metrics by far more.
+A sharded run must train what the same run unsharded trains. With 2 processes the sums agree: a gradient is averaged
+over the processes by a reduce-scatter instead of an all-reduce, (a + b) / 2 either way, which is exact in binary
+floating point for two terms, and the forwards run on the same weights. What can differ is fp32 round-off: the
+gradient norm is summed per shard and then across the processes (another order of the same squares), and a CPU's
+matmul kernels may round a forward on FSDP2's gathered buffers otherwise than on the plain parameters. On the AMD EPYC
+this was written on the metrics agreed within 1e-7 and the weights within 1e-8; on an Intel Xeon with AMX the metrics
+came 1e-6 apart by step 3 and, from the reference reset at step 4 (KL and grad_norm 2.7e-5 and 1.1e-5 relative), the
+final weights up to 1.3e-5 apart: AdamW divides each gradient by its own running scale, so a round-off in a weight's
+near-zero gradient moves that weight by up to a learning rate (here 2e-4) per step. The comparison runs in fp32
+(``precision: fp32``): under bf16 autocast such a difference can flip one bf16 rounding of a log-prob (2^-8 relative),
+which shows in the loss and KL (bench/sharding_memory.py measured 3.6e-3 relative on SmolLM2 at step 5). The
+tolerances allow those fp32 differences and no more: 1e-4 relative on the metrics, or 1e-7 absolute for a metric that
+is a near-cancelling sum of terms of order 1 (the loss was -3.7e-4 at step 5, 4e-9 apart); 5e-5 absolute on the
+weights, a quarter of the learning rate. A sampled token that changed would move the rewards, the KL and the loss by
+far more.
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ SPEC = {
     "policy_updates_per_batch": 2,
     "precision": "fp32",
 }
-RELATIVE = 1e-5  # on each metric (see the module docstring)
+RELATIVE = 1e-4  # on each metric (see the module docstring)
 ABSOLUTE = 1e-7  # on each metric: a near-cancelling sum of terms of order 1, as the loss can be
-WEIGHTS = 1e-5  # on each weight of the final policy
+WEIGHTS = 5e-5  # on each weight of the final policy: a quarter of SPEC's learning rate (2e-4)
 
 
 def _final_weights(tmp_path, run_id: int) -> dict[str, torch.Tensor]:

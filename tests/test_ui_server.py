@@ -544,7 +544,7 @@ def test_group_html_shows_normalised_rewards_and_the_rm_score_beside_the_verifie
     ]
     page = group_html({"group_id": 1, "run_id": 1, "step": 1, "prompt": "q", "reference": "1", "samples": samples})
     assert page.count('class="norm">+1.000<') == 1 and page.count('class="norm">-1.000<') == 1
-    assert "verifier: correct ✓" in page and "verifier: wrong ✗" in page
+    assert "correct 1 ✓</span>" in page and "correct 0 ✗</span>" in page
     assert '<span class="rm-score" data-component="rm_score">reward model score 0.900</span>' in page
 
 
