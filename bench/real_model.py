@@ -233,7 +233,7 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("held-out share")
-    axes[0][0].legend(loc="lower right", fontsize=8)  # the lower right of the first panel is empty
+    axes[0][0].legend(loc="upper left", fontsize=8)  # the upper left of the first panel is empty
     fig.suptitle("SmolLM2-135M-Instruct on generated word problems (2 CPU cores)", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
