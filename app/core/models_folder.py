@@ -139,7 +139,8 @@ def store_model(source: Path, name: str, folder: Path, cap: int, cap_words: str)
             partial.unlink(missing_ok=True)
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file, in hex, read 1 MiB at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -159,11 +160,11 @@ def _store_gguf(source: Path, name: str, folder: Path, partial: Path) -> dict:
     if not is_gguf_file(source):
         raise ModelUploadError(f"{name}: not a GGUF file (it does not start with 'GGUF')")
     _copy(source, partial, name)
-    digest = _sha256(partial)
+    digest = sha256_file(partial)
     wanted = safe_name(Path(name).name)
     for candidate in (wanted, _with_digest(wanted, digest)):
         final = folder / candidate
-        if final.is_file() and final.stat().st_size == partial.stat().st_size and _sha256(final) == digest:
+        if final.is_file() and final.stat().st_size == partial.stat().st_size and sha256_file(final) == digest:
             break  # the same file, uploaded before
         try:
             os.link(partial, final)
@@ -286,7 +287,7 @@ def _store_zip(source: Path, name: str, folder: Path, partial: Path, cap: int, c
     root = _model_root(partial, name)
     wanted = safe_name(root.name if root != partial else Path(name).stem)
     size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
-    digest = _sha256(source)
+    digest = sha256_file(source)
     for candidate in (wanted, _with_digest(wanted, digest)):
         final = folder / candidate
         if final.exists():

@@ -4,7 +4,6 @@ previewing the first rows of the dataset a run spec names, uploading a model int
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import shutil
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.service.api import ApiError
-from app.core.models_folder import ModelUploadError, store_model
+from app.core.models_folder import ModelUploadError, sha256_file, store_model
 from app.core.models_folder import list_models as list_models_in
 from app.core.paths import is_local_path, resolve_inside, spec_fields
 from app.core.settings import get_settings
@@ -64,14 +63,6 @@ def _safe_name(name: str) -> str:
     stem, suffix = Path(name).stem, Path(name).suffix.lower()
     stem = SAFE_NAME.sub("_", stem).strip("._-")[: 80 - len(suffix)] or "dataset"
     return stem + suffix
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def upload_dataset(file: Any, remove_source: bool = False) -> dict:
@@ -153,7 +144,7 @@ def _store_upload(source: Path, name: str, settings) -> dict:
         raise ApiError(str(e)) from None
 
     settings.uploads_dir.mkdir(parents=True, exist_ok=True)
-    stored = settings.uploads_dir / f"{_sha256(source)[:16]}-{_safe_name(name)}"
+    stored = settings.uploads_dir / f"{sha256_file(source)[:16]}-{_safe_name(name)}"
     if not stored.exists():
         partial = stored.with_name(f".{stored.name}.{secrets.token_hex(4)}.partial")
         shutil.copyfile(source, partial)
