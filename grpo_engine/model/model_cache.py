@@ -3,7 +3,8 @@
 A cached model (the built-in policy, a .gguf file converted to a model directory) is built in a temporary
 directory beside its place and renamed into it, under a file lock: workers that need it at the same time wait for
 the first one's build instead of building it again, and a build that was interrupted leaves no directory that
-looks complete. Also ``DTYPE_KEYWORD``, ``from_pretrained``'s dtype keyword in the installed transformers, which
+looks complete. A build leaves the process's random state as it found it, so that a run that built its model samples
+exactly as one that found it cached. Also ``DTYPE_KEYWORD``, ``from_pretrained``'s dtype keyword in the installed transformers, which
 both the builds and every load use to get fp32 weights.
 """
 
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
+import torch
 import transformers
 from packaging.version import Version
 
@@ -42,6 +44,9 @@ def build_once(target: Path, lock: Path, build: Callable[[Path], None], missing:
     ``build(tmp)`` writes it into a fresh temporary directory, which is then renamed to ``target``, all under the
     file lock ``lock``. A process that finds another's build done once it holds the lock builds nothing.
 
+    ``build`` runs under a fork of torch's CPU random state (builds train and convert on the CPU): whatever it draws,
+    the caller's random stream continues as if no build had happened.
+
     Returns whether this call built it. Raises RuntimeError with ``missing`` where ``build`` returned without
     writing the weights (transformers saves on rank 0 only in a distributed launch).
     """
@@ -53,7 +58,8 @@ def build_once(target: Path, lock: Path, build: Callable[[Path], None], missing:
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            build(tmp)
+            with torch.random.fork_rng(devices=[]):
+                build(tmp)
             if not (tmp / DONE).exists():
                 raise RuntimeError(missing)
             shutil.rmtree(target, ignore_errors=True)  # an incomplete directory from an interrupted build

@@ -224,7 +224,6 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     procs = Processes(accelerator)  # one, or the data-parallel processes of a run with devices > 1
     if procs.n != spec.devices:
         raise ValueError(f"devices: the run asks for {spec.devices} processes but was started in {procs.n}")
-    torch.manual_seed(spec.seed)
     bf16 = precision.scoring_bf16  # scoring and the update in bf16 autocast; the frozen copies kept in bf16
     recorder.log(
         f"loading model {spec.model!r} on {dev} ({precision.describe()})"
@@ -248,6 +247,9 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
         spec.model, cache_dir, load_dev, log=recorder.log, progress=building, phase=recorder.phase
     )
     check()
+    # the run's random stream starts here, once the policy is in memory however it came (built now, converted, read
+    # from the cache): LoRA's first adapter and every sample after draw from the spec's seed alone
+    torch.manual_seed(spec.seed)
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
