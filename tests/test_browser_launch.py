@@ -7,8 +7,10 @@ run's phase shows until it completes. Screenshots of every tab at 1280 and 1600 
 from __future__ import annotations
 
 import re
+from io import BytesIO
 
 import pytest
+from PIL import Image
 from playwright.sync_api import expect, sync_playwright
 
 from tests.test_browser import ARTIFACTS, CHROMIUM
@@ -88,9 +90,19 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
             expect(page.locator("#launch-result .error")).to_contain_text("rm_samples")
             expect(page.locator("#spec-rm_samples.invalid")).to_be_visible()
             assert page.locator("#tab-launch .invalid").count() == 1
+            assert _marked_red(page.locator("#spec-rm_samples"))
             page.screenshot(path=str(ARTIFACTS / "launch-refused.png"))
 
             page.locator("#spec-rm_samples input").fill("64")
+            group_size = page.locator("#spec-group_size input").first
+            kept = group_size.input_value()
+            group_size.fill("1")  # a field of the left column, whose edge clips what is drawn outside a field
+            page.click("#launch-button")
+            expect(page.locator("#launch-result .error")).to_contain_text("group_size")
+            expect(page.locator("#spec-group_size.invalid")).to_be_visible()
+            assert _marked_red(page.locator("#spec-group_size"))
+            page.screenshot(path=str(ARTIFACTS / "launch-refused-left.png"))
+            group_size.fill(kept)
             page.locator("#spec-steps_per_iteration input").fill("3")
             page.click("#launch-button")
             expect(page.locator("#launch-result .ok")).to_contain_text("Launched run")
@@ -106,6 +118,14 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
             _every_tab(page)
         finally:
             browser.close()
+
+
+def _marked_red(field) -> bool:
+    """Whether a refused field shows its red mark within its own box, down its left edge: what a user sees there,
+    whatever a column around it clips."""
+    shot = Image.open(BytesIO(field.screenshot())).convert("RGB")
+    edge = [shot.getpixel((x, y)) for y in range(shot.height) for x in range(4)]
+    return sum(1 for r, g, b in edge if r > 170 and g < 100 and b < 100) >= shot.height // 2
 
 
 TABS = ("launch", "runs", "run", "groups", "compare")

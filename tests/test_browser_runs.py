@@ -92,6 +92,12 @@ def _drive(page, url: str, ids: dict[str, int]) -> None:
     expect(rows).to_have_count(1)
     page.locator("#runs-search textarea, #runs-search input").first.fill("")
     expect(rows).to_have_count(3)
+    search = page.locator("#runs-search textarea, #runs-search input").first
+    search.press_sequentially("failed")  # typed, then deleted key by key: the last key's refresh is not dropped
+    for _ in "failed":
+        search.press("Backspace")
+    expect(rows).to_have_count(3)
+    expect(page.locator("#runs-table .runs-count")).to_have_text(re.compile(r"^3 runs · "))
 
     completed = page.locator(f'#runs-table tr[data-run-id="{ids["completed"]}"]')
     completed.locator(".run-manage").click()  # rename through the Manage area
@@ -299,6 +305,8 @@ def test_compare_keeps_its_full_width_after_a_compared_run_is_deleted(tmp_path):
     with running_server(tmp_path, env) as (url, _, _), browser_page(1600, 1000) as page:
         page.goto(url)
         page.locator("#tab-compare-button").click()
+        expect(page.locator("#compare-config")).to_contain_text("Pick runs to compare")
+        expect(page.locator("#compare-charts")).to_be_hidden()  # no empty chart frame before a run is picked
         for run_id in (1, 2, newest):
             page.locator("#compare-runs input").first.click()
             page.get_by_role("option", name=re.compile(rf"^#{run_id} ")).click()

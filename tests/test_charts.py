@@ -82,6 +82,20 @@ def test_only_panels_with_values_are_drawn_and_no_empty_panel_says_no_data():
     assert not any("no data" in t for t in titles)
 
 
+def test_the_accuracy_panel_draws_no_line_under_its_twin():
+    """eval/accuracy is eval/accuracy_strict or _flexible (the rule answer_match names): drawn beside both, its line
+    would lie exactly under one of theirs and its legend entry name a line nobody sees. Picked, it is drawn; and it
+    stays in the reward model's panel, beside the reward model's accuracy."""
+    evaluation = {"eval/accuracy": 0.25, "eval/accuracy_strict": 0.25, "eval/accuracy_flexible": 0.4}
+    rows = [{"step": 0, "iteration": 0, **evaluation, "eval/format": 0.5}, *_rows(2)]
+    accuracy = dict(chart_panels(rows))["accuracy"]
+    assert "eval/accuracy" not in accuracy and {"eval/accuracy_strict", "eval/accuracy_flexible"} <= set(accuracy)
+    assert dict(chart_panels(rows, ["eval/accuracy"]))["accuracy"] == ("eval/accuracy",)
+    assert "eval/accuracy" in dict(chart_panels([{"step": 0, "iteration": 0, "eval/accuracy": 0.25}]))["accuracy"]
+    with_rm = [*rows, {"step": 3, "iteration": 1, "rm/accuracy_after": 0.8}]
+    assert dict(chart_panels(with_rm))["reward model"] == ("rm/accuracy_after", "eval/accuracy")
+
+
 def test_reward_model_and_other_panels_appear_with_their_metrics():
     rows = _rows(2) + [{"step": 3, "iteration": 1, "rm/loss": 0.4, "rm/accuracy_after": 0.8, "custom/x": 1.0}]
     titles = [title for title, _ in chart_panels(rows)]
@@ -169,13 +183,14 @@ def test_every_evaluation_metric_is_drawn_in_the_accuracy_panel_on_zero_to_one()
         row.update(
             {"eval/accuracy": 0.3, "eval/accuracy_strict": 0.1, "eval/accuracy_flexible": 0.3, "eval/format": 0.2}
         )
-    assert dict(chart_panels(rows))["accuracy"] == ("correct_frac", *EVAL_METRICS)
+    drawn = tuple(k for k in EVAL_METRICS if k != "eval/accuracy")  # eval/accuracy is eval/accuracy_flexible here
+    assert dict(chart_panels(rows))["accuracy"] == ("correct_frac", *drawn)
     fig = metrics_figure(rows, smoothing=0.6)
     shown = {t.name: t for t in fig.data if t.showlegend is not False}
-    assert {_panel_of(fig)[k] for k in EVAL_METRICS} == {"accuracy"}
+    assert {_panel_of(fig)[k] for k in drawn} == {"accuracy"}
     assert tuple(fig.layout["yaxis" + shown["eval/format"].yaxis[1:]].range) == (-0.03, 1.03)
-    assert len({shown[k].line.dash for k in ("correct_frac", *EVAL_METRICS)}) == 5  # told apart in grey too
-    assert all("markers" in shown[k].mode for k in EVAL_METRICS)  # evaluations are sparse: points, not smoothed
+    assert len({shown[k].line.dash for k in ("correct_frac", *drawn)}) == 4  # told apart in grey too
+    assert all("markers" in shown[k].mode for k in drawn)  # evaluations are sparse: points, not smoothed
 
 
 def test_picked_metrics_limit_the_panels():

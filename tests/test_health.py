@@ -386,6 +386,16 @@ def test_truncation_fires_and_names_max_new_tokens():
     assert "mask_truncated or overlong_penalty" in w["message"]
 
 
+def test_truncation_says_what_a_cut_output_lacks_under_the_runs_answer_match():
+    """Under answer_match flexible a cut output's last number is still read as its answer, and may be right: the
+    warning does not say cut outputs end without one."""
+    strict = only("truncation", run(5, truncated_frac=0.5))
+    assert "they end without a final answer." in strict["message"]
+    flexible = only("truncation", run(5, truncated_frac=0.5), config={"answer_match": "flexible"})
+    assert "without a final answer" not in flexible["message"]
+    assert "answer_match flexible still reads their last number, right or wrong" in flexible["message"]
+
+
 def test_truncation_leaves_out_what_is_set():
     w = only("truncation", run(5, truncated_frac=0.2), config={"mask_truncated": True})
     assert "(now" not in w["message"] and "or set overlong_penalty" in w["message"]

@@ -344,6 +344,17 @@ def test_runs_filter_by_status_search_and_archived():
     assert "1 of 2 runs shown · 1 archived hidden" in runs_table_html([run, {**run, "archived": True}], [run])
     assert "1 of 2 runs shown · click" in runs_table_html([run, {**run, "archived": True}], [run], show_archived=True)
     assert "No runs yet" in runs_table_html([], [])
+    assert '<div class="runs-count">1 run · click' in runs_table_html([run], [run])
+
+
+def test_an_uploaded_dataset_shows_under_the_name_it_was_uploaded_with():
+    """The uploads folder keeps a file as '<16 hex of its SHA-256>-<name>'; the table shows the name, the tooltip
+    the stored path."""
+    stored = "/data/uploads/c8454ba910d8fbef-word_problems.jsonl"
+    page = runs_table_html([_summary(dataset=stored)], [_summary(dataset=stored)])
+    assert f'<span title="{stored}">word_problems.jsonl</span>' in page
+    plain = runs_table_html([_summary(dataset="openai/gsm8k")], [_summary(dataset="openai/gsm8k")])
+    assert ">gsm8k</span>" in plain
 
 
 def test_a_tick_that_read_the_pickers_before_a_launch_keeps_the_launched_run_shown(api_env, sqlite_url):

@@ -65,6 +65,19 @@ def _safe_name(name: str) -> str:
     return stem + suffix
 
 
+UPLOAD_DIGEST = 16  # hex digits of an uploaded dataset's SHA-256 before its name: the same file is kept once
+UPLOADED = re.compile(rf"^[0-9a-f]{{{UPLOAD_DIGEST}}}-(?=.)")
+
+
+def uploaded_name(dataset: str) -> str:
+    """The last part of a dataset path, an uploaded file's digest taken off: the name the user gave the file.
+
+    >>> uploaded_name("/data/uploads/c8454ba910d8fbef-word_problems.jsonl"), uploaded_name("openai/gsm8k")
+    ('word_problems.jsonl', 'gsm8k')
+    """
+    return UPLOADED.sub("", dataset.rstrip("/").rsplit("/", 1)[-1]) or dataset
+
+
 def upload_dataset(file: Any, remove_source: bool = False) -> dict:
     """Check an uploaded dataset file and keep it; returns ``{dataset, rows, preview}``.
 
@@ -144,7 +157,7 @@ def _store_upload(source: Path, name: str, settings) -> dict:
         raise ApiError(str(e)) from None
 
     settings.uploads_dir.mkdir(parents=True, exist_ok=True)
-    stored = settings.uploads_dir / f"{sha256_file(source)[:16]}-{_safe_name(name)}"
+    stored = settings.uploads_dir / f"{sha256_file(source)[:UPLOAD_DIGEST]}-{_safe_name(name)}"
     if not stored.exists():
         partial = stored.with_name(f".{stored.name}.{secrets.token_hex(4)}.partial")
         shutil.copyfile(source, partial)

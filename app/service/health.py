@@ -324,10 +324,22 @@ def check_truncation(metrics: Sequence[Row], length_reward: Sequence, config: Ma
     return _warn(
         TRUNCATION,
         f"{now:.0%} of completions were cut at max_new_tokens in steps {recent[0]['step']}-"
-        f"{recent[-1]['step']}: they end without an answer. {either(truncation_remedies(config))}",
+        f"{recent[-1]['step']}: {cut_outputs(config)} {either(truncation_remedies(config))}",
         span(recent),
         ["truncated_frac", "completion_len"],
     )
+
+
+def cut_outputs(config: Mapping) -> str:
+    """What a cut output lacks, as the run's answer_match reads it: with ``flexible`` a number in the cut text is
+    still read as its answer (and may be right), so "without an answer" would be wrong there.
+
+    >>> cut_outputs({"answer_match": "flexible"})
+    'they stop before stating a final answer (answer_match flexible still reads their last number, right or wrong).'
+    """
+    if config.get("answer_match") == "flexible":
+        return "they stop before stating a final answer (answer_match flexible still reads their last number, right or wrong)."
+    return "they end without a final answer."
 
 
 def check_answer_form(metrics: Sequence[Row], length_reward: Sequence, config: Mapping) -> HealthWarning | None:

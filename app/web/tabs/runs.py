@@ -85,7 +85,9 @@ def build_runs_tab(shared: Shared) -> None:
     shared.store_seen.change(**refresh)
     for control in (status, archived):
         control.change(**refresh)
-    search.input(**refresh)
+    # "always_last": a keystroke sent while the refresh of the one before runs is not dropped (an .input listener
+    # drops it by default), so deleting the search back to empty shows every run again
+    search.input(**refresh, trigger_mode="always_last")
     table.click(
         _table_click,
         None,

@@ -80,6 +80,7 @@ def is_share(name: str) -> bool:
 
 RM_PANEL = "reward model"
 POLICY_ACCURACY = "eval/accuracy"  # drawn in the reward model's panel too: its accuracy beside the policy's
+EVAL_RULES = {"eval/accuracy_strict", "eval/accuracy_flexible"}  # eval/accuracy equals the one answer_match names
 REFRESH = "rm/accuracy_after"  # recorded at each training of the reward model: step 0 and every refresh
 
 
@@ -112,13 +113,16 @@ def recorded_metrics(metrics: list[dict]) -> list[str]:
 
 def chart_panels(metrics: list[dict], picked: list[str] | None = None) -> list[tuple[str, tuple[str, ...]]]:
     """The panels to draw: (title, the metrics in it that have values), for panels with at least one;
-    with ``picked`` (a non-empty list of metric names), only those metrics (else all but UNCHARTED)."""
+    with ``picked`` (a non-empty list of metric names), only those metrics (else all but UNCHARTED, and
+    eval/accuracy where eval/accuracy_strict and eval/accuracy_flexible are drawn: it is the one of the two that the
+    run's answer_match names, a line nobody could see under its twin)."""
     recorded = set(recorded_metrics(metrics))
     recorded = recorded & set(picked) if picked else recorded - UNCHARTED
     placed = [(title, expand_families(keys, recorded)) for title, keys in PANELS]
     known = {k for _, keys in placed for k in keys}
     panels = [*placed, (OTHER, tuple(sorted(recorded - known)))]
-    drawn = [(title, kept) for title, keys in panels if (kept := tuple(k for k in keys if k in recorded))]
+    twin = {POLICY_ACCURACY} if not picked and EVAL_RULES <= recorded else set()  # under its twin's line
+    drawn = [(title, kept) for title, keys in panels if (kept := tuple(k for k in keys if k in recorded - twin))]
     return [
         (title, keys + (POLICY_ACCURACY,) if title == RM_PANEL and POLICY_ACCURACY in recorded else keys)
         for title, keys in drawn

@@ -73,7 +73,7 @@ def progress_html(run: dict, now: datetime | None = None, metrics: list[dict] | 
         f"<b>#{run['run_id']}</b> {html.escape(run['name'])}{_phase_html(run) if phase else ''}</div>"
         f'<div class="progress-track"><div class="progress-fill {status}" style="width:{pct:.1f}%"></div></div>'
         f'<div class="progress-text">{" · ".join(_progress_parts(run, now, metrics or []))}</div>'
-        f"{_key_numbers_html(metrics or [])}{error}</div>"
+        f"{_key_numbers_html(metrics or [], (run.get('config') or {}).get('answer_match', 'strict'))}{error}</div>"
     )
 
 
@@ -147,9 +147,14 @@ def eta_seconds(metrics: list[dict], step: int, total: int, elapsed: float) -> f
     return seconds / len(timed) * (total - step)
 
 
-def _key_numbers_html(metrics: list[dict]) -> str:
+def _key_numbers_html(metrics: list[dict], answer_match: str = "strict") -> str:
     """The latest value of each KEY_NUMBERS metric in one line (with its step where it is older than the
-    newest row's, e.g. the last evaluation); empty before any metric."""
+    newest row's, e.g. the last evaluation), eval/accuracy with the rule that read it (the run's ``answer_match``);
+    empty before any metric.
+
+    >>> _key_numbers_html([{"step": 0, "eval/accuracy": 0.25}], "flexible")
+    '<div class="key-numbers">latest, step 0: <span data-key="eval/accuracy">eval/accuracy (flexible) <b>0.25</b></span></div>'
+    """
     if not metrics:
         return ""
     newest = metrics[-1]["step"]
@@ -158,7 +163,8 @@ def _key_numbers_html(metrics: list[dict]) -> str:
         row = next((m for m in reversed(metrics) if m.get(key) is not None), None)
         if row is not None:
             at = f' <span class="at">(step {row["step"]})</span>' if row["step"] != newest else ""
-            parts.append(f'<span data-key="{key}">{key} <b>{row[key]:.3g}</b>{at}</span>')
+            name = f"{key} ({answer_match})" if key == "eval/accuracy" else key
+            parts.append(f'<span data-key="{key}">{name} <b>{row[key]:.3g}</b>{at}</span>')
     if not parts:
         return ""
     return f'<div class="key-numbers">latest, step {newest}: {" · ".join(parts)}</div>'
@@ -258,13 +264,14 @@ def health_html(warnings: list[dict], steps: int | None = None) -> str:
     >>> health_html([])
     '<div class="health ok" data-warnings="0">✓ health: no warnings</div>'
     >>> health_html([], 2)
-    '<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet (2 of 5 training steps; the rules read 5 to 10)</div>'
+    '<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet (2 training steps; the first rules read 5, the others 10)</div>'
     """
     if not warnings:
         if steps is not None and steps < MIN_STEPS_RECENT:
             return (
                 '<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet '
-                f"({steps} of {MIN_STEPS_RECENT} training steps; the rules read {MIN_STEPS_RECENT} to {MIN_STEPS})"
+                f"({steps} training step{'' if steps == 1 else 's'}; the first rules read {MIN_STEPS_RECENT}, the others "
+                f"{MIN_STEPS})"
                 "</div>"
             )
         if steps is not None and steps < MIN_STEPS:

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from app.web.views.run import duration_text, parse_time
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
+from app.service.datasets import uploaded_name
 
 STATUS_FILTERS = (
     ("All runs", "all"),
@@ -111,7 +112,7 @@ def _row(run: dict, now: datetime, selected: int | None) -> str:
         _name_cell(run),
         _status_cell(run),
         f'<span title="{html.escape(run["model"])}">{html.escape(short_path(run["model"]))}</span>',
-        f'<span title="{html.escape(run["dataset"])}">{html.escape(short_path(run["dataset"]))}</span>',
+        f'<span title="{html.escape(run["dataset"])}">{html.escape(uploaded_name(run["dataset"]))}</span>',
         f"{run['step']}/{run['total_steps']}",
         _number(headline.get("reward_mean")),
         _number(headline.get("correct_frac"), percent=True),
@@ -157,7 +158,7 @@ def runs_table_html(
             '<div class="runs-empty">No runs yet. Launch one from the <b>Launch</b> tab, or through the API '
             "(<code>/launch_run</code>).</div>"
         )
-    count = f"{len(shown)} of {len(runs)} runs shown" if len(shown) != len(runs) else f"{len(runs)} runs"
+    count = f"{len(shown)} of {len(runs)} runs shown" if len(shown) != len(runs) else runs_count(len(runs))
     if hidden_archived:
         count += f" · {hidden_archived} archived hidden"
     head = "".join(f'<th class="{"num" if c in NUMERIC else ""} col-{_slug(c)}">{html.escape(c)}</th>' for c in COLUMNS)
@@ -170,6 +171,11 @@ def runs_table_html(
         f'<div class="runs-scroll"><table class="runs-table"><thead><tr>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table></div>"
     )
+
+
+def runs_count(n: int) -> str:
+    """'1 run', '3 runs'."""
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def run_choices(runs: list[dict]) -> list[tuple[str, int]]:
