@@ -1,6 +1,14 @@
 """Checkpoints of a GRPO run, so a run whose worker died resumes where it was.
 
-A checkpoint is a directory ``<run dir>/step-<step, 8 digits>`` holding everything the training
+Each attempt at a run (its first start, then each resumption) writes into a directory of its own,
+``<run dir>/attempt-<n, 6 digits>``, which it opens with :func:`begin_attempt`. Opening attempt n first seals the
+attempts before it: their directories are renamed ``sealed-<n>``, which no one writes again. A process of an earlier
+attempt that outlived its worker (killed half-way through a save) can then never touch what a resumption reads or
+writes: its rename into ``attempt-<old>/step-...`` finds no such directory, and a directory it makes again under
+that name is a stale one the next :func:`begin_attempt` deletes. The resumption reads the newest complete
+checkpoint among the sealed directories; the others are deleted.
+
+A checkpoint is a directory ``<attempt dir>/step-<step, 8 digits>`` holding everything the training
 loop needs to continue as if it had never stopped:
 
     policy.safetensors        the policy's weights: all of them, or with LoRA in the first iteration
@@ -40,6 +48,7 @@ from grpo_engine.train.sharding import SHARDED_DIR, load_sharded
 
 FORMAT = 1
 STEP_DIR = re.compile(r"^step-(\d{8})$")
+ATTEMPT_DIR = re.compile(r"^(attempt|sealed)-(\d{6})$")  # an attempt's own checkpoints; sealed: read-only
 FINAL_INFO = "policy.json"  # in final/: the dtype the model came in (save_final)
 
 
@@ -90,22 +99,67 @@ def _load_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str,
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
-    """The complete checkpoints under ``run_dir``, oldest first, as (step, directory)."""
-    if not run_dir.is_dir():
+def _complete(directory: Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints in one attempt's directory, oldest first, as (step, directory)."""
+    if not directory.is_dir():
         return []
     found = []
-    for path in run_dir.iterdir():
+    for path in directory.iterdir():
         match = STEP_DIR.match(path.name)
         if match and (path / "state.json").is_file():
             found.append((int(match.group(1)), path))
     return sorted(found)
 
 
+def _attempts(run_dir: Path) -> list[tuple[int, str, Path]]:
+    """The attempt directories under ``run_dir`` as (number, "attempt" or "sealed", directory), by number."""
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(2)), m.group(1), p) for p in run_dir.iterdir() if (m := ATTEMPT_DIR.match(p.name))]
+    return sorted(found)
+
+
+def step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints of every attempt under ``run_dir``, oldest first (a step saved by two attempts: the
+    later attempt's last), as (step, directory)."""
+    found = [(step, number, path) for number, _, d in _attempts(run_dir) for step, path in _complete(d)]
+    return [(step, path) for step, _, path in sorted(found)]
+
+
 def latest(run_dir: Path) -> tuple[int, Path] | None:
     """(step, directory) of the newest complete checkpoint, or None."""
     found = step_dirs(run_dir)
     return found[-1] if found else None
+
+
+def begin_attempt(run_dir: Path) -> Path:
+    """Open a new attempt's directory under ``run_dir`` (made; returned) after sealing the attempts before it.
+
+    Only the latest attempt's directory can be a live one to seal: an ``attempt-<k>`` below the newest number seen
+    was made again by a process of attempt k after a later attempt sealed it (or began), and is deleted. Sealed
+    directories other than the one holding the newest complete checkpoint, which the new attempt resumes from,
+    are deleted. Called by one process of the run (the main one), which holds the run's lease."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    found = _attempts(run_dir)
+    newest = max((number for number, _, _ in found), default=0)
+    for number, kind, path in found:
+        if kind == "attempt" and number == newest:
+            path.rename(run_dir / f"sealed-{number:06d}")
+        elif kind == "attempt":
+            shutil.rmtree(path, ignore_errors=True)
+    kept = latest(run_dir)
+    for _, kind, path in _attempts(run_dir):
+        if kept is None or path != kept[1].parent:
+            shutil.rmtree(path, ignore_errors=True)
+    attempt = run_dir / f"attempt-{newest + 1:06d}"
+    attempt.mkdir()  # exclusive: a second opener of the same number fails here instead of sharing it
+    return attempt
+
+
+def clear(run_dir: Path) -> None:
+    """Delete every attempt's checkpoints under ``run_dir`` (a completed run keeps only ``final/``)."""
+    for _, _, path in _attempts(run_dir):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def process_random_state() -> dict[str, torch.Tensor]:
@@ -117,17 +171,17 @@ def process_random_state() -> dict[str, torch.Tensor]:
     return state
 
 
-def temp_dir(run_dir: Path, step: int) -> Path:
+def temp_dir(attempt_dir: Path, step: int) -> Path:
     """A fresh directory for the checkpoint after ``step``, beside where :func:`save` renames it to."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".tmp-step-{step:08d}-{os.getpid()}"
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    tmp = attempt_dir / f".tmp-step-{step:08d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     return tmp
 
 
 def save(
-    run_dir: Path,
+    attempt_dir: Path,
     *,
     step: int,
     iteration: int,
@@ -143,7 +197,9 @@ def save(
     process_states: list[dict[str, torch.Tensor]] | None = None,
     sharded: Path | None = None,
 ) -> Path:
-    """Write the checkpoint after ``step`` and keep only the newest ``keep``. Returns its directory.
+    """Write the checkpoint after ``step`` into this attempt's directory (:func:`begin_attempt`) and keep only its
+    newest ``keep`` there. Returns its directory. Where a later attempt sealed ``attempt_dir`` meanwhile, the final
+    rename fails (FileNotFoundError) and nothing of it is kept.
 
     ``policy`` and ``reference`` are unwrapped modules (``reference`` None: LoRA, or still the starting
     model); ``rng`` / ``rm_rng`` are the loop's random.Random objects. ``process_states``: in a
@@ -152,8 +208,8 @@ def save(
     :func:`temp_dir`, whose ``sharded/`` every process has written (sharding.save_sharded: the policy, optimizer and
     reference); the rest is written beside it.
     """
-    final = run_dir / f"step-{step:08d}"
-    tmp = sharded or temp_dir(run_dir, step)
+    final = attempt_dir / f"step-{step:08d}"
+    tmp = sharded or temp_dir(attempt_dir, step)
 
     # 1. weights: with LoRA in iteration 1 the base is the starting model, so the adapter is enough
     adapter_only = lora and iteration == 1 and sharded is None
@@ -195,7 +251,7 @@ def save(
     (tmp / "state.json").write_text(json.dumps(state))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    for _, old in step_dirs(run_dir)[:-keep]:
+    for _, old in _complete(attempt_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import gc
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -141,10 +140,14 @@ class TrainingRun:
         self.rng = random.Random(spec.seed)  # which questions each step draws
         self.step = 0  # the last finished step
         self.saved_step = 0  # the step of the newest checkpoint on disk (0: none)
+        self.attempt_dir: Path | None = None  # this attempt's checkpoints (checkpoint.begin_attempt, in resume)
         self.metrics: dict[str, float] = {}  # the last step's
 
     def resume(self) -> int:
         """Restore the newest checkpoint, if an earlier attempt left one; returns the iteration to start in."""
+        if self.checkpoint_dir is not None:  # sealing the attempts before this one: no stale process writes here
+            main = self.procs.main
+            self.attempt_dir = self.procs.from_main(checkpoint.begin_attempt(self.checkpoint_dir) if main else None)
         found = checkpoint.latest(self.checkpoint_dir) if self.checkpoint_dir is not None else None
         if found is None:
             if self.procs.rank > 0:  # each process samples with its own random stream (the main one keeps the seed)
@@ -293,8 +296,7 @@ class TrainingRun:
                 lora=self.spec.lora_rank > 0,
                 source_dtype=learner.source_dtype,
             )
-            for _, old in checkpoint.step_dirs(self.checkpoint_dir):
-                shutil.rmtree(old, ignore_errors=True)
+            checkpoint.clear(self.checkpoint_dir)
             self.recorder.log(f"final policy saved in {time.time() - t:.1f}s")
         self.procs.barrier()
         return {"status": TrainStatus.COMPLETED, "step": self.step, "metrics": self.metrics}
@@ -315,13 +317,13 @@ class TrainingRun:
         reference = learner.reference if iteration > 1 else None
         sharded = None
         if learner.sharded:  # every process writes its shards into the main process's new checkpoint directory
-            sharded = procs.from_main(checkpoint.temp_dir(self.checkpoint_dir, self.step) if procs.main else None)
+            sharded = procs.from_main(checkpoint.temp_dir(self.attempt_dir, self.step) if procs.main else None)
             save_sharded(sharded / SHARDED_DIR, learner.unwrapped(), learner.optimizer, reference)
         if procs.main:
             self.recorder.phase("saving")
             self.recorder.flush()  # what was reported up to this step is recorded before the checkpoint exists
             path = checkpoint.save(
-                self.checkpoint_dir,
+                self.attempt_dir,
                 step=self.step,
                 iteration=iteration,
                 policy=learner.unwrapped(),
