@@ -18,6 +18,7 @@ from app import store
 from app.store.db import make_engine, session_scope, upgrade_database
 from app.store.models import Run
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
+from grpo_engine.spec.presets import GSM8K_INSTRUCTION
 from tests.servers import CHROMIUM, ROOT, browser_page, running_server, server_env
 
 SPEC = {
@@ -27,6 +28,7 @@ SPEC = {
     "iterations": 1,
     "steps_per_iteration": 10,
     "device": "auto",
+    "question_template": GSM8K_INSTRUCTION,  # a long string with a line break, as the Run tab's config shows it
 }
 BADGE_COLOURS = {"completed": "rgb(21, 128, 61)", "failed": "rgb(185, 28, 28)", "running": "rgb(37, 99, 235)"}
 # the Compare chart's drawn width and its box's width (the Run tab's with "run-charts")
@@ -131,6 +133,12 @@ def _drive(page, url: str, ids: dict[str, int]) -> None:
     completed.locator(".run-name").click()  # a click on a row opens its run in the Run tab
     expect(page.locator("#run-select input").first).to_have_value(f"#{ids['completed']} best run so far (completed)")
     expect(page.locator("#tab-run")).to_be_visible()
+    line = page.locator("#run-config .content").filter(has_text='"question_template"')
+    expect(line.locator(".value")).to_contain_text("Let's think step by step")
+    line.scroll_into_view_if_needed()
+    whole, value = line.bounding_box(), line.locator(".value").bounding_box()
+    assert value["height"] > 20 and abs(whole["height"] - value["height"]) < 2  # its comma ends its last line
+    line.screenshot(path=str(ROOT / "test-artifacts" / "run-config-long-string.png"))
 
 
 # every text the Run tab's progress shows from now on, in window.progressShown
@@ -273,7 +281,7 @@ def test_a_short_runs_badge_says_too_few_steps_and_a_cut_output_is_marked(tmp_pa
             page.set_viewport_size({"width": width, "height": height})
             page.locator("#tab-run-button").click()
             badge = page.locator('#run-health .health[data-state="too-few"]')
-            expect(badge).to_contain_text("too few steps yet (2 of 5 training steps")
+            expect(badge).to_contain_text("too few steps yet (2 training steps; the first rules read 5, the others 10)")
             expect(badge).to_be_in_viewport()
             expect(page.locator("#run-charts .main-svg").first).to_be_visible()
             page.wait_for_timeout(500)  # a window made wider: the charts follow its width

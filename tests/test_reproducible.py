@@ -85,7 +85,7 @@ def api_records(client: Client, run_id: int) -> tuple[list[dict], list[list[dict
     for step in range(1, SPEC["steps_per_iteration"] + 1):
         for listed in client.predict(run_id, step, "position", api_name="/list_groups"):
             group = client.predict(listed["group_id"], api_name="/get_group")
-            groups.append([(s["completion"], s["reward"], s["advantage"]) for s in group["samples"]])
+            groups.append([(s["completion"], s["reward"], s["advantages"], s["logprobs"]) for s in group["samples"]])
     return metrics, groups
 
 
