@@ -115,7 +115,13 @@ class AlgorithmKeys:
         label="Top-p",
     )
     seed: int = key(
-        0, "Random seed for sampling, batching and initialisation.", min=0, max=2**31 - 1, section=ALGORITHM, fold=True
+        0,
+        "Random seed for sampling, batching and initialisation. The same spec and seed record the same run in fp32 on "
+        "the same machine, whether the model was built, converted or found cached, and whichever worker runs it.",
+        min=0,
+        max=2**31 - 1,
+        section=ALGORITHM,
+        fold=True,
     )
     loss_type: str = key(
         "grpo",
