@@ -104,6 +104,7 @@ def test_bad_spec_is_refused_naming_the_key(broker_url, spec, key, words):
         api.launch_run(spec)
     message = str(caught.value)
     assert message.startswith(f"{key}: ") and words in message
+    assert caught.value.key == key  # the key itself, for a form to mark its field without reading the message
     assert api.list_runs() == [] and broker_messages(broker_url) == []
 
 
@@ -111,9 +112,9 @@ def test_bad_spec_is_refused_naming_the_key(broker_url, spec, key, words):
     "spec,words", [("{not json", "not valid JSON"), ("[1, 2]", "JSON object"), ([1], "JSON object")]
 )
 def test_spec_that_is_not_an_object_is_refused(broker_url, spec, words):
-    with pytest.raises(api.ApiError, match=words):
+    with pytest.raises(api.ApiError, match=words) as caught:
         api.launch_run(spec)
-    assert api.list_runs() == []
+    assert caught.value.key is None and api.list_runs() == []
 
 
 def test_unreachable_broker_fails_the_run(broker_url, monkeypatch):

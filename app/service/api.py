@@ -29,7 +29,12 @@ from grpo_engine.spec.presets import PRESETS
 
 
 class ApiError(ValueError):
-    """A request was refused; the message says why."""
+    """A request was refused; the message says why. ``key``: the run-spec key a refused spec names (SpecError's),
+    else None, so that a form can mark that field without reading the message."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 MAX_ID = 2**31 - 1  # the store's integer keys (PostgreSQL integer)
@@ -97,7 +102,7 @@ def launch_run(spec: dict | str | None) -> dict:
     try:
         config = admit(spec, settings, placement=check_placement).to_dict()
     except SpecError as e:
-        raise ApiError(str(e)) from None
+        raise ApiError(str(e), key=e.key) from None
     config["name"] = config["name"] or store.default_run_name(config["model"])
 
     # 2. the row comes first, so a worker that picks the job up finds it

@@ -8,7 +8,6 @@ tab on the new run."""
 
 import html
 import json
-import re
 from dataclasses import dataclass
 
 import gradio as gr
@@ -30,10 +29,6 @@ from app.web.views.runs import run_choices
 from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
 from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.run_spec import FIELD_BY_NAME, FIELDS
-
-# where a refusal names its key: "group_size: must be ..." (the first word before a colon)
-_KEY = re.compile(r"^(?:Not launched: )?([a-z_]+):")
-
 
 # after a refused launch: bring the field it marked into view (its section was opened)
 SHOW_INVALID = (
@@ -208,7 +203,7 @@ def _launch(*values):
     spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
     got = attempt(api.launch_run, spec)
     if not got.ok:
-        key = match.group(1) if (match := _KEY.match(got.error)) and match.group(1) in FIELD_BY_NAME else None
+        key = got.key if got.key in FIELD_BY_NAME else None
         marks = [gr.update(elem_classes=["invalid"] if f.name == key else []) for f in FIELDS]
         folds = [
             gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential else gr.skip()

@@ -41,6 +41,7 @@ class Attempt:
 
     value: Any = None
     error: str | None = None  # None: the call was not refused
+    key: str | None = None  # the run-spec key a refused spec names (api.ApiError's), else None
 
     @property
     def ok(self) -> bool:
@@ -55,7 +56,7 @@ def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Attempt:
     try:
         return Attempt(value=fn(*args, **kwargs))
     except api.ApiError as e:
-        return Attempt(error=auth.mask_secrets(str(e)))
+        return Attempt(error=auth.mask_secrets(str(e)), key=e.key)
 
 
 def error_html(message: str, css_class: str = "error", prefix: str = "", data: dict[str, str] | None = None) -> str:
