@@ -52,10 +52,10 @@ def main() -> int:
 
     import torch
 
-    from grpo_engine.rollout.forwards import micro_batch_logprobs, plan_micro_batches
-    from grpo_engine.train.loading import cpu_bf16_is_fast, resolve_precision
     from grpo_engine.model.model import load_causal_lm
+    from grpo_engine.rollout.forwards import micro_batch_logprobs, plan_micro_batches
     from grpo_engine.rollout.sampling import generate
+    from grpo_engine.train.loading import cpu_bf16_is_fast, resolve_precision
 
     model, tokenizer = load_causal_lm(str(smollm2_dir(args.gguf, Path(args.cache_dir).expanduser().resolve())))
     tokenizer.padding_side = "left"
@@ -106,7 +106,7 @@ def main() -> int:
         ("sampling", sampling),
         ("update", update),
     ):
-        fp32, bf16 = (median_seconds(lambda: fn(x), args.repeats) for x in (False, True))
+        fp32, bf16 = (median_seconds(lambda fn=fn, x=x: fn(x), args.repeats) for x in (False, True))
         times[name] = fp32 / bf16
         print(f"{name:<9} fp32 {fp32:8.3f} s   bf16 {bf16:8.3f} s   bf16 speed-up {fp32 / bf16:5.2f}x", flush=True)
     fast = cpu_bf16_is_fast()

@@ -115,7 +115,10 @@ def main() -> int:
 
     for round_, fixed in (("fixed", True), ("real", False)):
         rows = {}
-        for name, fn in (("engine", lambda: engine(NEVER if fixed else ends)), ("generate", lambda: hf(fixed))):
+        for name, fn in (
+            ("engine", lambda fixed=fixed: engine(NEVER if fixed else ends)),
+            ("generate", lambda fixed=fixed: hf(fixed)),
+        ):
             seconds, out = timed(fn, args.repeats, args.seed)
             lengths = completion_mask(out, ends)[0].sum(dim=1) if not fixed else torch.full((B * G,), out.shape[1])
             tokens = int(lengths.sum())

@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 from grpo_engine.data.builtin_task import PRECEDENCE_SHAPES, builtin_examples, solve  # noqa: E402
-from grpo_engine.spec.config import RunSpec, validate_spec  # noqa: E402
 from grpo_engine.data.data import load_dataset  # noqa: E402
 from grpo_engine.model.model import BUILTIN_ARCH, build_tokenizer, train_from_scratch  # noqa: E402
 from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
+from grpo_engine.spec.config import RunSpec, validate_spec  # noqa: E402
 from grpo_engine.train.trainer import train  # noqa: E402
 
 RECIPE_VERSION = "v1"  # bump when the data or the warm start below changes; the cached model is keyed by it
@@ -190,7 +190,8 @@ def worded_solution(template: tuple, steps: list[tuple]) -> str:
     """GSM8K style: one sentence per step with the equation and its ``<<x*y=z>>`` annotation, then ``#### z``."""
     _, unit, *words = template
     lines = [
-        f"{w} {x}{op}{y}=<<{x}{op}{y}={z}>>{z}{' ' + unit if unit else ''}." for w, (x, op, y, z) in zip(words, steps)
+        f"{w} {x}{op}{y}=<<{x}{op}{y}={z}>>{z}{' ' + unit if unit else ''}."
+        for w, (x, op, y, z) in zip(words, steps, strict=True)
     ]
     return "\n".join([*lines, f"#### {steps[-1][3]}"])
 

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from app import store  # noqa: E402
 from app.store.db import make_engine, session_scope, upgrade_database  # noqa: E402
-from grpo_engine.spec.config import validate_spec  # noqa: E402
 from grpo_engine.report.recorder import GroupRecord, SampleRecord  # noqa: E402
+from grpo_engine.spec.config import validate_spec  # noqa: E402
 from tests.servers import running_server, server_env  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.trainer import train
 
 TARGET_ACCURACY = 0.85
@@ -109,7 +109,7 @@ def prm_run(steps: int, seed: int, cache_dir: Path) -> bool:
     print(f"a group at step {last}: prompt {group.prompt!r}, reference {group.reference}")
     for s in group.samples:
         steps_text = [t.strip() for t in s.completion.split("\n") if t.strip()]
-        scored = ", ".join(f"{t!r}: {r:.2f}" for t, r in zip(steps_text, s.step_rewards))
+        scored = ", ".join(f"{t!r}: {r:.2f}" for t, r in zip(steps_text, s.step_rewards, strict=True))
         print(
             f"  correct={s.reward_components['correct']:.0f} reward {s.reward:.3f} "
             f"step ends {s.step_end_indices} step rewards [{scored}]"

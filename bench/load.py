@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from accuracy_rise import wait_http  # bench/ is on the path when a bench script runs
+
 from workers.distributed import free_port
 
 ENDPOINTS = ("/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group")

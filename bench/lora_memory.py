@@ -66,9 +66,9 @@ def measure(spec: dict, cache_dir: str) -> dict:
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.model.model import resolve_model_path
     from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.spec.config import validate_spec
     from grpo_engine.train.trainer import train
 
     run_spec = validate_spec(spec)

@@ -48,8 +48,8 @@ def child(spec: dict, cache_dir: str) -> dict:
     """One run in this process: its peak memory and step times (what the parent reads as JSON)."""
     import torch
 
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.spec.config import validate_spec
     from grpo_engine.train.trainer import train
 
     recorder = MemoryRecorder()

@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpo_engine.train import trainer  # noqa: E402
-from grpo_engine.spec.config import validate_spec  # noqa: E402
 from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
 from grpo_engine.rm.reward_model import accuracy  # noqa: E402
 from grpo_engine.rm.rm_training import sample_labelled  # noqa: E402
+from grpo_engine.spec.config import validate_spec  # noqa: E402
+from grpo_engine.train import trainer  # noqa: E402
 
 EXACT_SAMPLES = 512  # held-out outputs labelled by the exact checker at each measurement
 

@@ -112,8 +112,8 @@ def rss_gb() -> float:
 
 def trial(config: dict) -> None:
     """One training run in this process: prints its lines, writes its curves to ``config["out"]``."""
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.spec.config import validate_spec
     from grpo_engine.train.trainer import train
 
     class Printer(MemoryRecorder):
@@ -222,7 +222,7 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(max(6.4, 4.2 * cols), 3.4 * rows), sharey=True, squeeze=False)
     for ax in axes.flat[len(curves) :]:
         ax.set_visible(False)
-    for ax, (label, evals) in zip(axes.flat, curves.items()):
+    for ax, (label, evals) in zip(axes.flat, curves.items(), strict=True):
         steps = [e["step"] for e in evals]
         for key, style in (("strict", "-o"), ("flexible", "--s"), ("format", ":^")):
             ax.plot(steps, [e[key] for e in evals], style, label=key, markersize=4)

@@ -214,8 +214,8 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.model.model import builtin_model_dir
+    from grpo_engine.spec.config import validate_spec
 
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="grpo-rec-overhead-cache-")).resolve()
     spec = validate_spec({"steps_per_iteration": args.steps, "eval_every": 0})
@@ -235,8 +235,8 @@ def main() -> int:
                 result = run_blocks(spec, cache_dir, args.block, phase)
                 assert result["recorded"] == [k + 1 for k, on in enumerate(result["on"]) if on], result["recorded"]
                 pair.append(result)
-                on = [t for t, r in zip(result["seconds"], result["on"]) if r]
-                off = [t for t, r in zip(result["seconds"], result["on"]) if not r]
+                on = [t for t, r in zip(result["seconds"], result["on"], strict=True) if r]
+                off = [t for t, r in zip(result["seconds"], result["on"], strict=True) if not r]
                 print(
                     f"repeat {repeat} run {phase + 1}: recording {statistics.fmean(on):.4f} s/step, "
                     f"not recording {statistics.fmean(off):.4f} s/step ({percent(statistics.fmean(on), statistics.fmean(off)):+.1f}%)",

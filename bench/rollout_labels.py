@@ -24,9 +24,9 @@ import torch
 from grpo_engine.data.builtin_task import STEP_DELIMITER
 from grpo_engine.data.data import load_dataset
 from grpo_engine.model.model import load_policy
+from grpo_engine.rollout.outputs import encode_prompts, judge
 from grpo_engine.rollout.rollout_labels import rollout_verdicts
 from grpo_engine.rollout.sampling import generate
-from grpo_engine.rollout.outputs import encode_prompts, judge
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids, prompt_formatter
 
 
@@ -71,7 +71,7 @@ def main() -> int:
     args = parser.parse_args()
     cache = Path(args.cache_dir or tempfile.mkdtemp(prefix="grpo-cache-"))
     rollouts, exact, seconds = labelled_steps(cache, args.questions, args.rollouts, args.estimate)
-    pairs = [(r >= 0.5, e >= 0.5) for rs, es in zip(rollouts, exact) for r, e in zip(rs, es)]
+    pairs = [(r >= 0.5, e >= 0.5) for rs, es in zip(rollouts, exact, strict=True) for r, e in zip(rs, es, strict=True)]
     counts = {(r, e): sum(1 for p in pairs if p == (r, e)) for r in (True, False) for e in (True, False)}
     agree = (counts[True, True] + counts[False, False]) / max(len(pairs), 1)
     print(

@@ -136,7 +136,7 @@ def process_advantages(samples: list[dict]) -> None:
     mean, std = statistics.fmean(flat), statistics.pstdev(flat)
     for s in samples:
         adv = [0.0] * len(s["tokens"])
-        for r, end in zip(s["step_rewards"], s["step_end_indices"]):
+        for r, end in zip(s["step_rewards"], s["step_end_indices"], strict=True):
             for t in range(end + 1):
                 adv[t] += 0.0 if std == 0 else (r - mean) / (std + ADV_EPS)
         s["advantages"] = [round(a, 6) for a in adv]
@@ -153,8 +153,8 @@ def seed_store(url: str, min_tokens: int, steps_per_commit: int, seed: int) -> d
     from app import store
     from app.store.db import session_scope, upgrade_database
     from app.store.models import Group
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.data.data import load_dataset
+    from grpo_engine.spec.config import validate_spec
 
     rng = random.Random(seed)
     train_set, _ = load_dataset("builtin-arith")
@@ -299,7 +299,7 @@ def store_search(s, run_id: int, *args):
     """app.store.search_samples on search_args' positional arguments."""
     from app import store
 
-    return store.search_samples(s, run_id, **dict(zip(SEARCH_PARAMS, args)))
+    return store.search_samples(s, run_id, **dict(zip(SEARCH_PARAMS, args, strict=True)))
 
 
 def cases(seeded: dict, n: int, rng: random.Random) -> dict[str, tuple[str, object, list[tuple]]]:

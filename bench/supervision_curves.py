@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grpo_engine.spec.config import validate_spec  # noqa: E402
 from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
+from grpo_engine.spec.config import validate_spec  # noqa: E402
 from grpo_engine.train.trainer import train  # noqa: E402
 
 

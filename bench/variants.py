@@ -55,8 +55,8 @@ def peak_rss_mb() -> float:
 def one_run(spec: dict, cache_dir: Path, target: float) -> dict:
     """Train one spec here; the first step (and second) at which eval/accuracy reaches ``target``, the last step's
     completion length, the median step time and this process's peak memory."""
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.report.recorder import MemoryRecorder
+    from grpo_engine.spec.config import validate_spec
     from grpo_engine.train.trainer import train
 
     stamps: dict[int, float] = {}

@@ -116,9 +116,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the trials and the models
+from real_model import INSTRUCTION, write_word_problems  # noqa: E402  (torch-free at import)
 from vs_trl_models import MODELS, prepare_model, show_prompt_and_lengths  # noqa: E402  (torch-free at import)
 from vs_trl_trials import run_child  # noqa: E402  (torch-free at import)
-from real_model import INSTRUCTION, write_word_problems  # noqa: E402  (torch-free at import)
 
 CPU_CONFIGS = ("builtin", "llama25m", "longprompt")  # the acceptance run's
 REAL_CONFIG = "smollm2"  # on the CPU too, run when asked (--configs)
@@ -237,7 +237,8 @@ def report_config(config: str, params: int, cuda: bool, pooled: dict[str, Pooled
     engine, trl = pooled["engine off"], pooled["trl"]
     ratio = engine.completions_per_s() / trl.completions_per_s()
     per_round = ", ".join(
-        f"{engine.completions_per_s(e) / trl.completions_per_s(r):.2f}" for e, r in zip(engine.results, trl.results)
+        f"{engine.completions_per_s(e) / trl.completions_per_s(r):.2f}"
+        for e, r in zip(engine.results, trl.results, strict=True)
     )
     print(
         f"engine / TRL: completions/s {ratio:.2f}x (per round {per_round}), "

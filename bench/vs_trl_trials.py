@@ -68,8 +68,8 @@ def engine_trial(t: dict) -> dict:
     """grpo_engine.train.trainer.train on the trial's settings, recording into a fresh store (t["record"]) or nowhere."""
     from transformers import AutoTokenizer
 
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.data.data import load_dataset
+    from grpo_engine.spec.config import validate_spec
     from grpo_engine.train.trainer import train
 
     cuda = t["device"] == "cuda"
@@ -234,7 +234,7 @@ def trl_trial(t: dict) -> dict:
         for p in set(prompts) - prompt_len.keys():  # TRL tokenizes with special tokens: neither tokenizer adds any
             prompt_len[p] = len(tokenizer(p, add_special_tokens=False)["input_ids"])
         work.append(trl_step_tokens([prompt_len[p] for p in prompts], lengths))
-        return [outcome_reward(c, a)[0] for c, a in zip(completions, answer)]
+        return [outcome_reward(c, a)[0] for c, a in zip(completions, answer, strict=True)]
 
     memory = TrainingMemory(cuda)
     step_seconds: list[float] = []

@@ -99,8 +99,8 @@ def _device_class() -> str:
 def run(args: argparse.Namespace) -> int:
     from celery.signals import worker_shutting_down
 
-    from app.store import db
     from app.core.broker import celery_app, declare_queues, worker_queues
+    from app.store import db
 
     settings = get_settings()
     if settings.worker_memory_gb:

@@ -10,9 +10,9 @@ from logging.config import fileConfig
 
 from alembic import context
 
+from app.core.settings import get_settings
 from app.store.db import make_engine
 from app.store.models import Base
-from app.core.settings import get_settings
 
 config = context.config
 if config.config_file_name is not None:  # command line: log through alembic.ini's loggers

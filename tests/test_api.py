@@ -10,12 +10,11 @@ import pytest
 from kombu import Connection
 
 from app import store
-
+from app.core.broker import RUN_TASK
 from app.service import api, manage_api
 from app.store.db import session_scope
-from grpo_engine.spec.config import RunSpec
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
-from app.core.broker import RUN_TASK
+from grpo_engine.spec.config import RunSpec
 
 QUEUE = "grpo-test"
 

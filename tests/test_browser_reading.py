@@ -39,7 +39,7 @@ READS = [  # what each card says of the verifier's reading, in order (the last s
 
 def _samples() -> list[SampleRecord]:
     samples = []
-    for i, text in enumerate(TEXTS):
+    for text in TEXTS:
         reward, components = outcome_reward(text, "3", 0.1, "flexible")
         answer, rule = final_answer(text, "flexible")
         tokens = text.split(" ")

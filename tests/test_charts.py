@@ -125,7 +125,7 @@ def test_each_panel_has_its_own_legend_at_its_right():
     fig = metrics_figure(_rows(), smoothing=0.6)
     panels = chart_panels(_rows())
     legends = ["legend"] + [f"legend{i}" for i in range(2, len(panels) + 1)]
-    for legend, (title, keys) in zip(legends, panels):
+    for legend, (title, keys) in zip(legends, panels, strict=True):
         shown = [t for t in fig.data if t.legend == legend and t.showlegend is not False]
         assert [t.name for t in shown] == list(keys), title
         xaxis = fig.layout["xaxis" + shown[0].xaxis[1:]]

@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo_engine.train import checkpoint
-from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.train import checkpoint
 from grpo_engine.train.trainer import train
 
 BASE = dict(steps_per_iteration=6, batch_size=4, group_size=4, eval_every=3, checkpoint_every=2)

@@ -21,11 +21,11 @@ import pytest
 from celery import Celery
 
 from app import store
+from app.core.broker import RUN_TASK
 from app.store.db import make_engine, session_scope, upgrade_database
 from grpo_engine.spec.config import validate_spec
 from tests.servers import free_port, wait_until_answers
 from tests.test_worker import TINY_SPEC
-from app.core.broker import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = str(Path(sys.executable).with_name("grpo-dashboard"))

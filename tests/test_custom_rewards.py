@@ -13,9 +13,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app.service import api, previews
 from app.core.paths import check_custom_rewards
-from grpo_engine.spec.config import SpecError, validate_spec
+from app.service import api, previews
 from grpo_engine.rewards.reward_functions import (
     RewardFunctionError,
     call_reward,
@@ -23,6 +22,7 @@ from grpo_engine.rewards.reward_functions import (
     named_rewards,
     score_outputs,
 )
+from grpo_engine.spec.config import SpecError, validate_spec
 
 PACKAGE = '''
 CALLS = [0]

@@ -13,17 +13,17 @@ import sys
 import threading
 import time
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-import pytest
 from sqlalchemy import inspect
 from sqlalchemy.exc import IntegrityError
 
 from app import store
+from app.core.run_status import RUN_STATUS_CHECK, RunStatus
 from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.store.models import Base
-from app.core.run_status import RUN_STATUS_CHECK, RunStatus
 from tests.test_store import REPO, TABLES, new_run
 
 

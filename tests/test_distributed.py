@@ -17,8 +17,8 @@ import pytest
 
 from app import store
 from app.store.db import session_scope
-from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import EVAL_METRICS
+from grpo_engine.spec.config import validate_spec
 from workers.distributed import MainProcessRecorder
 from workers.recorder import interrupt
 from workers.runner import execute_run
@@ -145,9 +145,9 @@ def test_the_main_process_stops_when_told_or_when_its_worker_is_gone(store_url, 
 def test_devices_must_divide_the_batch_and_gpus_must_exist():
     with pytest.raises(ValueError, match="devices: batch_size 6 must be a multiple of devices 4"):
         validate_spec({"batch_size": 6, "devices": 4})
-    from workers.distributed import on_cpu
-
     import torch
+
+    from workers.distributed import on_cpu
 
     if not torch.cuda.is_available():
         assert on_cpu(validate_spec({"devices": 2}))  # auto on a machine without a GPU: CPU processes

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from app.core import reference_docs
-from grpo_engine.spec.config import FIELDS
 from grpo_engine.report.recorder import METRIC_REGISTRY
+from grpo_engine.spec.config import FIELDS
 from tests.servers import ROOT
 
 DOCS = ROOT / "docs"

@@ -132,7 +132,7 @@ def check_short_run(url: str, logs, spec: dict = SPEC) -> tuple[Client, int]:
         std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5  # population std
         assert listed["reward_mean"] == pytest.approx(mean, abs=1e-6)
         assert listed["reward_std"] == pytest.approx(std, abs=1e-6)
-        for sample, r in zip(samples, rewards):
+        for sample, r in zip(samples, rewards, strict=True):
             assert len(sample["advantages"]) == len(sample["tokens"]) > 0
             expected = 0.0 if std == 0 else (r - mean) / (std + ADV_EPS)
             assert sample["advantages"] == pytest.approx([expected] * len(sample["tokens"]), abs=1e-3)
@@ -218,7 +218,9 @@ def test_embedded_server_runs_a_two_process_run_like_a_single_process_one(tmp_pa
                 for line in store.get_logs(s, single, 200)
             )
         for a, b in zip(
-            client.predict(single, api_name="/get_metrics"), client.predict(double, api_name="/get_metrics")
+            client.predict(single, api_name="/get_metrics"),
+            client.predict(double, api_name="/get_metrics"),
+            strict=True,
         ):
             assert set(a) == set(b) and all(type(a[k]) is type(b[k]) for k in a)
         one, two = (

@@ -89,7 +89,9 @@ def run_with_kills(
         assert sum("stopped renewing its lease" in line for line in run_logs) == len(kill_at), run_logs
         resumed = [line for line in run_logs if line.startswith("resuming from the checkpoint after step")]
         assert len(resumed) == len(kill_at), run_logs
-        for line, killed in zip(resumed, killed_at):  # each resume lost at most the steps since the last checkpoint
+        for line, killed in zip(
+            resumed, killed_at, strict=True
+        ):  # each resume lost at most the steps since the last checkpoint
             step = int(line.split("after step ")[1].split()[0])
             assert killed - spec["checkpoint_every"] - 1 <= step <= killed, (line, killed_at)
         final = tmp_path / "checkpoints" / f"run-{run_id}"

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 
 from app import store
-
+from app.core.paths import check_spec_paths
 from app.service import api
 from app.store.db import session_scope
-from app.core.paths import check_spec_paths
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.spec.gguf_header import gguf_parameter_counts, gguf_tensor_shapes
 from grpo_engine.spec.memory import estimate_memory

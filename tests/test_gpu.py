@@ -20,8 +20,8 @@ import re
 import pytest
 import torch
 
-from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.trainer import train
 from tests.tiny_models import write_tiny_model
 

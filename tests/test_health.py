@@ -9,8 +9,8 @@ import pytest
 
 from app.service import health
 from app.service.health import health_warnings
-from app.service.health_rules import RULES, rules_markdown
 from app.service.health_metrics import window_size
+from app.service.health_rules import RULES, rules_markdown
 
 WARNING_KEYS = {"rule", "title", "message", "steps", "metrics", "severity"}
 

@@ -12,18 +12,18 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from grpo_engine.train import loading, trainer
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.algo.dynamic_sampling import fill_informative, join, take
-from grpo_engine.rollout.forwards import plan_micro_batches
-from grpo_engine.spec.memory import estimate_memory
 from grpo_engine.algo.overlong import add_overlong_penalty, loss_mask, overlong_penalty
 from grpo_engine.report.recorder import MemoryRecorder
-from grpo_engine.train.schedule import learning_rate_at
+from grpo_engine.rollout.forwards import plan_micro_batches
 from grpo_engine.rollout.outputs import encode_prompts
-from grpo_engine.train.learner import Sampled
-from grpo_engine.train.step import grpo_step, update
 from grpo_engine.rollout.tokenization import completion_mask
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.spec.memory import estimate_memory
+from grpo_engine.train import loading, trainer
+from grpo_engine.train.learner import Sampled
+from grpo_engine.train.schedule import learning_rate_at
+from grpo_engine.train.step import grpo_step, update
 from tests.test_checkpoint import assert_same_metrics, straight_and_resumed
 
 RUN = dict(batch_size=2, group_size=4, steps_per_iteration=3, max_new_tokens=16, eval_every=0)
@@ -169,9 +169,9 @@ def test_a_truncated_output_leaves_the_loss_entirely(grpo_cache_dir):
     both, tokens = gradient(slice(0, 2), True)
     alone, alone_tokens = gradient(slice(0, 1), False)
     assert tokens == alone_tokens == len(pieces[0]) + 1
-    assert all(torch.allclose(g, h, atol=1e-7) for g, h in zip(both, alone))
+    assert all(torch.allclose(g, h, atol=1e-7) for g, h in zip(both, alone, strict=True))
     with_it, _ = gradient(slice(0, 2), False)
-    assert not all(torch.allclose(g, h, atol=1e-7) for g, h in zip(with_it, alone))  # the test can fail
+    assert not all(torch.allclose(g, h, atol=1e-7) for g, h in zip(with_it, alone, strict=True))  # the test can fail
 
 
 # --- the learning-rate schedule ----------------------------------------------------------------
@@ -299,7 +299,7 @@ def test_mask_truncated_and_overlong_penalty_run(grpo_cache_dir):
     samples = [s for groups in rec.group_log.values() for g in groups for s in g.samples]
     lengths = [len(s.tokens) for s in samples]  # the tokens, end token included
     assert max(lengths) == 20 and min(lengths) < 20  # some cut, some not (outputs take ~20 tokens)
-    for s, n in zip(samples, lengths):
+    for s, n in zip(samples, lengths, strict=True):
         assert s.reward_components["overlong"] == overlong_penalty(n, 20, 8, 0.5)
         assert s.reward == pytest.approx(s.reward_components["correct"] + s.reward_components["overlong"])
     assert all(math.isfinite(v) for m in rec.metrics for v in m.values())

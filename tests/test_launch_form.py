@@ -8,8 +8,8 @@ import json
 import pytest
 
 from app.web.launch_form import APPLIES, DECIDING, SECTIONS, applies, label, preset_values, section_of
-from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.config import FIELDS, validate_spec
+from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.spec_values import SpecError
 from tests.test_custom_rewards import FILE
 
@@ -23,7 +23,7 @@ def test_every_key_sits_in_exactly_one_section():
 
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_each_preset_is_a_valid_run_spec(preset):
-    values = dict(zip((f.name for f in FIELDS), preset_values(preset)))
+    values = dict(zip((f.name for f in FIELDS), preset_values(preset), strict=True))
     spec = validate_spec(values)
     for key, value in PRESETS[preset].items():
         assert getattr(spec, key) == value
@@ -74,7 +74,7 @@ def test_more_options_is_shown_only_where_a_key_under_it_applies():
 
     def folds(**values):
         updates = _visibility(*[values.get(k, "") for k in DECIDING])[-len(SECTIONS) :]
-        return {section.title: update["visible"] for section, update in zip(SECTIONS, updates)}
+        return {section.title: update["visible"] for section, update in zip(SECTIONS, updates, strict=True)}
 
     built_in = folds(dataset="builtin-arith", supervision="outcome", reward="rule")
     assert built_in == {"Model & data": False, "Algorithm": True, "Reward": False, "Runtime & saving": True}

@@ -13,14 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpo_engine.rollout import sampling
-
-from grpo_engine.train import loading, step, trainer
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.model.model import builtin_model_dir, load_policy
-from grpo_engine.rollout.outputs import token_logprobs
 from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
+from grpo_engine.rollout import sampling
+from grpo_engine.rollout.outputs import token_logprobs
 from grpo_engine.rollout.tokenization import completion_mask
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.train import loading, step, trainer
 
 SPEC = dict(
     lora_rank=4, iterations=1, steps_per_iteration=4, batch_size=2, group_size=4, eval_every=0, max_new_tokens=24

@@ -22,7 +22,6 @@ from alembic import command
 from sqlalchemy import inspect, update
 
 from app import store
-
 from app.service import api
 from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.store.models import Worker
@@ -34,8 +33,8 @@ from grpo_engine.spec.memory import (
     lora_trainable_params,
     too_big_message,
 )
-from tests.tiny_models import write_tiny_model
 from tests.servers import ROOT, stop_process
+from tests.tiny_models import write_tiny_model
 
 QUEUE = "grpo-test"
 QWEN_05B = 494_032_768  # Qwen2.5-0.5B's parameters
@@ -166,8 +165,8 @@ def test_a_cpu_worker_refuses_a_run_over_its_memory_cap(tiny_models, monkeypatch
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_engine.train import loading
     from grpo_engine.spec.config import validate_spec
+    from grpo_engine.train import loading
 
     policy = AutoModelForCausalLM.from_pretrained(tiny_models["llama"])
     spec = validate_spec({"model": str(tiny_models["llama"])})

@@ -16,14 +16,15 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from grpo_engine.spec.config import validate_spec
-from grpo_engine.model.model import disable_dropout, load_causal_lm
 from grpo_engine.algo.objective import outcome_advantages
+from grpo_engine.model.model import disable_dropout, load_causal_lm
 from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rm.reward_model import RewardModel
+from grpo_engine.rollout.outputs import encode_prompts as _encode_prompts
+from grpo_engine.rollout.outputs import token_logprobs
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids, step_boundaries, token_pieces
-from grpo_engine.rollout.outputs import encode_prompts as _encode_prompts, token_logprobs
+from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.trainer import train
 from tests.device_guard import DeviceGuard, DeviceMixError
 from tests.test_real_models import write_dataset
@@ -358,11 +359,10 @@ def test_a_bf16_checkpoint_is_trained_in_fp32(tmp_path):
 def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grpo_cache_dir, tmp_path):
     from safetensors import safe_open
 
+    from grpo_engine.model.model import builtin_model_dir
+    from grpo_engine.spec.memory import estimate_memory
     from grpo_engine.train import checkpoint
     from tests.test_checkpoint import PauseAt
-
-    from grpo_engine.spec.memory import estimate_memory
-    from grpo_engine.model.model import builtin_model_dir
 
     spec = validate_spec(
         {
@@ -413,7 +413,7 @@ def test_gradient_checkpointing_changes_memory_not_results(grpo_cache_dir):
         train(spec, recorder, grpo_cache_dir, device="cpu")
         runs.append(recorder.metrics)
     assert max(m["grad_norm"] for m in runs[0]) > 0.1
-    for plain, recomputed in zip(*runs):
+    for plain, recomputed in zip(*runs, strict=True):
         for key in ("reward_mean", "loss", "kl", "grad_norm", "entropy"):
             assert recomputed[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-7), key
 

@@ -250,7 +250,7 @@ def test_a_conversion_reports_its_phase_first(tmp_path):
     from grpo_engine.model.gguf_model import CONVERTING, gguf_model_dir
 
     phases = []
-    with pytest.raises(Exception):  # a header-only file: the conversion itself fails
+    with pytest.raises(ValueError):  # a header-only file: the conversion itself fails (transformers says why)
         gguf_model_dir(write_gguf(tmp_path / "m.gguf"), tmp_path / "cache", log=lambda m: None, phase=phases.append)
     assert phases == [CONVERTING] == ["converting the .gguf model (once)"]
 

@@ -12,13 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app.service import api, datasets
 from app.core.paths import check_spec_paths, is_local_path
 from app.core.settings import get_settings
+from app.service import api, datasets
 from grpo_engine.spec.config import SpecError
 from tests.servers import ROOT
 from tests.test_security import GOOD_ROWS, write_jsonl
-
 
 # ---- local paths in a run spec -------------------------------------------------------------------
 
@@ -188,7 +187,6 @@ def test_exports_go_to_a_private_directory_and_never_through_a_link(settings_env
     import tempfile
 
     from app import store
-
     from app.service import exports
     from app.store.db import session_scope, upgrade_database
     from grpo_engine.spec.config import RunSpec

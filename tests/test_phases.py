@@ -15,9 +15,9 @@ from sqlalchemy import event
 from app import store
 from app.store.db import make_engine, session_scope
 from grpo_engine.model import model
+from grpo_engine.report.recorder import Recorder
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.loading import building_progress
-from grpo_engine.report.recorder import Recorder
 from grpo_engine.train.trainer import train
 from workers.recorder import PHASE_WRITE_SECONDS, DBRecorder
 

@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from grpo_engine.train import loading
-from grpo_engine.spec.config import validate_spec
-from grpo_engine.rollout.forwards import plan_micro_batches
-from grpo_engine.train.loading import Precision, cpu_bf16_is_fast, make_accelerator, resolve_precision
 from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.rollout.forwards import plan_micro_batches
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.train import loading
 from grpo_engine.train.learner import logprobs
+from grpo_engine.train.loading import Precision, cpu_bf16_is_fast, make_accelerator, resolve_precision
 from grpo_engine.train.step import reference_and_old_logprobs, sample
 from grpo_engine.train.trainer import train
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from app.service import api, previews
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rollout.tokenization import prompt_formatter
+from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.train.trainer import train
 from tests.test_real_models import ROWS, write_dataset
 from tests.tiny_models import write_tiny_model
@@ -77,8 +77,8 @@ def test_training_and_its_recorded_prompts_read_the_worded_question(qwen, tmp_pa
 
 
 def test_the_reward_model_reads_the_question_as_the_policy_does(qwen):
-    from grpo_engine.rm.reward_model import RewardModel
     from grpo_engine.model.model import load_causal_lm
+    from grpo_engine.rm.reward_model import RewardModel
 
     lm, tokenizer = load_causal_lm(str(qwen))
     rm = RewardModel(lm, tokenizer, "orm", "auto", system_prompt="Be brief.", question_template=INSTRUCTION)

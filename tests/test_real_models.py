@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from gradio_client import Client
 
-from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rollout.tokenization import prompt_formatter
+from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.trainer import train
 from tests.test_e2e import clean_env, start_server, wait_finished
 from tests.tiny_models import write_tiny_model

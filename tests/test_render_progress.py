@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.web.views.run import progress_html
-from app.web.views.group import group_html, token_span, zero_spread_banner
 from app.web.tabs.run import _button_states, next_name
+from app.web.views.group import group_html, token_span, zero_spread_banner
+from app.web.views.run import progress_html
 
 NOW = datetime(2025, 1, 1, 0, 1, 40, tzinfo=timezone.utc)
 RUNNING = {

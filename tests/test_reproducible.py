@@ -24,7 +24,7 @@ from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.trainer import train
 from tests.test_e2e import clean_env, start_server, wait_finished
 
-SPEC = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=3, seed=5, precision="fp32")
+SPEC = dict(steps_per_iteration=2, batch_size=2, group_size=4, eval_every=2, seed=5, precision="fp32")
 
 
 def recorded(recorder: MemoryRecorder) -> tuple[list[dict], dict]:

@@ -12,17 +12,16 @@ import random
 import pytest
 import torch
 
-from grpo_engine.rm import rm_training
-
-from grpo_engine.train import trainer
+from grpo_engine.algo.objective import process_advantages
 from grpo_engine.data.builtin_task import check_step
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.data.data import format_prompt, load_dataset
 from grpo_engine.model.model import load_policy, resolve_model_path
-from grpo_engine.algo.objective import process_advantages
 from grpo_engine.report.recorder import EVAL_METRICS, METRICS, RM_METRICS, MemoryRecorder
-from grpo_engine.rm.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
 from grpo_engine.rewards.rewards import outcome_reward
+from grpo_engine.rm import rm_training
+from grpo_engine.rm.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.train import trainer
 
 BASE = dict(reward="model", batch_size=2, group_size=4, max_new_tokens=24, eval_every=0, rm_samples=48)
 
@@ -47,7 +46,7 @@ def expected_logits(rm, ids: list[int], reads: list[int], starts: list[int]) -> 
         token_logp = [0.0] + [logp[t - 1, ids[t]].item() for t in range(1, len(ids))]
         return [
             rm.head(hidden[r]).item() + rm.prior_weight.item() * min(token_logp[s : r + 1])
-            for s, r in zip(starts, reads)
+            for s, r in zip(starts, reads, strict=True)
         ]
 
 
@@ -109,7 +108,7 @@ def test_labels_come_from_the_verifier_and_the_step_checker(grpo_cache_dir, kind
     spec = validate_spec({**BASE, "supervision": "outcome" if kind == "orm" else "process"})
     examples = rm_training.sample_labelled(policy, tokenizer, format_prompt, questions, spec, kind, "cpu")
     assert len(examples) == len(questions)
-    for ex, q in zip(examples, questions):
+    for ex, q in zip(examples, questions, strict=True):
         assert ex.question == q["question"]
         if kind == "orm":
             assert len(ex.steps) == 1 and ex.labels == [outcome_reward(ex.steps[0], q["answer"])[1]["correct"]]
@@ -262,7 +261,7 @@ def write_math_shepherd(path, n: int = 40):
         steps = steps + [f"#### {answer}"]
         marks = ["+" if check_step(s, q, steps[:j]) else "-" for j, s in enumerate(steps)]
         body = "".join(f"Step {j + 1}: {s} ки\n" for j, s in enumerate(steps))
-        label = "".join(f"Step {j + 1}: {s} {m}\n" for j, (s, m) in enumerate(zip(steps, marks)))
+        label = "".join(f"Step {j + 1}: {s} {m}\n" for j, (s, m) in enumerate(zip(steps, marks, strict=True)))
         rows.append({"input": f"{q} {body}", "label": f"{q} {label}"})
     rows.append({"input": "a row with no tag", "label": "a row with no tag"})  # skipped, as real slips are
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -10,7 +10,6 @@ import pytest
 
 from app.web.views.charts import chart_panels
 from app.web.views.reading import components_html
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.report.recorder import METRICS
 from grpo_engine.rewards.builtin_rewards import (
     BUILTINS,
@@ -22,6 +21,7 @@ from grpo_engine.rewards.builtin_rewards import (
     strict_correct_reward,
 )
 from grpo_engine.rewards.reward_functions import named_rewards, reward_means, score_outputs
+from grpo_engine.spec.config import SpecError, validate_spec
 
 
 def test_accuracy_is_the_verifier():

@@ -67,7 +67,7 @@ class ScriptedLM(torch.nn.Module):
             texts = self.tokenizer.batch_decode(input_ids, skip_special_tokens=True)
             state = ScriptCache([self.scripts] * len(texts), [self.right[t.count("\n")] for t in texts])
             return CausalLMOutputWithPast(logits=self._logits([self.scripts[0][0]] * len(texts)), **{CACHE: state})
-        tokens = [plan[min(p, len(plan) - 1)] for plan, p in zip(state.plans, state.pos)]
+        tokens = [plan[min(p, len(plan) - 1)] for plan, p in zip(state.plans, state.pos, strict=True)]
         state.pos = [p + 1 for p in state.pos]
         return CausalLMOutputWithPast(logits=self._logits(tokens), **{CACHE: state})
 
@@ -137,9 +137,11 @@ def test_continuations_reach_the_answer_as_the_runs_answer_match_reads_it(match,
 def test_rollout_labels_of_the_builtin_policy_agree_with_the_exact_checker(grpo_cache_dir):
     rollouts, exact, _ = labelled_steps(grpo_cache_dir, questions=48, n=4, estimate="hard")
     assert [len(r) for r in rollouts] == [len(e) for e in exact]  # one label per step
-    pairs = [(r, e) for rs, es in zip(rollouts, exact) for r, e in zip(rs, es)]
+    pairs = [(r, e) for rs, es in zip(rollouts, exact, strict=True) for r, e in zip(rs, es, strict=True)]
     assert {r for r, _ in pairs} <= {0.0, 1.0}
-    assert all(rs[-1] == es[-1] for rs, es in zip(rollouts, exact) if rs)  # the last step: the output's own verdict
+    assert all(
+        rs[-1] == es[-1] for rs, es in zip(rollouts, exact, strict=True) if rs
+    )  # the last step: the output's own verdict
     assert sum(r == e for r, e in pairs) / len(pairs) >= 0.85  # bench/rollout_labels.py: 0.957 on 256 outputs
     soft, _, _ = labelled_steps(grpo_cache_dir, questions=16, n=4, estimate="soft")
     assert {r for rs in soft for r in rs} <= {0.0, 0.25, 0.5, 0.75, 1.0}
@@ -148,8 +150,8 @@ def test_rollout_labels_of_the_builtin_policy_agree_with_the_exact_checker(grpo_
 @pytest.mark.slow
 @pytest.mark.parametrize("completer", ["", "builtin"])
 def test_a_process_run_rewarded_by_rollout_labels(grpo_cache_dir, completer):
-    from grpo_engine.spec.config import validate_spec
     from grpo_engine.model.model import builtin_model_dir
+    from grpo_engine.spec.config import validate_spec
     from grpo_engine.train.trainer import train
 
     recorder = MemoryRecorder()

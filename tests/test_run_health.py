@@ -4,10 +4,9 @@ between polls), and the reward model's timeline on the charts."""
 from __future__ import annotations
 
 from app import store
-
 from app.service import api, manage_api
-from app.web.views.charts import chart_panels, metrics_figure, rm_refresh_steps
 from app.store.db import session_scope
+from app.web.views.charts import chart_panels, metrics_figure, rm_refresh_steps
 from app.web.views.run import health_html
 from tests.test_store import new_run
 

@@ -14,13 +14,12 @@ from gradio_client.exceptions import AppError
 from sqlalchemy import func, select
 
 from app import store
-
 from app.service import api, manage_api
 from app.store.db import make_engine, session_scope, upgrade_database
 from app.store.models import Group, Metric, Run, RunLog, Sample
 from app.web.views.runs import matches, phase_text, run_duration, runs_table_html
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
+from grpo_engine.spec.config import SpecError, validate_spec
 from tests.servers import running_server, server_env
 
 QUEUE = "grpo-manage-test"

@@ -11,9 +11,9 @@ import torch
 from grpo_engine.data.data import load_dataset
 from grpo_engine.model.model import load_policy
 from grpo_engine.rollout import sampling
+from grpo_engine.rollout.outputs import encode_prompts as _encode_prompts
 from grpo_engine.rollout.sampling import BlockLayer, generate, next_tokens, top_p_filter
 from grpo_engine.rollout.tokenization import completion_mask
-from grpo_engine.rollout.outputs import encode_prompts as _encode_prompts
 
 
 def test_top_p_keeps_the_smallest_nucleus():
@@ -34,7 +34,7 @@ def test_sampled_tokens_follow_the_distribution():
     counts = torch.bincount(next_tokens(logits, greedy=False, temperature=1.0, top_p=1.0), minlength=6).float()
     share = counts / counts.sum()
     assert share[1] == 0 and share[5] == 0  # probability 0 is never drawn
-    for p, s in zip(probs.tolist(), share.tolist()):
+    for p, s in zip(probs.tolist(), share.tolist(), strict=True):
         assert abs(s - p) < 4 * math.sqrt(p * (1 - p) / 200_000) + 1e-9
     # temperature 2 flattens: p^(1/2) renormalised
     hot = torch.bincount(next_tokens(logits, greedy=False, temperature=2.0, top_p=1.0), minlength=6).float()
@@ -141,7 +141,7 @@ def test_sampled_groups_end_at_eos_and_pad_after_it(policy):
     assert ended.all()  # the built-in model always ends its answer within 30 tokens
     lengths = mask.sum(dim=1).long()
     assert out.shape[1] == lengths.max()  # the loop stopped as soon as every output had ended
-    for row, n in zip(out, lengths.tolist()):
+    for row, n in zip(out, lengths.tolist(), strict=True):
         assert row[n - 1] == tokenizer.eos_token_id
         assert (row[n:] == tokenizer.pad_token_id).all()
     assert len({tuple(r.tolist()) for r in out}) > 6  # sampling varies within a group

@@ -16,7 +16,6 @@ from gradio_client.exceptions import AppError
 from sqlalchemy import event
 
 from app import store
-
 from app.service import diagnose_api
 from app.service.api import ApiError
 from app.store.db import alembic_config, make_engine, session_scope, upgrade_database

@@ -28,9 +28,8 @@ from app import store
 from app.store.db import session_scope
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.spec.spec_values import SpecError
-from workers.runner import execute_run
-
 from tests.test_distributed import COMPARED, _create, _metrics, pause_after_step, store_url  # noqa: F401  (store_url: the fixture)
+from workers.runner import execute_run
 
 SPEC = {
     "steps_per_iteration": 3,
@@ -58,7 +57,7 @@ def _final_weights(tmp_path, run_id: int) -> dict[str, torch.Tensor]:
 
 def _close(a: list[dict], b: list[dict]) -> None:
     assert [m["step"] for m in a] == [m["step"] for m in b]
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         for k in COMPARED:
             assert (k in x) == (k in y), (x["step"], k)
             if k in x:

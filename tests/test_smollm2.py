@@ -130,7 +130,7 @@ def test_a_greedy_answer_ends_at_im_end_and_the_mask_sees_it_ended(smollm2):
     out = generate(model, tokenizer, prompts, repeat=1, max_new_tokens=64, greedy=True)
     mask, ended = completion_mask(out, ends)
     assert ended.tolist() == [True, True]
-    for row, length in zip(out.tolist(), mask.sum(dim=1).long().tolist()):
+    for row, length in zip(out.tolist(), mask.sum(dim=1).long().tolist(), strict=True):
         assert row[length - 1] == 2 and 2 not in row[: length - 1]  # up to and including the first <|im_end|>
     with torch.no_grad():  # the engine's decode loop gives what transformers' greedy generate gives
         reference = model.generate(**prompts, max_new_tokens=64, do_sample=False, pad_token_id=2)
@@ -185,7 +185,7 @@ def test_step_boundaries_cut_the_steps_out_of_the_real_text(smollm2):
         text = "".join(pieces)
         steps, ends = step_boundaries(pieces, "\n")
         assert steps == [part.strip() for part in text.split("\n") if part.strip()]
-        for step, end in zip(steps, ends):  # each step ends in the token that holds its last character
+        for step, end in zip(steps, ends, strict=True):  # each step ends in the token that holds its last character
             assert "".join(pieces[: end + 1]).rstrip().endswith(step)
             assert not "".join(pieces[:end]).rstrip().endswith(step)
     assert step_boundaries(token_pieces(tokenizer, [written])[0], "\n")[0] == [

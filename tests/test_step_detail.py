@@ -13,11 +13,10 @@ from alembic import command
 from sqlalchemy import inspect
 
 from app import store
-
 from app.service import api
+from app.service.step_detail import step_details
 from app.store.db import alembic_config, make_engine, session_scope, upgrade_database
 from app.web.views.group import group_html
-from app.service.step_detail import step_details
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from tests.test_store import new_run
 
@@ -138,7 +137,7 @@ def test_step_labels_and_shares_round_trip(db_url):
     with session_scope(db_url) as s:
         got = store.get_group(s, store.list_groups(s, run_id, 1)[0]["group_id"])
         rows = list(store.iter_sample_rows(s, run_id))
-    for a, b in zip(sent["samples"], got["samples"]):
+    for a, b in zip(sent["samples"], got["samples"], strict=True):
         assert (b["step_labels"], b["step_shares"]) == (a["step_labels"], a["step_shares"])
     assert got["samples"][1]["step_labels"][0].hex() == (1 / 3).hex()  # bit for bit
     assert got["samples"][2]["step_labels"] is None and got["samples"][2]["step_shares"] is None
@@ -236,7 +235,7 @@ def group_dict(samples: list[dict], prm: bool, rule: str) -> dict:
         "reference": "4",
         "step_labels": "the learned PRM's scores" if prm else rule,
         "step_label_rule": rule,
-        "samples": [{**s, "steps": st} for s, st in zip(samples, steps)],
+        "samples": [{**s, "steps": st} for s, st in zip(samples, steps, strict=True)],
     }
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from app import store
 from app.store.db import session_scope, upgrade_database
-from grpo_engine.spec.config import validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.trainer import train
 
 # a reward model whose first training samples 50,000 + 12,500 outputs, 8 at a time: many minutes unless stopped

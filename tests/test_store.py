@@ -15,11 +15,11 @@ from sqlalchemy import delete, func, select, update
 
 from app import store
 from app.store.db import session_scope
-from app.store.models import Base, Group, Run, Sample
 from app.store.groups import SAMPLE_COLUMNS
-from grpo_engine.spec.config import validate_spec
+from app.store.models import Base, Group, Run, Sample
 from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from grpo_engine.rewards.rewards import final_answer, outcome_reward
+from grpo_engine.spec.config import validate_spec
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers", "id_high_water"}
@@ -286,11 +286,11 @@ def test_get_group_round_trips_samples_exactly(db_url):
         got = [store.get_group(s, group_id) for group_id in ids]
         assert store.get_group(s, 10_000) is None
 
-    for sent, received, group_id in zip([outcome, process], got, ids):
+    for sent, received, group_id in zip([outcome, process], got, ids, strict=True):
         assert (received["group_id"], received["run_id"], received["step"]) == (group_id, run_id, 4)
         assert (received["prompt"], received["reference"]) == (sent["prompt"], "42")
         assert len(received["samples"]) == len(sent["samples"])
-        for a, b in zip(sent["samples"], received["samples"]):
+        for a, b in zip(sent["samples"], received["samples"], strict=True):
             assert isinstance(b["sample_id"], int)
             for key in (
                 "completion",

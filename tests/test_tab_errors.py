@@ -72,6 +72,6 @@ def test_a_refused_launch_marks_the_field_it_names_and_opens_its_section():
     out = _launch(*values)
     assert out[0].startswith(f'<div class="error" data-key="{key}">Not launched: {key}: ')
     marks = out[5 : 5 + len(FIELDS)]
-    assert [name for name, mark in zip(names, marks) if mark.get("elem_classes")] == [key]
+    assert [name for name, mark in zip(names, marks, strict=True) if mark.get("elem_classes")] == [key]
     folds = out[5 + len(FIELDS) :]
     assert [i for i, fold in enumerate(folds) if fold.get("open")] == [section_of(key)]

@@ -10,18 +10,16 @@ import pytest
 import torch
 
 from app import store
-
 from app.service import api
 from app.store.db import session_scope
-from app.web.views.group import group_html
 from app.store.groups import pack, unpack
-from grpo_engine.spec.config import validate_spec
+from app.web.views.group import group_html
 from grpo_engine.algo.objective import grpo_loss, kl_k3
 from grpo_engine.report.recorder import GroupRecord, MemoryRecorder, SampleRecord
+from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.step_report import gradient_sources, repetition_share
 from grpo_engine.train.trainer import train
 from tests.test_store import new_run
-
 
 # ---- the objective's per-token view, on hand numbers ------------------------------------------------------------
 
@@ -65,7 +63,7 @@ def test_one_update_records_ratio_one_and_no_clip(grpo_cache_dir):
         assert not any(sample.clipped)
         assert all(lp <= 1e-6 for lp in sample.logprobs) and all(k >= -1e-6 for k in sample.kls)
         # k3 from the recorded log-probs themselves (with mu = 1 the update's log-prob is the sampling one)
-        for lp, ref, kl in zip(sample.logprobs, sample.ref_logprobs, sample.kls):
+        for lp, ref, kl in zip(sample.logprobs, sample.ref_logprobs, sample.kls, strict=True):
             assert kl == pytest.approx(math.exp(ref - lp) - (ref - lp) - 1, abs=1e-4)
         assert sample.truncated == (sample.tokens[-1] != "</s>")
     assert metrics["groups/all_right"] + metrics["groups/all_wrong"] + metrics["groups/mixed"] == 4

@@ -17,9 +17,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.report.trackers import COLUMNS, TrackerRecorder
+from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.train.trainer import train
 
 RUN = dict(
@@ -133,7 +133,7 @@ def test_a_run_mirrors_every_metric_and_its_groups_to_each_tracker(data_dir, grp
     assert artifacts == [f"sampled_groups/step-00000{s}.json" for s in (1, 2, 3)]
     table = json.loads(Path(urlparse(run.info.artifact_uri).path, "sampled_groups", "step-000002.json").read_text())
     assert table["columns"] == list(COLUMNS) and len(table["data"]) == 2 * 4
-    row = dict(zip(COLUMNS, table["data"][0]))
+    row = dict(zip(COLUMNS, table["data"][0], strict=True))
     sample = memory.group_log[2][0].samples[0]
     assert (row["step"], row["question"], row["completion"]) == (2, memory.group_log[2][0].prompt, sample.completion)
     assert row["reward"] == pytest.approx(sample.reward)

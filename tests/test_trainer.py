@@ -10,15 +10,15 @@ import math
 import pytest
 import torch
 
-from grpo_engine.data.builtin_task import check_step
-from grpo_engine.spec.config import validate_spec
-from grpo_engine.data.data import format_prompt
 from grpo_engine.algo.objective import ADV_EPS, process_advantages
+from grpo_engine.data.builtin_task import check_step
+from grpo_engine.data.data import format_prompt
 from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
 from grpo_engine.rewards.rewards import final_answer, outcome_reward
 from grpo_engine.rollout.tokenization import step_boundaries
-from grpo_engine.train.loading import cpu_bf16_is_fast
+from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.evaluation import eval_scores
+from grpo_engine.train.loading import cpu_bf16_is_fast
 from grpo_engine.train.trainer import train
 
 BASE = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
@@ -78,7 +78,7 @@ def test_outcome_run_completes_and_records_every_metric(outcome_run):
 def test_outcome_groups_carry_group_normalised_advantages(outcome_run):
     _, rec = outcome_run
     assert sorted(rec.group_log) == [1, 2, 3]
-    for step, groups in rec.group_log.items():
+    for groups in rec.group_log.values():
         assert len(groups) == 2
         for group in groups:
             assert len(group.samples) == 4

@@ -20,13 +20,13 @@ from gradio_client.exceptions import AppError
 from kombu import Connection
 
 from app import store
-from app.web.views.charts import PANELS, compare_figure, ema, metrics_figure
-from app.web.views.run import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
-from app.web.views.group import group_html, token_span
+from app.core.broker import RUN_TASK
 from app.store.db import make_engine, session_scope, upgrade_database
+from app.web.views.charts import PANELS, compare_figure, ema, metrics_figure
+from app.web.views.group import group_html, token_span
+from app.web.views.run import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
 from grpo_engine.report.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
 from tests.servers import running_server, server_env
-from app.core.broker import RUN_TASK
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "grpo-ui-test"
@@ -185,7 +185,7 @@ def test_metrics_and_groups(server, client):
             answer=answer,
             answer_rule=rule,
         )
-        for r, (answer, rule) in zip((0.0, 1.0), ((None, "none"), ("4", "number")))
+        for r, (answer, rule) in zip((0.0, 1.0), ((None, "none"), ("4", "number")), strict=True)
     ]
     with session_scope(db_url) as s:
         store.mark_running(s, run_id, total_steps=40)

@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.algo.objective import (
     ADV_EPS,
     advantage_divisor,
@@ -20,6 +19,7 @@ from grpo_engine.algo.objective import (
     process_advantages,
     sequence_ratio,
 )
+from grpo_engine.spec.config import SpecError, validate_spec
 
 
 def close(actual: torch.Tensor, expected, tol: float = 1e-5) -> None:
@@ -358,5 +358,5 @@ def test_a_run_with_each_choice_completes(grpo_cache_dir, overrides):
             expected = outcome_advantages(
                 rewards.view(1, -1), scale=spec.scale_rewards, batch_std=every.std(unbiased=False).item()
             )[0]
-            for s, a in zip(g.samples, expected.tolist()):
+            for s, a in zip(g.samples, expected.tolist(), strict=True):
                 assert s.advantages == pytest.approx([a] * len(s.tokens), abs=1e-5)

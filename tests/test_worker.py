@@ -25,13 +25,13 @@ import redis
 from celery import Celery
 
 from app import store
-from app.store.db import session_scope
-from grpo_engine.spec.config import validate_spec
-from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from app.core.broker import RUN_TASK
+from app.store.db import session_scope
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
+from grpo_engine.spec.config import validate_spec
+from tests.servers import ROOT, stop_process
 from workers.recorder import DBRecorder
 from workers.runner import execute_run
-from tests.servers import ROOT, stop_process
 
 REDIS_URL = os.environ.get("GRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
 RUN_TIMEOUT = 180  # seconds for a short run, from sending the task to a finished status

@@ -40,10 +40,10 @@ import traceback
 from pathlib import Path
 
 from app import store
-from app.store.db import session_scope
 from app.core.settings import get_settings
-from grpo_engine.spec.config import RunSpec, validate_spec
+from app.store.db import session_scope
 from grpo_engine.report.recorder import Recorder, TrainStatus
+from grpo_engine.spec.config import RunSpec, validate_spec
 from workers.errors import one_line
 from workers.recorder import DBRecorder, with_trackers
 

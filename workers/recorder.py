@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable
 
 from app import store
-from app.store.db import session_scope
 from app.core.settings import get_settings
-from grpo_engine.spec.config import RunSpec
+from app.store.db import session_scope
 from grpo_engine.report.recorder import GroupRecord, Recorder
 from grpo_engine.report.trackers import TrackerRecorder
+from grpo_engine.spec.config import RunSpec
 
 logger = logging.getLogger("grpo.worker")
 

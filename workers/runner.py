@@ -18,16 +18,15 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from app import store
-
 from app.core import broker
 from app.core.admission import admit
-from app.store.db import session_scope
 from app.core.run_status import RunStatus
 from app.core.settings import get_settings
+from app.store.db import session_scope
+from grpo_engine.report.recorder import TrainStatus
 from workers.distributed import run_processes
 from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt, with_trackers
-from grpo_engine.report.recorder import TrainStatus
 
 logger = logging.getLogger("grpo.worker")
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from grpo_engine.spec.config import SpecError, is_gguf, is_local_path  # noqa: F401 (is_local_path: app.service.api uses it too)
 from grpo_engine.data.data import check_dataset_file
-from grpo_engine.spec.gguf_header import is_gguf_file
 from grpo_engine.rewards.reward_functions import check_custom_allowed, file_reference
+from grpo_engine.spec.config import SpecError, is_gguf, is_local_path  # noqa: F401 (is_local_path: app.service.api uses it too)
+from grpo_engine.spec.gguf_header import is_gguf_file
 
 PATH_KEYS = (
     "model",

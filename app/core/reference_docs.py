@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from app.core import settings
+from grpo_engine.report.recorder import METRIC_REGISTRY
 from grpo_engine.spec.config import FIELDS, NOT_EMPTY
 from grpo_engine.spec.memory import estimate_memory, lora_trainable_params
-from grpo_engine.report.recorder import METRIC_REGISTRY
 from grpo_engine.spec.spec_values import MAX_TEXT, Field
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

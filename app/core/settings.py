@@ -34,7 +34,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 UPLOADS = "uploads"  # the data directory's folder of uploaded datasets
 MODELS = "models"  # the data directory's models folder: uploaded models, and any copied there by hand
 

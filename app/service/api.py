@@ -18,12 +18,12 @@ from app import store
 from app.core.admission import admit
 from app.core.auth import mask_secrets, mask_url
 from app.core.broker import send_run
-from app.store.db import session_scope
 from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 from app.service.placement import check_placement
 from app.service.run_health import run_warnings
 from app.service.step_detail import step_details
+from app.store.db import session_scope
 from grpo_engine.spec.config import SpecError, shown, validate_spec
 from grpo_engine.spec.presets import PRESETS
 
@@ -214,7 +214,7 @@ def get_group(group_id: Any) -> dict:
     steps = step_details(group["samples"], prm=config.get("reward") == "model")
     return {
         **group,
-        "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps)],
+        "samples": [{**sample, "steps": st} for sample, st in zip(group["samples"], steps, strict=True)],
         "step_labels": step_label_source(config),
         "step_label_rule": step_label_rule(config),
         "reward_weights": {r["name"]: r["weight"] for r in config.get("rewards") or ()},

@@ -12,13 +12,13 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from app.service.api import ApiError
 from app.core.models_folder import ModelUploadError, sha256_file, store_model
 from app.core.models_folder import list_models as list_models_in
 from app.core.paths import is_local_path, resolve_inside, spec_fields
 from app.core.settings import get_settings
-from grpo_engine.spec.config import BUILTIN_DATASETS, MAX_TEXT, SpecError
+from app.service.api import ApiError
 from grpo_engine.data.data import FIELDS, check_dataset_file, load_dataset
+from grpo_engine.spec.config import BUILTIN_DATASETS, MAX_TEXT, SpecError
 from grpo_engine.spec.hub import cached_models
 
 PREVIEW_ROWS = 5

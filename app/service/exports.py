@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from app import store
-from app.service.api import ApiError, as_id, require_run
-from app.store.db import session_scope
 from app.core.run_status import RunStatus
 from app.core.settings import get_settings
+from app.service.api import ApiError, as_id, require_run
+from app.store.db import session_scope
 
 EXPORT_KINDS = ("parquet", "csv", "config", "model", "adapter")
 POLICY_KINDS = ("model", "adapter")  # the trained policy: merged model, or the LoRA adapter alone

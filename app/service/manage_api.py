@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from app import store
+from app.core.settings import get_settings
 from app.service.api import ApiError, as_id, checked_text, require_run, run_view
 from app.store.db import session_scope
-from app.core.settings import get_settings
 from grpo_engine.spec.config import FIELD_BY_NAME, shown
 
 NAME_MAX = FIELD_BY_NAME["name"].max_length  # a run's name: as long as a run spec's ``name`` may be

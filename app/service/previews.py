@@ -20,10 +20,10 @@ import subprocess
 import sys
 from typing import Any
 
-from app.service.api import ApiError, parse_spec
-from app.service.datasets import preview_dataset, read_by_the_worker
 from app.core.paths import check_custom_rewards, check_spec_paths, resolve_inside
 from app.core.settings import get_settings
+from app.service.api import ApiError, parse_spec
+from app.service.datasets import preview_dataset, read_by_the_worker
 from grpo_engine.spec.config import SpecError, is_gguf, validate_spec
 from grpo_engine.spec.gguf_header import converted_dir
 

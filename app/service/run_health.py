@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app import store
-
 from app.service import health
 
 RECENT_GROUP_STEPS = 5  # the recorded steps whose samples the length-reward rule reads

@@ -58,7 +58,7 @@ def record_groups(s: Session, run_id: int, step: int, groups: list[dict[str, Any
     ids = s.execute(insert(GROUPS).returning(GROUPS.c.id, sort_by_parameter_order=True), rows).scalars().all()
     samples = [
         _sample(group_id, run_id, step, i, sample)
-        for group_id, group in zip(ids, groups)
+        for group_id, group in zip(ids, groups, strict=True)
         for i, sample in enumerate(group["samples"])
     ]
     if samples:

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.store.models import Metric, Run
 from app.core.run_status import RunStatus
+from app.store.models import Metric, Run
 from app.store.runs import raise_high_water
 
 RUNS_PER_QUERY = 200  # runs per metrics_after query: SQLite parses an OR of n terms n levels deep (at most 1000)

@@ -33,8 +33,8 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from app.store.models import IdHighWater, Run, Worker, utcnow
 from app.core.run_status import FINISHED_STATUSES, RunStatus
+from app.store.models import IdHighWater, Run, Worker, utcnow
 
 
 class LeaseLost(RuntimeError):

@@ -22,7 +22,6 @@ import gradio as gr
 import gradio.utils
 
 from app.core import auth
-
 from app.service import api, datasets, diagnose_api, exports, manage_api, previews
 
 

@@ -28,16 +28,16 @@ from starlette.routing import Mount
 
 from app.core import auth
 from app.core.models_folder import remove_stale_partials
+from app.core.settings import Settings, get_settings
 from app.store.db import upgrade_database
 from app.web.endpoints import ENDPOINT_CONCURRENCY, ENDPOINTS
-from app.core.settings import Settings, get_settings
+from app.web.security import SecurityMiddleware
 from app.web.tabs.compare import build_compare_tab
 from app.web.tabs.groups import build_groups_tab
 from app.web.tabs.launch import build_launch_tab
 from app.web.tabs.run import build_run_tab
 from app.web.tabs.runs import build_runs_tab
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, make_shared, tick
-from app.web.security import SecurityMiddleware
 
 # the styles: dashboard.css (what the whole page shares) first, then one file per part of the page, by name
 CSS_PATHS = sorted((Path(__file__).parent / "static").glob("*.css"), key=lambda p: (p.name != "dashboard.css", p.name))

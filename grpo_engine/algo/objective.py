@@ -87,8 +87,8 @@ def process_advantages(
         return adv
     mean = flat.mean()
     divisor = advantage_divisor(scale, flat.std(unbiased=False), batch_std, eps)
-    for i, (rewards, ends) in enumerate(zip(step_rewards, step_ends)):
-        for r, end in zip(rewards, ends):
+    for i, (rewards, ends) in enumerate(zip(step_rewards, step_ends, strict=True)):
+        for r, end in zip(rewards, ends, strict=True):
             # this step's normalised reward counts for every token up to and including its end
             adv[i, : min(end, length - 1) + 1] += (r - mean) / divisor
     return adv

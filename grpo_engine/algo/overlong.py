@@ -67,7 +67,7 @@ def add_overlong_penalty(
     if not penalty:
         return rewards
     out = []
-    for reward, length, comps in zip(rewards, lengths, components):
+    for reward, length, comps in zip(rewards, lengths, components, strict=True):
         p = overlong_penalty(length, max_new_tokens, buffer, penalty)
         comps["overlong"] = p
         if isinstance(reward, list):

@@ -61,7 +61,7 @@ def _example(row: dict, where: str, name: str, fields: tuple[str, str, str] = FI
     the question or answer column is refused, naming ``where`` ("line 3", "row 3") and the column.
     """
     example = {}
-    for key, column in zip(FIELDS, fields):
+    for key, column in zip(FIELDS, fields, strict=True):
         value = row.get(column)
         if value is None or value != value:  # missing, null, or NaN (an empty Parquet cell)
             value = ""

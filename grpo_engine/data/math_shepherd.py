@@ -45,7 +45,8 @@ def parse_math_shepherd(
     for j, part in enumerate(parts):
         got = label_text[pos : pos + len(part)]
         if got != part:
-            k = next((i for i, (x, y) in enumerate(zip(got, part)) if x != y), min(len(got), len(part)))
+            # the first place they differ: their common prefix's length when one is a prefix of the other
+            k = next((i for i, (x, y) in enumerate(zip(got, part, strict=False)) if x != y), min(len(got), len(part)))
             raise ValueError(
                 f"the label text differs from the input at character {pos + k} (step {j + 1}): "
                 f"{label_text[pos + k : pos + k + 20]!r} where the input has {part[k : k + 20]!r}"

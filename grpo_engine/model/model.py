@@ -27,11 +27,11 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from grpo_engine.spec.config import BUILTIN_MODEL, is_gguf, is_local_path
 from grpo_engine.data.builtin_task import warmup_examples
 from grpo_engine.data.data import format_prompt
 from grpo_engine.model.gguf_model import gguf_model_dir
 from grpo_engine.model.model_cache import DTYPE_KEYWORD, build_once
+from grpo_engine.spec.config import BUILTIN_MODEL, is_gguf, is_local_path
 from grpo_engine.spec.gguf_header import gguf_float_dtype
 
 BUILTIN_VERSION = "v6"  # bump when the recipe below changes; the cache is keyed by it

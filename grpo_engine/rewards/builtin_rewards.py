@@ -95,7 +95,7 @@ def repetition_reward(question: str, completion: str, reference: str, **row: Any
     words = completion.lower().split()
     if len(words) < REPETITION_N:
         return 0.0
-    grams = list(zip(*(words[i:] for i in range(REPETITION_N))))
+    grams = list(zip(*(words[i:] for i in range(REPETITION_N)), strict=False))  # shifted copies: the n-grams
     return -(1.0 - len(set(grams)) / len(grams)) * REPETITION_MAX_PENALTY + 0.0  # + 0.0: no -0.0
 
 

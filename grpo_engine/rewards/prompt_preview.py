@@ -22,8 +22,8 @@ def load_tokenizer(model: str, cache_dir: str):
     directory, a .gguf file's converted directory, a Hugging Face id)."""
     from transformers import AutoTokenizer
 
-    from grpo_engine.spec.config import BUILTIN_MODEL
     from grpo_engine.model.model import BUILTIN_VERSION, build_tokenizer, resolve_model_path
+    from grpo_engine.spec.config import BUILTIN_MODEL
 
     if model == BUILTIN_MODEL and not (Path(cache_dir) / f"{BUILTIN_MODEL}-{BUILTIN_VERSION}").is_dir():
         return build_tokenizer()

@@ -229,7 +229,7 @@ def score_outputs(
         for name, weight, fn in fns:
             value = call_reward(name, fn, out["question"], out["completion"], out["reference"], out["row"], steps)
             if process:
-                total = [t + weight * v for t, v in zip(total, value)]
+                total = [t + weight * v for t, v in zip(total, value, strict=True)]
                 components[name] = sum(value) / len(value) if value else 0.0
             else:
                 total += weight * value
@@ -260,7 +260,8 @@ def named_rewards(spec: Any, judged: Any, rows: list[dict], lengths: list[int]) 
         )
     scored = score_outputs(spec.rewards, outputs, process)
     outcome = [
-        (r if process else total, {**comps, **named}) for (r, comps), (total, named) in zip(judged.outcome, scored)
+        (r if process else total, {**comps, **named})
+        for (r, comps), (total, named) in zip(judged.outcome, scored, strict=True)
     ]
     return outcome, [total for total, _ in scored] if process else judged.verdicts
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import sys
 
-from grpo_engine.spec.spec_values import decode_delimiter
 from grpo_engine.rewards.builtin_rewards import accuracy_reward
 from grpo_engine.rewards.reward_functions import RewardFunctionError, score_outputs
+from grpo_engine.spec.spec_values import decode_delimiter
 
 
 def preview(request: dict) -> dict:
@@ -47,7 +47,7 @@ def preview(request: dict) -> dict:
         )
     scored = score_outputs(tuple(request["rewards"]), outputs, process)
     rows = []
-    for k, (out, (total, components)) in enumerate(zip(outputs, scored)):
+    for k, (out, (total, components)) in enumerate(zip(outputs, scored, strict=True)):
         step_rewards = total if process else None
         reward = (sum(total) / len(total) if total else 0.0) if process else total
         rows.append(

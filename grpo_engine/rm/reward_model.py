@@ -135,7 +135,7 @@ class RewardModel(torch.nn.Module):
         out = []
         for n, (_, reads, starts) in enumerate(encoded):
             lowest = (
-                torch.stack([token_logp[n, s : r + 1].min() for s, r in zip(starts, reads)])
+                torch.stack([token_logp[n, s : r + 1].min() for s, r in zip(starts, reads, strict=True)])
                 if reads
                 else token_logp.new_zeros(0)
             )  # (K_n,)
@@ -216,8 +216,8 @@ def fit(
 def accuracy(rm: RewardModel, examples: list[RMExample]) -> float:
     """Share of read positions where (score > 0.5) matches the label: outputs (ORM) or steps (PRM)."""
     hits, count = 0, 0
-    for scores, e in zip(rm.score(examples), examples):
-        hits += sum((s > 0.5) == (y > 0.5) for s, y in zip(scores, e.labels))
+    for scores, e in zip(rm.score(examples), examples, strict=True):
+        hits += sum((s > 0.5) == (y > 0.5) for s, y in zip(scores, e.labels, strict=True))
         count += len(e.labels)
     return hits / count if count else 0.0
 

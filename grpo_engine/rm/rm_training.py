@@ -11,23 +11,27 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grpo_engine.spec.config import RunSpec
-from grpo_engine.spec.spec_values import decode_delimiter
 from grpo_engine.model.model import no_progress
+from grpo_engine.report.recorder import no_check
 from grpo_engine.rm.reward_model import (
     FIT_BATCH,
     FIT_EPOCHS,
     RewardModel,
     RMExample,
-    accuracy as rm_accuracy,
-    fit as rm_fit,
     replay_mix,
 )
-from grpo_engine.report.recorder import no_check
+from grpo_engine.rm.reward_model import (
+    accuracy as rm_accuracy,
+)
+from grpo_engine.rm.reward_model import (
+    fit as rm_fit,
+)
+from grpo_engine.rollout.outputs import encode_prompts, judge, rm_examples
 from grpo_engine.rollout.rollout_labels import Completer, rollout_verdicts
 from grpo_engine.rollout.sampling import generate
-from grpo_engine.rollout.outputs import encode_prompts, judge, rm_examples
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
+from grpo_engine.spec.config import RunSpec
+from grpo_engine.spec.spec_values import decode_delimiter
 
 
 @dataclass

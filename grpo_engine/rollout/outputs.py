@@ -13,9 +13,9 @@ import torch
 
 from grpo_engine.data.builtin_task import STEP_DELIMITER, check_step
 from grpo_engine.data.data import format_prompt
-from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rewards.rewards import final_answer, reading_reward
 from grpo_engine.rewards.step_check import step_equations_hold
+from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rollout.tokenization import step_boundaries, token_pieces
 
 LOGPROB_CHUNK = 8  # completion positions whose log-softmax (and entropy) is computed at once
@@ -108,13 +108,15 @@ def _chunks(length: int) -> list[slice]:
 def completion_texts(tokenizer, completions, mask, ended) -> list[str]:
     """Each completion's text: its tokens up to its end token (not included), special tokens left out."""
     content = (mask.sum(dim=1).long() - ended.long()).tolist()  # (N,) tokens before the end token
-    return tokenizer.batch_decode([row[:n] for row, n in zip(completions.tolist(), content)], skip_special_tokens=True)
+    return tokenizer.batch_decode(
+        [row[:n] for row, n in zip(completions.tolist(), content, strict=True)], skip_special_tokens=True
+    )
 
 
 def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
     """The text of each token id decoded alone, as the group view shows end tokens (a handful of ids a step)."""
     ordered = sorted(ids)
-    return dict(zip(ordered, tokenizer.batch_decode([[t] for t in ordered])))
+    return dict(zip(ordered, tokenizer.batch_decode([[t] for t in ordered]), strict=True))
 
 
 @dataclass
@@ -152,8 +154,8 @@ def judge(
     (rollout_labels.rollout_verdicts)."""
     lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
     ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
-    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended)])
-    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended) if e})
+    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended, strict=True)])
+    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended, strict=True) if e})
     texts = ["".join(p) for p in pieces]
     out = Judged(texts, [], [])
     for i, ex in enumerate(examples):
@@ -197,9 +199,9 @@ def rm_examples(judged: Judged, examples: list[dict], kind: str, labelled: bool 
     if kind == "orm":
         return [
             RMExample(ex["question"], [text], [comps["correct"]] if labelled else [])
-            for ex, text, (_, comps) in zip(examples, judged.texts, judged.outcome)
+            for ex, text, (_, comps) in zip(examples, judged.texts, judged.outcome, strict=True)
         ]
     return [
         RMExample(ex["question"], steps, verdicts if labelled else [])
-        for ex, steps, verdicts in zip(examples, judged.steps, judged.verdicts)
+        for ex, steps, verdicts in zip(examples, judged.steps, judged.verdicts, strict=True)
     ]

@@ -223,7 +223,7 @@ def _static_cache(model, prefill, repeat: int, max_len: int):
             "use decode 'dynamic'"
         )
     cache = StaticCache(config=model.config, max_cache_len=max_len)
-    for layer, filled in zip(cache.layers, prefill.layers):
+    for layer, filled in zip(cache.layers, prefill.layers, strict=True):
         layer.update(filled.keys.repeat_interleave(repeat, dim=0), filled.values.repeat_interleave(repeat, dim=0))
     return cache
 

@@ -9,7 +9,8 @@ and the docs from these.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields as dc_fields
+from dataclasses import MISSING, dataclass
+from dataclasses import fields as dc_fields
 from typing import Any, get_type_hints
 
 from grpo_engine.spec.applicability import step_checker

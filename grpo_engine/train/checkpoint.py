@@ -148,7 +148,7 @@ def begin_attempt(run_dir: Path) -> Path:
         elif kind == "attempt":
             shutil.rmtree(path, ignore_errors=True)
     kept = latest(run_dir)
-    for _, kind, path in _attempts(run_dir):
+    for _, _, path in _attempts(run_dir):
         if kept is None or path != kept[1].parent:
             shutil.rmtree(path, ignore_errors=True)
     attempt = run_dir / f"attempt-{newest + 1:06d}"

@@ -44,7 +44,7 @@ def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> 
     """
     right = {"strict": 0.0, "flexible": 0.0}
     formatted = 0.0
-    for text, answer in zip(texts, answers):
+    for text, answer in zip(texts, answers, strict=True):
         verdict = outcome_reward(text, answer)[1]
         right["strict"] += verdict["correct"]
         formatted += verdict["formatted"]

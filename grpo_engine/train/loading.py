@@ -16,20 +16,20 @@ from pathlib import Path
 
 import torch
 
-from grpo_engine.spec.config import RunSpec
-from grpo_engine.spec.spec_values import decode_delimiter
 from grpo_engine.data.data import load_dataset
 from grpo_engine.data.math_shepherd import load_math_shepherd
-from grpo_engine.spec.memory import estimate_memory, memory_limit, too_big_message
 from grpo_engine.model.model import disable_dropout, load_policy, resolve_model_path, source_dtype
-from grpo_engine.train.parallel import Processes
-from grpo_engine.train.sharding import full_state_dict, shard
 from grpo_engine.report.recorder import Recorder, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample, load_reward_model
 from grpo_engine.rm.rm_training import RewardModelState
 from grpo_engine.rollout.rollout_labels import Completer
-from grpo_engine.train.learner import Learner
 from grpo_engine.rollout.tokenization import end_token_ids, run_prompt
+from grpo_engine.spec.config import RunSpec
+from grpo_engine.spec.memory import estimate_memory, memory_limit, too_big_message
+from grpo_engine.spec.spec_values import decode_delimiter
+from grpo_engine.train.learner import Learner
+from grpo_engine.train.parallel import Processes
+from grpo_engine.train.sharding import full_state_dict, shard
 
 
 @dataclass(frozen=True)

@@ -18,25 +18,25 @@ T completion tokens.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from grpo_engine.rollout.rollout_labels import labels_from_shares, rollout_shares
 from grpo_engine.algo.dynamic_sampling import UPDATE_METRICS, Filled, informative_batch, no_update
 from grpo_engine.algo.objective import grpo_loss, loss_denominator, outcome_advantages, process_advantages
 from grpo_engine.algo.overlong import loss_mask, penalise_overlong
+from grpo_engine.report.recorder import GroupRecord
+from grpo_engine.rewards.reward_functions import named_rewards, reward_means
+from grpo_engine.rollout.forwards import MicroBatch, in_step_order, plan_micro_batches
+from grpo_engine.rollout.outputs import Judged, encode_prompts, judge, rm_examples
+from grpo_engine.rollout.rollout_labels import labels_from_shares, rollout_shares
+from grpo_engine.rollout.sampling import generate
+from grpo_engine.rollout.tokenization import completion_mask
 from grpo_engine.train.learner import Learner, Sampled, Scored, logprobs
 from grpo_engine.train.sharding import local_value
 from grpo_engine.train.step_report import group_records, step_metrics, token_view
-from grpo_engine.report.recorder import GroupRecord
-from grpo_engine.rewards.reward_functions import named_rewards, reward_means
-from grpo_engine.rollout.sampling import generate
-from grpo_engine.rollout.tokenization import completion_mask
-from grpo_engine.rollout.forwards import MicroBatch, in_step_order, plan_micro_batches
-from grpo_engine.rollout.outputs import Judged, encode_prompts, judge, rm_examples
 
 
 @dataclass
@@ -207,7 +207,7 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         # process advantages normalise over all step rewards of the group
         group_rewards = [[r for i in range(b * G, (b + 1) * G) for r in step_rewards[i]] for b in range(B)]
     if scores is not None:  # the RM's own score (before any overlong penalty): ORM its score, PRM its steps' mean
-        for c, s in zip(components, scores):
+        for c, s in zip(components, scores, strict=True):
             c["rm_score"] = sum(s) / len(s) if s else 0.0
     return Scored(
         judged.texts,

@@ -49,7 +49,7 @@ def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> di
     group_rewards = procs.gather(scored.group_rewards)
     correct = [c["correct"] for c in scored.components]
     lengths = s.mask.sum(dim=1).long().tolist()
-    outputs = procs.gather(list(zip(scored.rewards.tolist(), correct, lengths, s.ended.tolist())))
+    outputs = procs.gather(list(zip(scored.rewards.tolist(), correct, lengths, s.ended.tolist(), strict=True)))
     all_rewards = torch.tensor([o[0] for o in outputs])
     grad_norm = sums["grad_norm"]
     return {
@@ -89,7 +89,7 @@ def gradient_sources(procs: Processes, s: Sampled, scored: Scored, G: int) -> di
     correct = [c["correct"] > 0 for c in scored.components]
     kinds = [sum(correct[b * G : (b + 1) * G]) for b in range(len(correct) // G)]  # right answers per group
     spreads = [len(set(g)) > 1 for g in scored.group_rewards]
-    groups = procs.gather([(k, spread) for k, spread in zip(kinds, spreads)])
+    groups = procs.gather([(k, spread) for k, spread in zip(kinds, spreads, strict=True)])
     mask = s.mask > 0
     adv = scored.advantages
     positive, negative, tokens = procs.sum(

@@ -30,16 +30,16 @@ from pathlib import Path
 
 import torch
 
-from grpo_engine.train import checkpoint
-from grpo_engine.spec.config import RunSpec
-from grpo_engine.train.loading import load_learner, new_iteration, unsharded_policy
 from grpo_engine.report.recorder import EVAL_METRICS, Recorder, StopRequested, TrainStatus, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
+from grpo_engine.spec.config import RunSpec
+from grpo_engine.train import checkpoint
 from grpo_engine.train.evaluation import eval_summary, evaluate
-from grpo_engine.train.schedule import learning_rate_at, set_learning_rate
 from grpo_engine.train.learner import Learner
+from grpo_engine.train.loading import load_learner, new_iteration, unsharded_policy
 from grpo_engine.train.parallel import peak_memory, reset_peak_memory
+from grpo_engine.train.schedule import learning_rate_at, set_learning_rate
 from grpo_engine.train.sharding import SHARDED_DIR, full_state_dict, save_sharded
 from grpo_engine.train.step import grpo_step
 
@@ -358,7 +358,7 @@ class TrainingRun:
                 self.spec.answer_match,
             )
         counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
-        return {k: c / max(1, len(self.heldout)) for k, c in zip(EVAL_METRICS, counts)}
+        return {k: c / max(1, len(self.heldout)) for k, c in zip(EVAL_METRICS, counts, strict=True)}
 
     def train_reward_model(self) -> dict[str, float]:
         """Train (or refresh) the reward model on the main process; every process then gets its weights."""

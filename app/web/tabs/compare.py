@@ -4,9 +4,9 @@ the differing keys marked."""
 import gradio as gr
 
 from app.service import api
+from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
 from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, compare_figure
 from app.web.views.run import config_diff_html
-from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
 from grpo_engine.report.recorder import METRICS, RM_METRICS
 
 PICK_RUNS = '<div class="compare-empty">Pick runs to compare: their curves and configs show here.</div>'

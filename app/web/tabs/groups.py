@@ -9,11 +9,11 @@ gradient chart stays shown while a running run records new steps, until the slid
 import gradio as gr
 
 from app.service import api
-from app.web.views.run import groups_frame
 from app.service.health import zero_spread_cause
-from app.web.views.group import COLOURINGS, flat_groups, group_html, zero_spread_banner
 from app.web.tabs.groups_find import build_find, build_history, wire_find, wire_history
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
+from app.web.views.group import COLOURINGS, flat_groups, group_html, zero_spread_banner
+from app.web.views.run import groups_frame
 
 TINTS = tuple((words, key) for key, (words, _, _) in COLOURINGS.items())  # the tint picker's (label, value)
 GROUP_ORDERS = (

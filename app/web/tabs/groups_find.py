@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.service import api, diagnose_api
-from app.web.views.diagnose import mark_sample, pager_text, samples_frame
-from app.web.views.question_history import question_history_html
-from app.web.views.group import group_html
 from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
+from app.web.views.diagnose import mark_sample, pager_text, samples_frame
+from app.web.views.group import group_html
+from app.web.views.question_history import question_history_html
 
 OUTCOMES = (
     ("any", "any"),
@@ -178,7 +178,9 @@ def _search(run_id, values, page: int):
     """A page of the run's samples that pass ``values`` (FILTERS' values), or the refusal's message."""
     if run_id is None:
         return None, "Pick a run first."
-    got = attempt(diagnose_api.search_samples, run_id, **dict(zip(FILTERS, values)), page=page, page_size=PAGE_SIZE)
+    got = attempt(
+        diagnose_api.search_samples, run_id, **dict(zip(FILTERS, values, strict=True)), page=page, page_size=PAGE_SIZE
+    )
     return got.value, got.error
 
 

@@ -24,9 +24,9 @@ from app.web.launch_form import (
     section_of,
 )
 from app.web.tabs.model_field import build_model_field, wire_model_field
+from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
-from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
 from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.run_spec import FIELD_BY_NAME, FIELDS
 
@@ -152,7 +152,7 @@ def _visibility(*deciding):
     """Each key that applies only under some options: shown when it applies to the form's current values; then the
     "Test rewards" box, shown with the rewards key; then each section's "More options", shown when a key under it
     applies (never a fold that opens onto nothing)."""
-    values = dict(zip(DECIDING, deciding))
+    values = dict(zip(DECIDING, deciding, strict=True))
     return (
         [gr.update(visible=applies(key, values)) for key in APPLIES]
         + [gr.update(visible=applies("rewards", values))]
@@ -166,7 +166,10 @@ LIST_EXAMPLES = {"report_to": "tensorboard, mlflow"}  # the other list keys' pla
 
 def form_values(values: list) -> list:
     """Run-spec values (in FIELDS order) as the form's inputs hold them: a list as its JSON text."""
-    return [json.dumps(list(v)) if f.type is list and not isinstance(v, str) else v for f, v in zip(FIELDS, values)]
+    return [
+        json.dumps(list(v)) if f.type is list and not isinstance(v, str) else v
+        for f, v in zip(FIELDS, values, strict=True)
+    ]
 
 
 def _field_input(field):
@@ -200,7 +203,7 @@ def _field_input(field):
 def _launch(*values):
     """Launch the form's run spec; on success open the Run tab on it (both run pickers), else say why not, mark
     the field the refusal names and open its section."""
-    spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
+    spec = applicable({field.name: value for field, value in zip(FIELDS, values, strict=True)})
     got = attempt(api.launch_run, spec)
     if not got.ok:
         key = got.key if got.key in FIELD_BY_NAME else None
@@ -235,7 +238,7 @@ def _launch(*values):
 
 def _test_rewards(*values):
     """The form's named rewards on the dataset's first rows (app.service.previews), as a table, or why not."""
-    spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
+    spec = applicable({field.name: value for field, value in zip(FIELDS, values, strict=True)})
     got = attempt(previews.preview_rewards, spec)
     return previews.preview_html(got.value) if got.ok else error_html(got.error)
 
@@ -243,7 +246,7 @@ def _test_rewards(*values):
 def _show_prompt(*values):
     """The dataset's first training question as the form's model reads it (app.service.previews), or why not; a
     .gguf model's first conversion is announced while it runs."""
-    spec = applicable({field.name: value for field, value in zip(FIELDS, values)})
+    spec = applicable({field.name: value for field, value in zip(FIELDS, values, strict=True)})
     notice = previews.conversion_notice(spec)
     if notice:
         yield f'<div class="hint converting">{html.escape(notice)}</div>'

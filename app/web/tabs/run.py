@@ -11,15 +11,15 @@ import re
 
 import gradio as gr
 
-from app.service import api, exports
-from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, metrics_figure, recorded_metrics
-from app.web.endpoints import call_api
-from app.service.health_metrics import training_rows
-from app.web.views.run import health_html, progress_html, rm_refresh_frame
-from app.web.views.diagnose import gradient_chart_html
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
+from app.service import api, exports
+from app.service.health_metrics import training_rows
+from app.web.endpoints import call_api
 from app.web.tabs.launch import LaunchForm, form_values
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
+from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, metrics_figure, recorded_metrics
+from app.web.views.diagnose import gradient_chart_html
+from app.web.views.run import health_html, progress_html, rm_refresh_frame
 from grpo_engine.spec.config import FIELDS
 
 NO_RUN = "<div>No run selected.</div>"

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.service import api, manage_api
-from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 from app.core.run_status import RunStatus
+from app.service import api, manage_api
 from app.web.run_picker import RunPicker
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
+from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 
 # The table's clicks, sent to the server as a click event with {run_id, action}: "manage" on a row's Manage
 # button (the Manage area then scrolls into view), "open" anywhere else in the row, or Enter on a focused row.
@@ -184,10 +184,10 @@ def _refresh_runs(seen, run_id, groups_run_id, compared, manage_id, status, sear
         single(manage_id, None),
     )
     values = (run_id, groups_run_id, compared, manage_id)
-    stale = any(m is not v for m, v in zip(moved, values))
+    stale = any(m is not v for m, v in zip(moved, values, strict=True))
     pickers = (gr.skip(),) * 4
     if choices != seen.get("choices") or stale:
-        pickers = tuple(picker(v, m) for v, m in zip(values, moved))
+        pickers = tuple(picker(v, m) for v, m in zip(values, moved, strict=True))
     return (gr.skip() if table == seen.get("table") else table, *pickers, {"table": table, "choices": choices})
 
 

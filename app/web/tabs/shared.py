@@ -24,10 +24,10 @@ from typing import Any, Callable
 import gradio as gr
 
 from app.core import auth
+from app.core.run_status import ACTIVE_STATUSES
 from app.service import api
 from app.web.run_picker import RunPicker
 from app.web.views.diagnose import CHART_CLICK_JS
-from app.core.run_status import ACTIVE_STATUSES
 
 REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
 IDLE_REFRESH_SECONDS = 10.0  # its period while none is: a run launched elsewhere shows within this

@@ -248,7 +248,7 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
     )
     steps_recorded = len({m["step"] for m in metrics})
     legends = {}
-    for i, (title, keys) in enumerate(panels):
+    for i, (_title, keys) in enumerate(panels):
         row, col = i // 2 + 1, i % 2 + 1
         legend = "legend" if i == 0 else f"legend{i + 1}"
         for k, key in enumerate(keys):

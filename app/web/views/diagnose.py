@@ -152,7 +152,7 @@ def _zero_spread_line(bins: list[dict], top: float) -> list[str]:
     points = [(LEFT + slot * (i + 0.5), TOP + plot_h * (1 - b["zero_spread"] / top)) for i, b in enumerate(bins)]
     out = [f'<polyline class="zero-line" points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>']
     radius = 3.5 if len(bins) <= 60 else 2.0
-    for (x, y), b in zip(points, bins):
+    for (x, y), b in zip(points, bins, strict=True):
         tip = f"{_steps_text(b)}: {_number(b['zero_spread'])} groups with zero reward spread"
         out.append(
             f'<circle data-step="{b["step"]}" data-step-end="{b["step_end"]}" '

@@ -246,7 +246,7 @@ def _tints(samples: list[dict], colour: str) -> list[list | None]:
     top = max((v for vs in values if vs for v in vs), default=0.0)
     return [
         [(0.0, rgb)] * len(s["advantages"]) if vs is None else [((v / top) if top > 0 else 0.0, rgb) for v in vs]
-        for s, vs in zip(samples, values)
+        for s, vs in zip(samples, values, strict=True)
     ]  # a sample without the quantity stays clear
 
 
@@ -301,10 +301,10 @@ def group_html(group: dict, colour: str = "advantage") -> str:
         _legend(samples, colour, scale),
         f'</div><div class="samples{" process" if process else ""}">',
     ]
-    for i, (sample, steps, tint) in enumerate(zip(samples, steps_of, tints)):
+    for i, (sample, steps, tint) in enumerate(zip(samples, steps_of, tints, strict=True)):
         end_at = {t: k for k, t in enumerate(sample.get("step_end_indices") or [])}
         spans = []
-        for t, (token, adv) in enumerate(zip(sample["tokens"], sample["advantages"])):
+        for t, (token, adv) in enumerate(zip(sample["tokens"], sample["advantages"], strict=True)):
             spans.append(
                 token_span(
                     token, adv, scale, sample_detail(sample, t), tint[t] if tint is not None and t < len(tint) else None

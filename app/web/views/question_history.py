@@ -40,7 +40,7 @@ def share_line_svg(groups: list[dict]) -> str:
     marks = "".join(
         f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" class="share-dot" data-step="{s}">'
         f"<title>step {s}: {_share(share)} right</title></circle>"
-        for (x, y), (s, share) in zip(xy, points)
+        for (x, y), (s, share) in zip(xy, points, strict=True)
     )
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
     ticks = (

@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 from datetime import datetime, timezone
 
-from app.web.views.run import duration_text, parse_time
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
 from app.service.datasets import uploaded_name
+from app.web.views.run import duration_text, parse_time
 
 STATUS_FILTERS = (
     ("All runs", "all"),
@@ -123,7 +123,8 @@ def _row(run: dict, now: datetime, selected: int | None) -> str:
         "Manage</button>",
     ]
     tds = "".join(
-        f'<td class="{"num" if c in NUMERIC else ""} col-{_slug(c)}">{cell}</td>' for c, cell in zip(COLUMNS, cells)
+        f'<td class="{"num" if c in NUMERIC else ""} col-{_slug(c)}">{cell}</td>'
+        for c, cell in zip(COLUMNS, cells, strict=True)
     )
     classes = " ".join(
         ["run-row", run["status"]]
