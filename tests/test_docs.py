@@ -87,3 +87,27 @@ def test_every_relative_link_in_the_readme_and_the_docs_resolves():
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+# a module of the product named in ARCHITECTURE.md, as a path (app/web/ui.py) or dotted (app.service.api.launch_run)
+MODULE_REF = re.compile(r"\b((?:app|grpo_engine|workers|grpo_dashboard|tests|bench)(?:[./][A-Za-z_][A-Za-z_0-9]*)+)")
+
+
+def _resolves(ref: str) -> bool:
+    """Whether ``ref`` names a module or folder that exists, followed by at most two names inside it (a function, a
+    class's method): app.service.api.launch_run, app/web/static/runs.css, grpo_engine/spec/keys/."""
+    parts = re.split(r"[./]", ref)
+    if parts[-1] in ("py", "css", "md", "json", "png"):
+        parts = parts[:-1]
+    for k in range(len(parts), 0, -1):
+        path = ROOT.joinpath(*parts[:k])
+        if path.with_suffix(".py").is_file() or (k == len(parts) and path.exists()):
+            return k >= len(parts) - 2
+    return False
+
+
+def test_every_module_architecture_md_names_exists():
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    refs = {m.group(1).rstrip(".") for m in MODULE_REF.finditer(text)}
+    assert len(refs) > 50  # the table and the prose are read
+    assert [ref for ref in sorted(refs) if not _resolves(ref)] == []
