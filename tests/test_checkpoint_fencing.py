@@ -108,6 +108,16 @@ def test_an_orphaned_save_never_lands_where_a_resumption_reads_or_writes(grpo_ca
     assert not [p for p in run_dir.iterdir() if p.name != "final"]  # every attempt's directory cleared
 
 
+def test_checkpoints_saved_before_attempts_had_directories_are_resumed_from(tmp_path):
+    """A run saved as <run dir>/step-<n> (before this layout) resumes from its newest checkpoint after an upgrade."""
+    run_dir = tmp_path / "run"
+    for step in (2, 4):
+        (run_dir / f"step-{step:08d}").mkdir(parents=True)
+        (run_dir / f"step-{step:08d}" / "state.json").write_text("{}")
+    assert checkpoint.begin_attempt(run_dir).name == "attempt-000001"
+    assert checkpoint.latest(run_dir) == (4, run_dir / "sealed-000000" / "step-00000004")
+
+
 def test_a_directory_made_again_by_an_orphan_is_never_resumed_from(tmp_path):
     """An orphan that starts a save after its attempt was sealed makes its old directory again: the next attempt
     deletes it unread, and keeps the sealed checkpoint it resumes from."""

@@ -138,8 +138,14 @@ def begin_attempt(run_dir: Path) -> Path:
     Only the latest attempt's directory can be a live one to seal: an ``attempt-<k>`` below the newest number seen
     was made again by a process of attempt k after a later attempt sealed it (or began), and is deleted. Sealed
     directories other than the one holding the newest complete checkpoint, which the new attempt resumes from,
-    are deleted. Called by one process of the run (the main one), which holds the run's lease."""
+    are deleted. Checkpoints at the top of ``run_dir`` (saved before attempts had directories) are sealed as attempt
+    0 first. Called by one process of the run (the main one), which holds the run's lease."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    legacy = _complete(run_dir)  # step directories at the top: a run saved by a version before attempts
+    if legacy:
+        (run_dir / "sealed-000000").mkdir(exist_ok=True)
+        for _, path in legacy:
+            path.rename(run_dir / "sealed-000000" / path.name)
     found = _attempts(run_dir)
     newest = max((number for number, _, _ in found), default=0)
     for number, kind, path in found:
