@@ -84,7 +84,7 @@ def test_the_header_shows_the_latest_key_numbers_in_one_line():
     assert line.startswith("latest, step 2: ")
     assert '<span data-key="reward_mean">reward_mean <b>0.625</b></span>' in line
     assert '<span data-key="kl">kl <b>0.00311</b></span>' in line
-    assert 'eval/accuracy <b>0.25</b> <span class="at">(step 0)</span>' in line  # older than the newest row
+    assert 'eval/accuracy (strict) <b>0.25</b> <span class="at">(step 0)</span>' in line  # older; the rule that read it
     assert line.index("reward_mean") < line.index("correct_frac") < line.index("eval/accuracy") < line.index("kl")
     assert "key-numbers" not in progress_html(RUNNING, NOW, [])
 

@@ -13,6 +13,7 @@ from app import store
 from app.store.db import session_scope, upgrade_database
 from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.spec.config import validate_spec
+from grpo_engine.train import checkpoint
 from grpo_engine.train.trainer import train
 
 # a reward model whose first training samples 50,000 + 12,500 outputs, 8 at a time: many minutes unless stopped
@@ -55,7 +56,8 @@ def test_a_stop_inside_the_reward_models_sampling_ends_the_run_at_once(grpo_cach
     assert result["status"] == status and result["step"] == 0 and recorder.asked == 3
     assert any(f"{status} during the reward model's work at step 0" in m for m in recorder.messages)
     assert recorder.metrics == []  # step 0 was never recorded
-    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())  # no half-done checkpoint
+    assert checkpoint.step_dirs(tmp_path / "ckpt") == []  # no checkpoint, not even a half-done one
+    assert not [p for p in (tmp_path / "ckpt").rglob("*") if p.name.startswith(".tmp-step-")]
 
 
 def test_a_cancel_in_the_store_stops_a_worker_in_the_reward_models_work(grpo_cache_dir, tmp_path, monkeypatch):
