@@ -9,8 +9,6 @@ from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, compare_figure
 from app.web.views.run import config_diff_html
 from grpo_engine.report.recorder import METRICS, RM_METRICS
 
-PICK_RUNS = '<div class="compare-empty">Pick runs to compare: their curves and configs show here.</div>'
-
 
 def build_compare_tab(shared: Shared) -> None:
     """The tab and its listener: picking runs or metrics redraws the curves and the configs."""
@@ -27,8 +25,8 @@ def build_compare_tab(shared: Shared) -> None:
         smoothing = gr.Slider(
             0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing", info=SMOOTHING_INFO, elem_id="compare-smoothing"
         )
-        compare_plot = gr.Plot(label="Curves", elem_id="compare-charts", visible=False)  # shown once runs are picked
-        compare_config = gr.HTML(PICK_RUNS, elem_id="compare-config")
+        compare_plot = gr.Plot(label="Curves", elem_id="compare-charts")
+        compare_config = gr.HTML(elem_id="compare-config")
 
     inputs = [shared.compare_select, compare_metrics, smoothing]
     for component in (shared.compare_select, compare_metrics, smoothing):
@@ -36,11 +34,10 @@ def build_compare_tab(shared: Shared) -> None:
 
 
 def _show_compare(run_ids, metric_keys, smoothing):
-    """The picked runs' curves (one panel per metric, smoothed by ``smoothing``) and their configs; no chart frame
-    at all before a run is picked, or when the runs cannot be read."""
+    """The picked runs' curves (one panel per metric, smoothed by ``smoothing``) and their configs."""
     if not run_ids:
-        return gr.Plot(value=None, visible=False), PICK_RUNS
+        return None, "<div>Pick runs to compare.</div>"
     got = attempt(api.compare_runs, run_ids)
     if not got.ok:
-        return gr.Plot(value=None, visible=False), error_html(got.error, "run-error")
-    return gr.Plot(compare_figure(got.value, metric_keys, smoothing), visible=True), config_diff_html(got.value)
+        return None, error_html(got.error, "run-error")
+    return compare_figure(got.value, metric_keys, smoothing), config_diff_html(got.value)
