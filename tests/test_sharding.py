@@ -29,6 +29,7 @@ from app.store.db import session_scope
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.spec.spec_values import SpecError
 from tests.test_distributed import COMPARED, _create, _metrics, pause_after_step, store_url  # noqa: F401  (store_url: the fixture)
+from tests.tiny_models import write_tiny_model
 from workers.runner import execute_run
 
 SPEC = {
@@ -154,3 +155,37 @@ def test_a_sharded_run_on_two_gpus_trains_in_bf16_and_matches_its_metrics_shape(
     assert [m["step"] for m in metrics] == list(range(SPEC["steps_per_iteration"] + 1))
     assert any("peak GPU memory per process while training" in line for line in logs), logs
     assert (tmp_path / "checkpoints" / f"run-{run_id}" / "final" / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_only_the_main_process_reads_the_whole_model(store_url, tmp_path):  # noqa: F811
+    """A sharded run's second process builds the model on the meta device and receives only its shards from the main
+    process: at the end of loading its peak resident memory is below the main process's (which held the whole policy
+    and the whole reference) by at least half the model's fp32 size. Read from both processes whole, it would be about
+    the same. The model is a Llama of about 100M parameters (400 MB in fp32), so that the difference stands far
+    above what else the two processes hold differently (the main one records to the store)."""
+    model = write_tiny_model(
+        tmp_path / "models" / "wide-llama", "llama", hidden_size=1024, intermediate_size=4096, num_hidden_layers=6
+    )
+    fp32_bytes = (model / "model.safetensors").stat().st_size
+    assert fp32_bytes > 300e6
+    spec = {
+        **SPEC,
+        "model": str(model),
+        "sharding": "fsdp",
+        "steps_per_iteration": 1,
+        "iterations": 1,
+        "batch_size": 2,
+        "group_size": 2,
+        "max_new_tokens": 4,
+        "eval_every": 0,
+        "checkpoint_every": 0,
+        "policy_updates_per_batch": 1,
+    }
+    run_id = _create(store_url, spec)
+    assert execute_run(run_id) == "completed"
+    with session_scope(store_url) as s:
+        logs = store.get_logs(s, run_id, 200)
+    line = next(line for line in logs if "peak resident memory per process while loading" in line)
+    main, other = (float(x.split()[0]) * 1e9 for x in line.split(": ", 1)[1].split(", "))
+    assert main - other > 0.5 * fp32_bytes, line

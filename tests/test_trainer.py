@@ -18,7 +18,7 @@ from grpo_engine.rewards.rewards import final_answer, outcome_reward
 from grpo_engine.rollout.tokenization import step_boundaries
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.evaluation import eval_scores
-from grpo_engine.train.loading import cpu_bf16_is_fast
+from grpo_engine.train.placement import cpu_bf16_is_fast
 from grpo_engine.train.trainer import train
 
 BASE = dict(steps_per_iteration=3, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)

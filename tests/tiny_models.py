@@ -32,8 +32,9 @@ CHAT = {
 }
 
 
-def write_tiny_model(out_dir: Path, arch: str, seed: int = 0) -> Path:
-    """A ~0.2M-parameter causal LM of ``arch`` ('llama' or 'qwen2') with its tokenizer, saved in safetensors."""
+def write_tiny_model(out_dir: Path, arch: str, seed: int = 0, **sizes) -> Path:
+    """A ~0.2M-parameter causal LM of ``arch`` ('llama' or 'qwen2') with its tokenizer, saved in safetensors.
+    ``sizes``: config values over the tiny ones (hidden_size, num_hidden_layers, ...), for a bigger model."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
@@ -59,6 +60,7 @@ def write_tiny_model(out_dir: Path, arch: str, seed: int = 0) -> Path:
         bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=arch == "qwen2",
     )
+    size.update(sizes)
     config = LlamaConfig(**size) if arch == "llama" else Qwen2Config(**size)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)

@@ -96,7 +96,9 @@ def on_cpu(spec: RunSpec) -> bool:
     A GPU run needs one GPU per process (ValueError naming ``devices`` otherwise)."""
     import torch
 
-    from grpo_engine.train.loading import run_device  # the single-process rule: cpu, gpu (refused without one) or auto
+    from grpo_engine.train.placement import (
+        run_device,
+    )  # the single-process rule: cpu, gpu (refused without one) or auto
 
     if run_device(spec.device) == "cpu" or not torch.cuda.is_available():
         return True

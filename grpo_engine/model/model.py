@@ -22,6 +22,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
@@ -201,11 +202,14 @@ def resolve_model_path(model: str, cache_dir: Path, log=print, progress=no_progr
     return model
 
 
-def load_causal_lm(path: str, what: str = "model"):
+def load_causal_lm(path: str, what: str = "model", on_meta: bool = False):
     """(causal LM, tokenizer) from a local directory or a Hugging Face id, safetensors weights only.
 
-    The weights are loaded in fp32 whatever dtype the checkpoint has. A missing local path or an unloadable
-    id raises FileNotFoundError naming ``what`` and the path; a tokenizer without a pad token uses EOS.
+    The weights are loaded in fp32 whatever dtype the checkpoint has. ``on_meta``: no weights are read, the model is
+    its architecture on the meta device (no memory: every tensor a shape without storage), with the generation
+    config (its end tokens) from_pretrained would read; a run's processes besides the main one start so, their
+    weights sent by the main process (grpo_engine.train.loading.load_policy_once). A missing local path or an
+    unloadable id raises FileNotFoundError naming ``what`` and the path; a tokenizer without a pad token uses EOS.
     """
     if is_local_path(path) and not Path(path).expanduser().exists():
         raise FileNotFoundError(f"{what} path {path!r} does not exist")
@@ -213,12 +217,27 @@ def load_causal_lm(path: str, what: str = "model"):
         tokenizer = AutoTokenizer.from_pretrained(path)
         # fp32 whatever the checkpoint's dtype (instruct models ship bf16, which transformers 5 would keep):
         # AdamW's small updates vanish in bf16 weights; autocast runs the forward passes in bf16 instead
-        lm = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **{DTYPE_KEYWORD: torch.float32})
+        lm = _architecture(path) if on_meta else _from_pretrained(path)
     except OSError as exc:
         raise FileNotFoundError(f"could not load {what} {path!r}: {str(exc).splitlines()[0]}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return lm, tokenizer
+
+
+def _from_pretrained(path: str):
+    return AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **{DTYPE_KEYWORD: torch.float32})
+
+
+def _architecture(path: str):
+    """The causal LM at ``path`` built from its config on the meta device, in fp32, with its generation config."""
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), **{DTYPE_KEYWORD: torch.float32})
+    try:
+        lm.generation_config = GenerationConfig.from_pretrained(path)
+    except OSError:  # none saved: from_pretrained derives it from the config, as from_config did
+        pass
+    return lm
 
 
 def source_dtype(model: str, cache_dir: Path) -> str:
@@ -251,11 +270,15 @@ def disable_dropout(model) -> None:
                 setattr(module, name, 0.0)
 
 
-def load_policy(model: str, cache_dir: Path, device: torch.device, log=print, progress=no_progress, phase=None):
-    """(model, tokenizer) for a preset, a local directory, a .gguf file or a Hugging Face id.
+def load_policy(
+    model: str, cache_dir: Path, device: torch.device, log=print, progress=no_progress, phase=None, on_meta=False
+):
+    """(model, tokenizer) for a preset, a local directory, a .gguf file or a Hugging Face id, the model on ``device``
+    (``on_meta``: on the meta device, without weights; see load_causal_lm).
 
     The tokenizer pads on the left (batched generation). ``progress`` and ``phase``: see resolve_model_path.
     """
-    policy, tokenizer = load_causal_lm(resolve_model_path(model, cache_dir, log=log, progress=progress, phase=phase))
+    path = resolve_model_path(model, cache_dir, log=log, progress=progress, phase=phase)
+    policy, tokenizer = load_causal_lm(path, on_meta=on_meta)
     tokenizer.padding_side = "left"
-    return policy.to(device), tokenizer
+    return (policy if on_meta else policy.to(device)), tokenizer

@@ -34,7 +34,7 @@ class Learner:
 
     spec: RunSpec
     accelerator: Any
-    scoring_bf16: bool  # loading.Precision: the log-prob passes and the update under bf16 autocast
+    scoring_bf16: bool  # placement.Precision: the log-prob passes and the update under bf16 autocast
     procs: Processes
     policy: Any
     optimizer: torch.optim.Optimizer

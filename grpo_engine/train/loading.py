@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,97 +28,8 @@ from grpo_engine.spec.memory import estimate_memory, memory_limit, too_big_messa
 from grpo_engine.spec.spec_values import decode_delimiter
 from grpo_engine.train.learner import Learner
 from grpo_engine.train.parallel import Processes
+from grpo_engine.train.placement import make_accelerator, run_device
 from grpo_engine.train.sharding import full_state_dict, shard
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Where a run's forward passes use bf16 autocast.
-
-    ``accelerate``: Accelerate's ``mixed_precision`` ("bf16" or "no"); "bf16" autocasts every forward of the
-    prepared policy, sampling included. ``scoring_bf16``: the log-prob passes and the update (pi_old, pi_ref,
-    pi_theta, the learned reward model) run under bf16 autocast (``Learner.autocast``), and the frozen reference
-    and reward-model prior are kept in bf16. On a CPU the sampler stays fp32 even then: token-by-token decoding
-    re-casts every fp32 weight at each token under autocast, and measured slower in bf16 than in fp32.
-    """
-
-    accelerate: str
-    scoring_bf16: bool
-
-    def describe(self) -> str:
-        if self.accelerate == "bf16":
-            return "bf16 mixed precision"
-        return "bf16 autocast for scoring and the update, fp32 sampling" if self.scoring_bf16 else "fp32"
-
-
-def resolve_precision(precision: str, device_type: str, bf16_fast: bool) -> Precision:
-    """The Precision of a run-spec ``precision`` on a device. ``bf16_fast``: on CUDA, the GPU supports bf16; on
-    the CPU, it has bf16 matrix instructions (``cpu_bf16_is_fast``).
-
-    fp32 -> no autocast. auto -> on CUDA, bf16 everywhere where supported; on the CPU, bf16 for scoring and
-    the update where the CPU has bf16 instructions (AVX-512 BF16 or AMX: there a 2048x2048 bf16 matmul measured
-    2.2x fp32's speed, and on SmolLM2-135M the log-prob passes 2.4x and the update 1.35x; without them bf16 is
-    emulated, and the same matmul measured 3x slower than fp32), fp32 otherwise. bf16 -> bf16 whatever the CPU;
-    a CUDA device without bf16 support refuses it (ValueError naming the key).
-    """
-    if precision == "fp32":
-        return Precision("no", False)
-    if precision not in ("auto", "bf16"):
-        raise ValueError(f"precision: unknown value {precision!r}")
-    if device_type == "cuda":
-        if precision == "bf16" and not bf16_fast:
-            raise ValueError("precision: this GPU does not support bf16; use 'fp32' or 'auto'")
-        return Precision("bf16", True) if bf16_fast else Precision("no", False)
-    return Precision("no", precision == "bf16" or bf16_fast)
-
-
-def cpu_bf16_is_fast(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU multiplies bf16 matrices natively: its flags (Linux /proc/cpuinfo, or ``cpuinfo``'s
-    text) list avx512_bf16 (AMD Zen 4 and later, Intel Cooper Lake) or amx_bf16 (Intel Sapphire Rapids and
-    later). False where they cannot be read."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def make_accelerator(device: str | None, precision: str):
-    """The run's Accelerator and Precision: the Accelerator places the models (and, with bf16 on a GPU, runs
-    the prepared policy's forwards under autocast).
-
-    ``device``: None picks what Accelerate sees (a GPU when there is one), "cpu" forces the CPU.
-    One worker process runs many jobs one after another, each with its own precision, so the
-    process-wide Accelerate state left by an earlier job is cleared first (unless this process is
-    part of a distributed launch).
-    """
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-
-    cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
-    if device not in (None, "cpu") and not str(device).startswith("cuda"):
-        raise ValueError(f"device must be None, 'cpu' or 'cuda', got {device!r}")
-    if not (PartialState._shared_state and PartialState().use_distributed):
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
-    plan = resolve_precision(
-        precision, "cpu" if cpu else "cuda", cpu_bf16_is_fast() if cpu else torch.cuda.is_bf16_supported()
-    )
-    return Accelerator(cpu=cpu, mixed_precision=plan.accelerate), plan
-
-
-def run_device(spec_device: str, device: str | None = None) -> str | None:
-    """The device a run trains on: ``device`` when given (tests force "cpu"), else by the spec's
-    ``device`` key: "cpu", "gpu" (refused on a machine without CUDA) or "auto" (None: a GPU if any)."""
-    if device is not None:
-        return device
-    if spec_device == "cpu":
-        return "cpu"
-    if spec_device == "gpu" and not torch.cuda.is_available():
-        raise ValueError("device: the run asks for 'gpu' but this worker has no CUDA GPU")
-    return None
 
 
 def make_optimizer(params: list[torch.nn.Parameter], spec: RunSpec) -> torch.optim.Optimizer:
@@ -240,12 +150,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
             }:
                 resolve_model_path(name, cache_dir, log=recorder.log, progress=building, phase=recorder.phase)
         procs.barrier()
-    # a sharded run loads the whole model into the CPU's memory, and shard() moves each layer's share to the device:
-    # a model bigger than one GPU never sits whole on one
-    load_dev = torch.device("cpu") if spec.sharding == "fsdp" else dev
-    policy, tokenizer = load_policy(
-        spec.model, cache_dir, load_dev, log=recorder.log, progress=building, phase=recorder.phase
-    )
+    policy, tokenizer = load_policy_once(spec, cache_dir, dev, procs, recorder, building)
     check()
     # the run's random stream starts here, once the policy is in memory however it came (built now, converted, read
     # from the cache): LoRA's first adapter and every sample after draw from the spec's seed alone
@@ -278,8 +183,8 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
             f"sharding the policy{' and the reference' if reference is not None else ''} across {procs.n} processes (FSDP2)"
         )
         sampling_bf16 = precision.accelerate == "bf16"
-        policy = shard(policy, dev, procs.n, sampling_bf16)
-        reference = shard(reference, dev, procs.n, sampling_bf16) if reference is not None else None
+        policy = shard(policy, dev, procs.n, sampling_bf16, from_main=True)
+        reference = shard(reference, dev, procs.n, sampling_bf16, from_main=True) if reference is not None else None
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, spec)
     if spec.sharding != "fsdp":
@@ -304,6 +209,35 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     check()
     rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16, check) if spec.reward == "model" else None
     return learner, train_set, heldout, rm_state
+
+
+def load_policy_once(
+    spec: RunSpec, cache_dir: Path, dev: torch.device, procs: Processes, recorder: Recorder, building
+) -> tuple:
+    """The run's (policy, tokenizer), its weights read from disk once per machine: by the one process of a run, or
+    by the main process of a run with several. The others build the architecture on the meta device (no memory)
+    and get their weights from the main process: a data-parallel run's each a whole copy, broadcast here onto its
+    device; a sharded run's only their shards, sent when the policy is sharded (``shard(..., from_main=True)``),
+    so that no process but the main one ever holds the whole model in the CPU's memory (8 processes of a 7B
+    model would otherwise hold 8 x 30 GB at once). A sharded run's main process loads into the CPU's memory and
+    shard() moves each layer's share to the device: a model bigger than one GPU never sits whole on one."""
+    sharded = spec.sharding == "fsdp"
+    on_meta = procs.n > 1 and not procs.main
+    policy, tokenizer = load_policy(
+        spec.model,
+        cache_dir,
+        torch.device("cpu") if sharded else dev,
+        log=recorder.log,
+        progress=building,
+        phase=recorder.phase,
+        on_meta=on_meta,
+    )
+    if procs.n > 1 and not sharded:
+        if on_meta:
+            policy.to_empty(device=dev)  # storage without values, then the main process's values
+            policy.tie_weights()  # to_empty gives each module its own tensor: tied embeddings are one again
+        procs.broadcast_module(policy)
+    return policy, tokenizer
 
 
 def load_completer(

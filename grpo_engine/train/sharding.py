@@ -12,7 +12,7 @@ as every other; a sampler that stops when its own outputs have ended would hang 
 decodes inside :func:`gathered`: the parameters are all-gathered once, kept for the phase's forwards (which then make
 no collective call, so each process decodes as far as its own outputs need) and freed after. They are gathered in the
 sampling dtype: bf16 on a GPU with bf16 (the MixedPrecisionPolicy below), so no process holds a full fp32 copy; fp32
-on the CPU, which samples in fp32 (faster there, see loading.Precision).
+on the CPU, which samples in fp32 (faster there, see placement.Precision).
 
 Checkpoints: the sharded policy, optimizer and reference through torch's distributed checkpoint API (each process
 writes its shards, :func:`save_sharded` / :func:`load_sharded`); the final policy is gathered onto the main process
@@ -45,25 +45,44 @@ def decoder_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     return blocks
 
 
-def shard(model: torch.nn.Module, device: torch.device, processes: int, bf16_params: bool) -> torch.nn.Module:
+def shard(
+    model: torch.nn.Module, device: torch.device, processes: int, bf16_params: bool, from_main: bool = False
+) -> torch.nn.Module:
     """``model`` fully sharded in place across the ``processes`` of the run (the default process group, which
     Accelerate started): each decoder block, then the root, each unit's share moved to ``device`` as it is sharded
     (a model loaded into the CPU's memory is never whole on the GPU). ``bf16_params``: forwards and backwards run on bf16
     copies of the gathered parameters, gradients reduced in fp32 (a GPU run in bf16 mixed precision); the shards, the
-    gradients' and the optimizer's stay fp32. The parameters are gathered and freed once here, outside inference
-    mode, so that the buffers they are gathered into are ordinary tensors (a sampler's inference-mode forward
-    would otherwise create them, and the update could not write them)."""
+    gradients' and the optimizer's stay fp32. ``from_main``: only the main process holds the weights, the others'
+    ``model`` is on the meta device (loading.load_policy_once); it is sharded there, given storage, and each
+    process's shards are filled from the main process's whole tensors, one tensor at a time, with the buffers
+    (rotary embeddings' frequencies, which no state dict holds). Each unit's parameters are gathered and freed once
+    here, one unit at a time (never the whole model at once), outside inference mode, so that the buffers they are
+    gathered into are ordinary tensors (a sampler's inference-mode forward would otherwise create them, and the
+    update could not write them)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    on_meta = any(p.is_meta for p in model.parameters())
+    whole = model.state_dict() if from_main and not on_meta else {}  # the main process's tensors, kept until sent
     mesh = init_device_mesh(device.type, (processes,))
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16_params else None
     kwargs = {"mesh": mesh, **({"mp_policy": policy} if policy is not None else {})}
     for block in decoder_blocks(model):
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
-    with gathered(model):
-        pass
+    if from_main:
+        if on_meta:
+            model.to_empty(device=device)
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, whole, options=options)
+        del whole
+        with torch.no_grad():
+            for buffer in model.buffers():
+                torch.distributed.broadcast(buffer, src=0)
+    for unit in fsdp_modules(model):
+        unit.unshard()
+        unit.reshard()
     return model
 
 

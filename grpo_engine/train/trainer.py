@@ -98,6 +98,7 @@ def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -
     )
     recorder.resume(run.step)
     recorder.start(spec.total_steps)
+    run.log_peak_memory("loading", torch.device("cpu"))  # each process's host memory since it started
     reset_peak_memory(run.learner.dev)  # the peak logged at the end is training's, not loading's
     try:
         if run.step == 0:
@@ -274,16 +275,20 @@ class TrainingRun:
         )
         return {"status": status, "step": self.saved_step if status == TrainStatus.PAUSED else self.step, "metrics": {}}
 
+    def log_peak_memory(self, phase: str, device: torch.device) -> None:
+        """Every process calls it: with several, the main one logs each one's peak memory on ``device``
+        (parallel.peak_memory: on the CPU, the peak resident set)."""
+        if self.procs.n == 1:
+            return
+        peaks = self.procs.gather([peak_memory(device)])
+        where = "GPU memory" if device.type == "cuda" else "resident memory"
+        self.recorder.log(f"peak {where} per process while {phase}: " + ", ".join(f"{p / 1e9:.2f} GB" for p in peaks))
+
     def finish(self) -> dict:
         """Save the trained policy for download (step checkpoints are no longer needed) and end the run."""
         self.recorder.log(f"finished {self.step} steps")
         learner = self.learner
-        if self.procs.n > 1:
-            peaks = self.procs.gather([peak_memory(learner.dev)])
-            where = "GPU memory" if learner.dev.type == "cuda" else "resident memory"
-            self.recorder.log(
-                f"peak {where} per process while training: " + ", ".join(f"{p / 1e9:.2f} GB" for p in peaks)
-            )
+        self.log_peak_memory("training", learner.dev)
         # a sharded policy is gathered whole onto the main process (every process takes part) and saved from there
         weights = full_state_dict(learner.unwrapped()) if self.checkpoint_dir is not None and learner.sharded else None
         if self.checkpoint_dir is not None and self.procs.main:
