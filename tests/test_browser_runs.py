@@ -304,7 +304,9 @@ def test_a_short_runs_badge_says_too_few_steps_and_a_cut_output_is_marked(tmp_pa
 def test_compare_keeps_its_full_width_after_a_compared_run_is_deleted(tmp_path):
     """Three runs compared; the newest is deleted from the Runs tab, which redraws the Compare chart while its tab
     is hidden; back on Compare, the chart fills its box (not plotly's default 700 px), at 1600 x 1000, and its
-    config table says the configs are the same (screenshot compare-after-delete.png)."""
+    config table says the configs are the same (screenshot compare-after-delete.png). Before any run is picked, the tab
+    says to pick runs and draws no empty chart frame, at 1280 and 1600 px (compare-empty-<width>.png). A row's Manage
+    opens the Manage area, drawn folded with the tab, on that run."""
     env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
     upgrade_database(env["GRPO_DATABASE_URL"])
     _seed_two_runs_with_groups(env["GRPO_DATABASE_URL"], steps=20)
@@ -313,6 +315,11 @@ def test_compare_keeps_its_full_width_after_a_compared_run_is_deleted(tmp_path):
     with running_server(tmp_path, env) as (url, _, _), browser_page(1600, 1000) as page:
         page.goto(url)
         page.locator("#tab-compare-button").click()
+        for width, height in ((1280, 900), (1600, 1000)):  # no runs picked: what to do, and no empty chart frame
+            page.set_viewport_size({"width": width, "height": height})
+            expect(page.locator("#compare-config")).to_have_text("Pick runs to compare.")
+            expect(page.locator("#compare-charts")).to_be_hidden()
+            page.screenshot(path=str(ROOT / "test-artifacts" / f"compare-empty-{width}.png"))
         for run_id in (1, 2, newest):
             page.locator("#compare-runs input").first.click()
             page.get_by_role("option", name=re.compile(rf"^#{run_id} ")).click()
@@ -322,7 +329,10 @@ def test_compare_keeps_its_full_width_after_a_compared_run_is_deleted(tmp_path):
         assert drawn > 0.9 * box > 1000
 
         page.locator("#tab-runs-button").click()
+        expect(page.locator("#manage-name")).to_have_count(1)  # the Manage area is drawn with its tab, folded
+        expect(page.locator("#manage-name")).to_be_hidden()
         page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
+        expect(page.locator("#manage-run input")).to_have_value(re.compile(rf"^#{newest} "))  # opened on its run
         page.locator("#manage-delete").click()
         page.locator("#manage-confirm-delete").click()
         expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest}")

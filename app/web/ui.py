@@ -62,6 +62,7 @@ HEAD_JS = """<script>(() => {
   window.grpoEndStrayTimers = () => { endUntil = performance.now() + 100; };
 })();</script>"""
 # Run on opening the page:
+# - a fold's head (app.web.tabs.shared.fold) opens and closes it; grpoOpenFold(element) opens the fold around one.
 # - the Run tab's log (#run-log) stays scrolled to its newest line unless the reader scrolled up; scrolled back to
 #   the bottom, or shown another run's log, it follows again. Checked every 250 ms, which also catches the log
 #   growing while its tab was hidden.
@@ -72,6 +73,11 @@ HEAD_JS = """<script>(() => {
 # - a chart drawn while its tab was hidden (a tick, a deleted run leaving the Compare picker) is drawn at plotly's
 #   default 700 px: each plotly chart is resized to its place whenever its size changes, as when its tab shows.
 DASHBOARD_JS = """() => {
+  window.grpoOpenFold = (el) => el?.closest('.fold')?.querySelector('.fold-toggle')?.setAttribute('aria-expanded', 'true');
+  document.addEventListener('click', (e) => {
+    const head = e.target instanceof Element && e.target.closest('.fold-toggle');
+    if (head) head.setAttribute('aria-expanded', head.getAttribute('aria-expanded') === 'true' ? 'false' : 'true');
+  });
   const atBottom = (t) => t.scrollTop + t.clientHeight >= t.scrollHeight - 4;
   document.addEventListener('scroll', (e) => {
     const t = e.target;

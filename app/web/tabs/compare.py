@@ -9,6 +9,8 @@ from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, compare_figure
 from app.web.views.run import config_diff_html
 from grpo_engine.report.recorder import METRICS, RM_METRICS
 
+PICK_RUNS = '<div class="compare-note">Pick runs to compare.</div>'  # the chart's frame stays hidden until then
+
 
 def build_compare_tab(shared: Shared) -> None:
     """The tab and its listener: picking runs or metrics redraws the curves and the configs."""
@@ -26,7 +28,7 @@ def build_compare_tab(shared: Shared) -> None:
             0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing", info=SMOOTHING_INFO, elem_id="compare-smoothing"
         )
         compare_plot = gr.Plot(label="Curves", elem_id="compare-charts")
-        compare_config = gr.HTML(elem_id="compare-config")
+        compare_config = gr.HTML(PICK_RUNS, elem_id="compare-config")
 
     inputs = [shared.compare_select, compare_metrics, smoothing]
     for component in (shared.compare_select, compare_metrics, smoothing):
@@ -36,7 +38,7 @@ def build_compare_tab(shared: Shared) -> None:
 def _show_compare(run_ids, metric_keys, smoothing):
     """The picked runs' curves (one panel per metric, smoothed by ``smoothing``) and their configs."""
     if not run_ids:
-        return None, "<div>Pick runs to compare.</div>"
+        return None, PICK_RUNS
     got = attempt(api.compare_runs, run_ids)
     if not got.ok:
         return None, error_html(got.error, "run-error")

@@ -21,19 +21,18 @@ from app.web.launch_form import (
     applies,
     label,
     preset_values,
-    section_of,
 )
 from app.web.tabs.model_field import build_model_field, wire_model_field
-from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html
+from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html, fold
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
 from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.run_spec import FIELD_BY_NAME, FIELDS
 
 # after a refused launch: bring the field it marked into view (its section was opened)
-SHOW_INVALID = (
-    "() => { const field = document.querySelector('#tab-launch .invalid');"
-    " if (field) field.scrollIntoView({block: 'center', behavior: 'smooth'}); }"
+SHOW_INVALID = (  # after a refusal: the marked field's fold opened (if it is folded) and the field scrolled to
+    "() => { const field = document.querySelector('#tab-launch .invalid'); if (!field) return;"
+    " window.grpoOpenFold?.(field); setTimeout(() => field.scrollIntoView({block: 'center', behavior: 'smooth'}), 50); }"
 )
 
 
@@ -72,9 +71,9 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
                     with gr.Column(elem_id="test-rewards-box") as test_box:
                         test_rewards = gr.Button("Test rewards", elem_id="test-rewards", scale=0, min_width=160)
                         rewards_preview = gr.HTML(elem_id="rewards-preview")
-                with gr.Accordion("More options", open=False, elem_classes=["launch-more"]) as fold:
+                with fold("More options", elem_classes=("launch-more",)) as more:  # drawn with the tab
                     _rows(section.more, inputs)
-                folds.append(fold)
+                folds.append(more)
     form = [inputs[f.name] for f in FIELDS]
 
     launch_outputs = [
@@ -84,7 +83,6 @@ def build_launch_tab(shared: Shared) -> LaunchForm:
         shared.groups_run_select,
         shared.timer,
         *form,
-        *folds,
     ]
     launch_button.click(
         _launch,
@@ -208,10 +206,6 @@ def _launch(*values):
     if not got.ok:
         key = got.key if got.key in FIELD_BY_NAME else None
         marks = [gr.update(elem_classes=["invalid"] if f.name == key else []) for f in FIELDS]
-        folds = [
-            gr.update(open=True) if key and i == section_of(key) and key not in SECTIONS[i].essential else gr.skip()
-            for i in range(len(SECTIONS))
-        ]
         return (
             error_html(got.error, prefix="Not launched: ", data={"key": key or ""}),
             gr.skip(),
@@ -219,7 +213,6 @@ def _launch(*values):
             gr.skip(),
             gr.skip(),
             *marks,
-            *folds,
         )
     result = got.value
     runs = api.list_runs()
@@ -232,7 +225,6 @@ def _launch(*values):
         gr.Dropdown(choices=choices, value=run_id),
         gr.Timer(REFRESH_SECONDS),  # the run is queued: the page follows it at the running pace at once
         *[gr.update(elem_classes=[]) for _ in FIELDS],
-        *[gr.skip() for _ in SECTIONS],
     )
 
 

@@ -11,18 +11,21 @@ import gradio as gr
 from app.core.run_status import RunStatus
 from app.service import api, manage_api
 from app.web.run_picker import RunPicker
-from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
+from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html, fold
 from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 
 # The table's clicks, sent to the server as a click event with {run_id, action}: "manage" on a row's Manage
-# button (the Manage area then scrolls into view), "open" anywhere else in the row, or Enter on a focused row.
+# button (the Manage area then opens and scrolls into view), "open" anywhere else in the row, or Enter on a focused row.
 TABLE_JS = """
 element.addEventListener('click', (event) => {
   const row = event.target.closest('tr[data-run-id]');
   if (!row) return;
   const manage = event.target.closest('[data-manage]') !== null;
   trigger('click', {run_id: Number(row.dataset.runId), action: manage ? 'manage' : 'open'});
-  if (manage) document.getElementById('runs-manage')?.scrollIntoView({behavior: 'smooth', block: 'nearest'});
+  if (!manage) return;
+  const area = document.getElementById('runs-manage');
+  window.grpoOpenFold?.(area);
+  area?.scrollIntoView({behavior: 'smooth', block: 'nearest'});
 });
 element.addEventListener('keydown', (event) => {
   const row = event.target.closest('tr[data-run-id]');
@@ -37,7 +40,6 @@ element.addEventListener('keydown', (event) => {
 class Manage:
     """The Manage area's components."""
 
-    accordion: gr.Accordion
     select: gr.Dropdown  # the run it acts on
     name: gr.Textbox
     tags: gr.Textbox
@@ -91,7 +93,7 @@ def build_runs_tab(shared: Shared) -> None:
     table.click(
         _table_click,
         None,
-        [shared.tabs, shared.run_select, shared.groups_run_select, manage.select, manage.accordion],
+        [shared.tabs, shared.run_select, shared.groups_run_select, manage.select],
         concurrency_id="runs-refresh",
         **PRIVATE,
     )
@@ -101,7 +103,7 @@ def build_runs_tab(shared: Shared) -> None:
 def _build_manage() -> Manage:
     """The Manage area (closed until a run is picked): the run, its name, tags and notes, Save, Archive and
     Delete, the delete confirmation and a message line."""
-    with gr.Accordion("Manage a run", open=False, elem_id="runs-manage") as accordion:
+    with fold("Manage a run", elem_id="runs-manage"):  # drawn with the tab: a Manage click's run lands in its picker
         with gr.Row(equal_height=True):
             select = RunPicker([], value=None, label="Run", elem_id="manage-run", scale=2)
             name = gr.Textbox(label="Name", max_length=manage_api.NAME_MAX, elem_id="manage-name", scale=2)
@@ -126,7 +128,6 @@ def _build_manage() -> Manage:
                 keep_button = gr.Button("Keep it", size="md", elem_id="manage-keep", scale=0, min_width=100)
         message = gr.HTML(elem_id="manage-message")
     return Manage(
-        accordion,
         select,
         name,
         tags,
@@ -193,15 +194,15 @@ def _refresh_runs(seen, run_id, groups_run_id, compared, manage_id, status, sear
 
 def _table_click(evt: gr.EventData):
     """A click in the table: "open" shows the row's run in the Run tab (the Groups tab follows); "manage" picks
-    it for the Manage area and opens that."""
+    it for the Manage area (which the page opens)."""
     data = evt._data if isinstance(evt._data, dict) else {}
     got = attempt(api.as_id, data.get("run_id"))
     if not got.ok:  # a click outside a row
-        return (gr.skip(),) * 5
+        return (gr.skip(),) * 4
     run_id = got.value
-    if data.get("action") == "manage":
-        return gr.skip(), gr.skip(), gr.skip(), run_id, gr.Accordion(open=True)
-    return gr.Tabs(selected="run"), run_id, run_id, gr.skip(), gr.skip()
+    if data.get("action") == "manage":  # the page opened the Manage area (TABLE_JS)
+        return gr.skip(), gr.skip(), gr.skip(), run_id
+    return gr.Tabs(selected="run"), run_id, run_id, gr.skip()
 
 
 def _note(text: str, ok: bool = True) -> str:

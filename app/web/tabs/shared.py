@@ -18,8 +18,9 @@ import hashlib
 import html
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import gradio as gr
 
@@ -64,6 +65,21 @@ def error_html(message: str, css_class: str = "error", prefix: str = "", data: d
     item of ``data``. For example ``error_html(got.error, "run-error")``."""
     attributes = "".join(f' data-{name}="{html.escape(value)}"' for name, value in (data or {}).items())
     return f'<div class="{css_class}"{attributes}>{html.escape(prefix + message)}</div>'
+
+
+@contextmanager
+def fold(title: str, elem_id: str | None = None, elem_classes: tuple[str, ...] = ()) -> Iterator[gr.Column]:
+    """A folded part of a tab, drawn with the tab and shown or hidden by the page alone: its head is a button
+    (``.fold-toggle``, its ``aria-expanded`` the fold's state; app.web.ui's DASHBOARD_JS toggles it and
+    ``grpoOpenFold(element)`` opens the fold around an element), its body hidden by CSS while folded. A Gradio
+    Accordion draws a closed fold's fields only when it opens, and a moment later sets each to the value the page
+    was built with, over what was typed or picked in that moment (a Manage click's run, a value typed at once).
+    Yields the fold's column (``visible`` updates hide the whole fold); the body's components go in the block."""
+    head = f'<button type="button" class="fold-toggle" aria-expanded="false">{html.escape(title)}</button>'
+    with gr.Column(elem_id=elem_id, elem_classes=["fold", *elem_classes]) as column:
+        gr.HTML(head, elem_classes=["fold-head"], padding=False)
+        with gr.Column(elem_classes=["fold-body"]):
+            yield column
 
 
 @dataclass(frozen=True)
