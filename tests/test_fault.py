@@ -2,7 +2,7 @@
 
 The production shape (PostgreSQL store, Redis broker, the dashboard and separate `grpo-dashboard worker`
 processes) and the embedded one (SQLite store and SQLite broker), each with a short lease
-(GRPO_LEASE_SECONDS=4) and one checkpoint directory shared by all workers. A run of 36 steps is
+(GRPO_LEASE_SECONDS=4) and one checkpoint directory shared by all workers. A run of 20 steps is
 launched through gradio_client; three times a worker is killed with SIGKILL mid-run and a fresh one
 started: it notices the dead worker's stale lease, puts the run back in the queue and resumes it
 from its last checkpoint. A last fresh worker finishes the run. And the dashboard restarted while a
@@ -21,7 +21,7 @@ from app import store
 from app.store.db import make_engine, session_scope
 from tests.test_e2e import REDIS_URL, Process, clean_env, redis_queue, start_server, wait_finished  # noqa: F401
 
-STEPS = 36
+STEPS = 20
 SPEC = {
     "name": "fault",
     "steps_per_iteration": STEPS,
@@ -31,7 +31,7 @@ SPEC = {
     "checkpoint_every": 3,
     "checkpoint_keep": 2,
 }
-KILL_AT = (5, 15, 25)  # the worker is killed once the run has recorded at least this step
+KILL_AT = (4, 8, 12)  # the worker is killed once the run has recorded at least this step
 # the sharded run: 2 CPU processes with the policy sharded (FSDP2), its checkpoints written by both
 SHARDED = {**SPEC, "name": "fault-fsdp", "steps_per_iteration": 9, "devices": 2, "device": "cpu", "sharding": "fsdp"}
 
