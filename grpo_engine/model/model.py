@@ -38,8 +38,8 @@ from grpo_engine.spec.gguf_header import gguf_float_dtype
 BUILTIN_VERSION = "v6"  # bump when the recipe below changes; the cache is keyed by it
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 
-# The recipe of the built-in policy: ~0.58M parameters; the warm start (900 updates) takes about 1-2 minutes
-# on 2 CPU cores and leaves a model that gets ~35% of the held-out questions right (greedy), mostly by
+# The recipe of the built-in policy: ~0.58M parameters; the warm start (900 updates) takes about 80 s on 2 idle
+# CPU cores (bench/builtin_build.py) and leaves a model that gets ~35% of the held-out questions right (greedy), mostly by
 # ignoring precedence, while its one-step arithmetic is nearly always right: GRPO then takes it past 0.95.
 # The warm start is long enough that GRPO is not held back by arithmetic slips (half of it caps GRPO near 0.88).
 BUILTIN_ARCH = dict(
