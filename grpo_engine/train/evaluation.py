@@ -1,16 +1,18 @@
 """The held-out evaluation: greedy outputs to the held-out questions (``evaluate``), scored under both answer rules
 with the share stating an answer in the strict form (``eval_scores``: EVAL_METRICS), and its log line
-(``eval_summary``). ``trainer.TrainingRun.eval_metrics`` runs it on each process's share of the questions.
+(``eval_summary``); ``heldout_metrics`` runs it on each process's share of the questions and adds their counts.
 """
 
 from __future__ import annotations
 
 import torch
 
+from grpo_engine.report.recorder import EVAL_METRICS
 from grpo_engine.rewards.rewards import outcome_reward
 from grpo_engine.rollout.outputs import completion_texts, encode_prompts
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
+from grpo_engine.train.learner import Learner
 
 EVAL_BATCH = 256
 
@@ -29,6 +31,25 @@ def evaluate(
         comps = generate(policy, tokenizer, prompts, repeat=1, max_new_tokens=max_new_tokens, greedy=True)
         texts += completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
     return eval_scores(texts, [e["answer"] for e in examples], match)
+
+
+def heldout_metrics(learner: Learner, heldout: list[dict]) -> dict[str, float]:
+    """Every process calls it: the held-out evaluation's EVAL_METRICS for ``learner``'s policy. Each process evaluates
+    every n-th question, and the shares are of all the held-out questions (each process's counts summed)."""
+    procs, spec = learner.procs, learner.spec
+    mine = heldout[procs.rank :: procs.n]
+    with learner.gathered():
+        shares = evaluate(
+            learner.unwrapped(),
+            learner.tokenizer,
+            learner.prompt,
+            mine,
+            spec.max_new_tokens,
+            learner.dev,
+            spec.answer_match,
+        )
+    counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
+    return {k: c / max(1, len(heldout)) for k, c in zip(EVAL_METRICS, counts, strict=True)}
 
 
 def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> dict[str, float]:

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from grpo_engine.report.recorder import EVAL_METRICS, Recorder, StopRequested, TrainStatus, no_check, stop_check
+from grpo_engine.report.recorder import Recorder, StopRequested, TrainStatus, no_check, stop_check
 from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
 from grpo_engine.spec.config import RunSpec
 from grpo_engine.train import checkpoint
-from grpo_engine.train.evaluation import eval_summary, evaluate
+from grpo_engine.train.evaluation import eval_summary, heldout_metrics
 from grpo_engine.train.learner import Learner
 from grpo_engine.train.loading import load_learner, new_iteration, unsharded_policy
 from grpo_engine.train.parallel import peak_memory, reset_peak_memory
@@ -191,7 +191,7 @@ class TrainingRun:
             )
         if self.spec.eval_every:
             self.recorder.phase("evaluating")
-            metrics.update(self.eval_metrics())
+            metrics.update(heldout_metrics(self.learner, self.heldout))
             self.recorder.log(f"step 0: {eval_summary(metrics)}")
         if metrics:
             self.recorder.step(0, 0, metrics)
@@ -217,7 +217,7 @@ class TrainingRun:
         if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
             t_eval = time.time()
             self.recorder.phase("evaluating")
-            metrics.update(self.eval_metrics())
+            metrics.update(heldout_metrics(self.learner, self.heldout))
             metrics["time/eval"] = time.time() - t_eval
         # RM refresh (Algorithm 1) at the end of every iteration but the last, after which nothing uses the RM
         if self.rm is not None and step == iteration * spec.steps_per_iteration and iteration < spec.iterations:
@@ -346,24 +346,6 @@ class TrainingRun:
             self.recorder.checkpoint(self.step, str(path))
             self.recorder.log(f"checkpoint after step {self.step} saved in {time.time() - t:.1f}s")
         procs.barrier()  # no process runs ahead of a checkpoint that is still being written
-
-    def eval_metrics(self) -> dict[str, float]:
-        """The held-out evaluation's EVAL_METRICS; each process evaluates every n-th question, and the shares are
-        of all the held-out questions (each process's counts summed)."""
-        learner, procs = self.learner, self.procs
-        mine = self.heldout[procs.rank :: procs.n]
-        with learner.gathered():
-            shares = evaluate(
-                learner.unwrapped(),
-                learner.tokenizer,
-                learner.prompt,
-                mine,
-                self.spec.max_new_tokens,
-                learner.dev,
-                self.spec.answer_match,
-            )
-        counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
-        return {k: c / max(1, len(self.heldout)) for k, c in zip(EVAL_METRICS, counts, strict=True)}
 
     def train_reward_model(self) -> dict[str, float]:
         """Train (or refresh) the reward model on the main process; every process then gets its weights."""
