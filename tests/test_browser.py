@@ -27,7 +27,8 @@ from tests.test_e2e import ROOT, RUN_TIMEOUT
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts"
-FORM = {"name": "browser run", "steps_per_iteration": "80", "batch_size": "2", "group_size": "4", "eval_every": "0"}
+# long enough that the page sees it running at its pace under CI's load (80 steps took 17 s on an idle machine)
+FORM = {"name": "browser run", "steps_per_iteration": "200", "batch_size": "2", "group_size": "4", "eval_every": "0"}
 
 
 @pytest.fixture

@@ -195,6 +195,7 @@ def test_deleting_the_newest_run_and_launching_again_keeps_the_page_consistent(t
 
             page.locator("#tab-runs-button").click()
             page.locator(f'#runs-table tr[data-run-id="{newest}"] .run-manage').click()
+            expect(page.locator("#manage-run input")).to_have_value(re.compile(rf"^#{newest} "))  # the area holds it
             page.locator("#manage-delete").click()
             page.locator("#manage-confirm-delete").click()
             expect(page.locator("#manage-message")).to_contain_text(f"Deleted run #{newest} and its data.")
