@@ -73,3 +73,15 @@ def test_a_refused_launch_marks_the_field_it_names_and_opens_its_section():
     assert out[0].startswith(f'<div class="error" data-key="{key}">Not launched: {key}: ')
     marks = out[5:]
     assert [name for name, mark in zip(names, marks, strict=True) if mark.get("elem_classes")] == [key]
+
+
+def test_a_step_sent_before_the_page_saw_the_sliders_new_bounds_is_clamped_not_refused():
+    """The Groups tab's step slider: its bounds follow the run's recorded steps; a step the page sent under the old
+    bounds (a timer tick racing a deleted or newly picked run) is clamped into the new ones, not refused."""
+    from app.web.tabs.groups import StepSlider
+
+    slider = StepSlider(0, 1, value=0, step=1)
+    assert slider.get_block_name() == "slider"  # drawn by Gradio's own slider
+    assert slider.preprocess(12) == 1
+    assert slider.preprocess(-3) == 0
+    assert slider.preprocess(1) == 1

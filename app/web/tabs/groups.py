@@ -24,13 +24,26 @@ GROUP_ORDERS = (
 )
 
 
+class StepSlider(gr.Slider):
+    """The step slider, drawn as a Gradio slider, whose bounds the server moves with the run's recorded steps: a
+    value the page sent before it saw new bounds (a timer tick racing a run picked or deleted) is clamped into
+    them, where a plain slider refuses it ("greater than maximum") and the event is lost."""
+
+    is_template = True  # the page draws it with Gradio's own slider
+
+    def preprocess(self, payload: float | None) -> float:
+        if payload is not None:
+            payload = min(max(payload, self.minimum), self.maximum)
+        return super().preprocess(payload)
+
+
 def build_groups_tab(shared: Shared) -> None:
     """The tab and its listeners: the slider follows the run's recorded steps; a step or an order shows its
     groups and the first one; a click on a row shows that group."""
     with gr.Tab("Groups", id="groups", elem_id="tab-groups"):
         with gr.Row():
             shared.groups_run_select.render()
-            step_slider = gr.Slider(
+            step_slider = StepSlider(
                 0, 1, value=0, step=1, label="Step (at the right end: follows the latest)", elem_id="group-step"
             )
             group_order = gr.Dropdown(list(GROUP_ORDERS), value="spread", label="Sort groups by", elem_id="group-order")
