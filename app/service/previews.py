@@ -7,7 +7,7 @@
   solution scored as the completion. Custom rewards are refused here as at launch unless GRPO_ALLOW_CUSTOM_REWARDS
   is set (app.core.paths.check_custom_rewards).
 
-Each runs the engine in a subprocess (:func:`run_json_subprocess`: ``python -m grpo_engine.rewards.prompt_preview`` or
+Each runs the engine in a subprocess (:func:`run_json_subprocess`: ``python -m grpo_engine.rollout.prompt_preview`` or
 ``reward_preview``, JSON in and out, with a timeout): the web process never imports torch, and never runs a custom
 reward function, which is user code.
 """
@@ -79,7 +79,7 @@ def preview_prompt(spec: dict | str | None) -> dict:
     }
     model = repr(request["model"])
     result = run_json_subprocess(
-        "grpo_engine.rewards.prompt_preview",
+        "grpo_engine.rollout.prompt_preview",
         request,
         PROMPT_TIMEOUT_S,
         timed_out=f"model: loading the tokenizer of {model} took more than {PROMPT_TIMEOUT_S} s",

@@ -10,6 +10,7 @@ import gradio as gr
 
 from app.service import api
 from app.service.health import zero_spread_cause
+from app.web.components import StepSlider
 from app.web.tabs.groups_find import build_find, build_history, wire_find, wire_history
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
 from app.web.views.group import COLOURINGS, flat_groups, group_html, zero_spread_banner
@@ -22,19 +23,6 @@ GROUP_ORDERS = (
     ("reward mean (highest first)", "mean"),
     ("reward mean (lowest first)", "mean_asc"),
 )
-
-
-class StepSlider(gr.Slider):
-    """The step slider, drawn as a Gradio slider, whose bounds the server moves with the run's recorded steps: a
-    value the page sent before it saw new bounds (a timer tick racing a run picked or deleted) is clamped into
-    them, where a plain slider refuses it ("greater than maximum") and the event is lost."""
-
-    is_template = True  # the page draws it with Gradio's own slider
-
-    def preprocess(self, payload: float | None) -> float:
-        if payload is not None:
-            payload = min(max(payload, self.minimum), self.maximum)
-        return super().preprocess(payload)
 
 
 def build_groups_tab(shared: Shared) -> None:

@@ -27,7 +27,7 @@ import gradio as gr
 from app.core import auth
 from app.core.run_status import ACTIVE_STATUSES
 from app.service import api
-from app.web.run_picker import RunPicker
+from app.web.components import RunPicker
 from app.web.views.diagnose import CHART_CLICK_JS
 
 REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running

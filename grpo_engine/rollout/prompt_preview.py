@@ -1,4 +1,4 @@
-"""``python -m grpo_engine.rewards.prompt_preview``: a question as the model will read it, JSON in and JSON out.
+"""``python -m grpo_engine.rollout.prompt_preview``: a question as the model will read it, JSON in and JSON out.
 
 The Launch tab's "Show the model's prompt" (app.service.prompt_preview) runs this in a subprocess, so that the web process
 never loads a tokenizer's model files nor imports torch. It reads ``{model, cache_dir, prompt_template,
