@@ -28,6 +28,11 @@ WORKERS_MAY_USE = {"app.core", "app.store"}
 TORCH = {"torch", "transformers", "peft", "accelerate", "bitsandbytes", "safetensors"}  # what loads torch
 MAX_MODULES = 12  # modules in one folder (its __init__ aside)
 TORCH_FREE_ROOMS = ("spec", "data", "rewards", "report")  # the engine's rooms the web process reads
+# the engine's rooms (its sub-packages), lowest first: a module imports only its own room and the ones before it.
+# algo and report are pure leaves; rewards reads answers; spec validates a run (its reward names among it); data
+# loads questions; model builds and loads models; rollout samples and judges; rm learns rewards from judged
+# samples; train runs the steps.
+ENGINE_ROOMS = ("algo", "report", "rewards", "spec", "data", "model", "rollout", "rm", "train")
 
 
 def module_imports() -> dict[str, set[str]]:
@@ -135,6 +140,25 @@ def test_the_app_folders_import_only_downward_and_the_workers_only_the_core_and_
             if fa == "workers" and fb.startswith("app") and fb not in WORKERS_MAY_USE:
                 wrong.append((a, b))
     assert wrong == []
+
+
+def room(module: str) -> str | None:
+    """The engine room a module of grpo_engine sits in (``grpo_engine.rollout.sampling`` -> ``rollout``)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "grpo_engine" and len(parts) > 2 else None
+
+
+def test_the_engines_rooms_import_only_downward():
+    graph = module_imports()
+    rooms = {room(m) for m in graph} - {None}
+    assert rooms == set(ENGINE_ROOMS), rooms  # every room placed, none left out
+    upward = sorted(
+        (a, b)
+        for a, targets in graph.items()
+        for b in targets
+        if room(a) and room(b) and ENGINE_ROOMS.index(room(b)) > ENGINE_ROOMS.index(room(a))
+    )
+    assert upward == []
 
 
 def module_level_imports() -> dict[str, set[str]]:

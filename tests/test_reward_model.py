@@ -19,7 +19,8 @@ from grpo_engine.model.model import load_policy, resolve_model_path
 from grpo_engine.report.recorder import EVAL_METRICS, METRICS, RM_METRICS, MemoryRecorder
 from grpo_engine.rewards.rewards import outcome_reward
 from grpo_engine.rm import rm_training
-from grpo_engine.rm.reward_model import RMExample, accuracy, fit, load_reward_model, replay_mix
+from grpo_engine.rm.reward_model import accuracy, fit, load_reward_model, replay_mix
+from grpo_engine.rollout.outputs import RMExample
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.train import trainer
 

@@ -26,6 +26,7 @@ from app.service.api import ApiError, parse_spec
 from app.service.datasets import preview_dataset, read_by_the_worker
 from grpo_engine.spec.config import SpecError, is_gguf, validate_spec
 from grpo_engine.spec.gguf_header import converted_dir
+from grpo_engine.spec.spec_values import decode_delimiter
 
 PROMPT_TIMEOUT_S = 180  # loading a tokenizer; a .gguf model's first conversion takes about a minute on 2 cores
 REWARDS_TIMEOUT_S = 60  # loading the rewards and scoring the rows
@@ -157,7 +158,7 @@ def preview_rewards(spec: dict | str | None) -> dict:
         "rewards": list(config["rewards"]),
         "rows": rows,
         "supervision": config["supervision"],
-        "step_delimiter": config["step_delimiter"],
+        "step_delimiter": decode_delimiter(config["step_delimiter"]),
         "max_new_tokens": config["max_new_tokens"],
         "answer_match": config["answer_match"],
     }

@@ -1,8 +1,8 @@
 """``python -m grpo_engine.rewards.reward_preview``: a run spec's named rewards on a few dataset rows, JSON in and JSON out.
 
-The Launch tab's "Test rewards" (app.service.reward_preview) runs this in a subprocess, so that a custom reward function never
+The Launch tab's "Test rewards" (app.service.previews) runs this in a subprocess, so that a custom reward function never
 runs inside the web process. It reads ``{rewards, rows, supervision, step_delimiter, max_new_tokens, answer_match}``
-on stdin, with ``rows`` dataset examples ``{question, answer, solution}``; each row's reference solution (its answer
+on stdin (``step_delimiter`` as text, its escapes already decoded), with ``rows`` dataset examples ``{question, answer, solution}``; each row's reference solution (its answer
 when it has none) is scored as the completion. It writes ``{rows: [{row, question, completion, components, reward,
 step_rewards}]}`` on stdout, or ``{error}`` when a reward cannot be loaded or fails. Whatever the reward functions
 print goes to stderr. No torch.
@@ -15,7 +15,6 @@ import sys
 
 from grpo_engine.rewards.builtin_rewards import accuracy_reward
 from grpo_engine.rewards.reward_functions import RewardFunctionError, score_outputs
-from grpo_engine.spec.spec_values import decode_delimiter
 
 
 def preview(request: dict) -> dict:
@@ -29,7 +28,7 @@ def preview(request: dict) -> dict:
     2.0
     """
     process = request.get("supervision") == "process"
-    delimiter = decode_delimiter(request.get("step_delimiter") or "\\n")
+    delimiter = request.get("step_delimiter") or "\n"
     match = request.get("answer_match") or "strict"
     outputs = []
     for row in request["rows"]:

@@ -27,7 +27,6 @@ import copy
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,20 +34,11 @@ import torch.nn.functional as F
 from grpo_engine.data.builtin_task import STEP_DELIMITER
 from grpo_engine.model.model import load_causal_lm
 from grpo_engine.report.recorder import no_check
+from grpo_engine.rollout.outputs import RMExample
 from grpo_engine.rollout.tokenization import prompt_formatter
 
 FIT_EPOCHS = 2  # passes over the data at each (re)training
 FIT_BATCH = 32  # examples per RM update
-
-
-@dataclass
-class RMExample:
-    """One labelled output. ORM: ``steps`` is [the whole output], ``labels`` [1.0 if it is correct].
-    PRM: ``steps`` are the output's reasoning steps, ``labels`` one verdict per step."""
-
-    question: str
-    steps: list[str]
-    labels: list[float]
 
 
 class RewardModel(torch.nn.Module):

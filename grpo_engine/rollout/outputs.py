@@ -15,7 +15,6 @@ from grpo_engine.data.builtin_task import STEP_DELIMITER, check_step
 from grpo_engine.data.data import format_prompt
 from grpo_engine.rewards.rewards import final_answer, reading_reward
 from grpo_engine.rewards.step_check import step_equations_hold
-from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rollout.tokenization import step_boundaries, token_pieces
 
 LOGPROB_CHUNK = 8  # completion positions whose log-softmax (and entropy) is computed at once
@@ -191,6 +190,16 @@ def step_verdicts(steps: list[str], question: str, answer_right: bool, checker: 
         return [float(check_step(s, question, steps[:j])) for j, s in enumerate(steps)]
     last = len(steps) - 1
     return [float(step_equations_hold(s) and (j < last or answer_right)) for j, s in enumerate(steps)]
+
+
+@dataclass
+class RMExample:
+    """One labelled output, as the reward model (grpo_engine.rm) reads and learns it. ORM: ``steps`` is [the whole output], ``labels`` [1.0 if it is correct].
+    PRM: ``steps`` are the output's reasoning steps, ``labels`` one verdict per step."""
+
+    question: str
+    steps: list[str]
+    labels: list[float]
 
 
 def rm_examples(judged: Judged, examples: list[dict], kind: str, labelled: bool = True) -> list[RMExample]:

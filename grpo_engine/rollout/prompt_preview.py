@@ -1,6 +1,6 @@
 """``python -m grpo_engine.rollout.prompt_preview``: a question as the model will read it, JSON in and JSON out.
 
-The Launch tab's "Show the model's prompt" (app.service.prompt_preview) runs this in a subprocess, so that the web process
+The Launch tab's "Show the model's prompt" (app.service.previews) runs this in a subprocess, so that the web process
 never loads a tokenizer's model files nor imports torch. It reads ``{model, cache_dir, prompt_template,
 system_prompt, question_template, question}`` on stdin and writes ``{prompt, token_count, special_tokens}`` on
 stdout: the prompt text exactly as training encodes it (tokenization.run_prompt, then the tokenizer without added

@@ -19,8 +19,9 @@ from grpo_engine.data.data import load_dataset
 from grpo_engine.data.math_shepherd import load_math_shepherd
 from grpo_engine.model.model import disable_dropout, load_policy, resolve_model_path, source_dtype
 from grpo_engine.report.recorder import Recorder, no_check, stop_check
-from grpo_engine.rm.reward_model import RMExample, load_reward_model
+from grpo_engine.rm.reward_model import load_reward_model
 from grpo_engine.rm.rm_training import RewardModelState
+from grpo_engine.rollout.outputs import RMExample
 from grpo_engine.rollout.rollout_labels import Completer
 from grpo_engine.rollout.tokenization import end_token_ids, run_prompt
 from grpo_engine.spec.config import RunSpec

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from grpo_engine.report.recorder import Recorder, StopRequested, TrainStatus, no_check, stop_check
-from grpo_engine.rm.reward_model import RMExample
 from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
+from grpo_engine.rollout.outputs import RMExample
 from grpo_engine.spec.config import RunSpec
 from grpo_engine.train import checkpoint
 from grpo_engine.train.evaluation import eval_summary, heldout_metrics
