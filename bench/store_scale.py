@@ -49,6 +49,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from dataclasses import fields
 from pathlib import Path
 
 from workers.distributed import free_port
@@ -262,44 +263,20 @@ def p90(times: list[float]) -> float:
     return statistics.quantiles(times, n=10, method="inclusive")[8]
 
 
-SEARCH_PARAMS = (
-    "reward_min",
-    "reward_max",
-    "outcome",
-    "spread_min",
-    "spread_max",
-    "length_min",
-    "length_max",
-    "step_min",
-    "step_max",
-    "contains",
-    "kind",
-    "sort",
-    "descending",
-    "page",
-    "page_size",
-)
-SEARCH_DEFAULTS = {
-    "outcome": "any",
-    "contains": "",
-    "kind": "any",
-    "sort": "step",
-    "descending": False,
-    "page": 1,
-    "page_size": 50,
-}
-
-
 def search_args(run_id: int, **filters) -> tuple:
-    """The positional arguments of a /search_samples call with ``filters``, the rest at their defaults."""
-    return (run_id, *(filters.get(name, SEARCH_DEFAULTS.get(name)) for name in SEARCH_PARAMS))
+    """The positional arguments of a /search_samples call with ``filters`` (app.store.SampleQuery's keys), the rest
+    at their defaults."""
+    from app.store import SampleQuery
+
+    defaults = SampleQuery()
+    return (run_id, *(filters.get(f.name, getattr(defaults, f.name)) for f in fields(SampleQuery)))
 
 
 def store_search(s, run_id: int, *args):
     """app.store.search_samples on search_args' positional arguments."""
     from app import store
 
-    return store.search_samples(s, run_id, **dict(zip(SEARCH_PARAMS, args, strict=True)))
+    return store.search_samples(s, run_id, store.SampleQuery(*args))
 
 
 def cases(seeded: dict, n: int, rng: random.Random) -> dict[str, tuple[str, object, list[tuple]]]:

@@ -81,7 +81,7 @@ def run_a(db_url):
 def found(url: str, run_id: int, **filters) -> list[str]:
     """The completions search_samples returns on one page of 200, in its order."""
     with session_scope(url) as s:
-        result = store.search_samples(s, run_id, page_size=200, **filters)
+        result = store.search_samples(s, run_id, store.SampleQuery(page_size=200, **filters))
     assert result["total"] == len(result["rows"])
     return [r["completion"] for r in result["rows"]]
 
@@ -131,7 +131,7 @@ def test_each_filter(run_a):
 def test_a_row_says_what_the_sample_and_its_group_were(run_a):
     url, run_id = run_a
     with session_scope(url) as s:
-        [row] = store.search_samples(s, run_id, contains="50%")["rows"]
+        [row] = store.search_samples(s, run_id, store.SampleQuery(contains="50%"))["rows"]
         group_id = store.list_groups(s, run_id, 1)[0]["group_id"]
     assert row == {
         "sample_id": row["sample_id"],
@@ -158,7 +158,7 @@ def test_each_sort_with_the_sample_id_breaking_ties(run_a):
         (sort, descending) for sort in ("step", "reward", "length", "spread") for descending in (False, True)
     ]:
         with session_scope(url) as s:
-            rows = store.search_samples(s, run_id, sort=sort, descending=descending)["rows"]
+            rows = store.search_samples(s, run_id, store.SampleQuery(sort=sort, descending=descending))["rows"]
         keys = [(r[sort], r["sample_id"]) for r in rows]
         assert len(keys) == len(ALL) and keys == sorted(keys, reverse=descending), (sort, descending)
         assert len({r[sort] for r in rows}) > 1  # the order is not the ids' alone
@@ -167,8 +167,10 @@ def test_each_sort_with_the_sample_id_breaking_ties(run_a):
 def test_pages_cover_every_match_once(run_a):
     url, run_id = run_a
     with session_scope(url) as s:
-        pages = [store.search_samples(s, run_id, sort="reward", page=p, page_size=4) for p in (1, 2, 3, 4)]
-        empty = store.search_samples(s, run_id, contains="nowhere")
+        pages = [
+            store.search_samples(s, run_id, store.SampleQuery(sort="reward", page=p, page_size=4)) for p in (1, 2, 3, 4)
+        ]
+        empty = store.search_samples(s, run_id, store.SampleQuery(contains="nowhere"))
     assert [(p["total"], p["pages"], p["page"], len(p["rows"])) for p in pages] == [
         (11, 3, 1, 4),
         (11, 3, 2, 4),
@@ -296,7 +298,28 @@ BAD_PARAMETERS = [
     ({"page": 0}, "page must be an integer from 1"),
     ({"page_size": 201}, "page_size must be an integer from 1 to 200, got 201"),
     ({"page_size": "0"}, "page_size must be an integer from 1"),
+    ({"rewards_min": 0}, "rewards_min is not a search filter; the filters are reward_min, reward_max, outcome"),
 ]
+
+
+def test_the_filters_are_one_list_that_the_api_the_service_and_the_find_form_read():
+    """SampleQuery names every filter once: the service parses exactly its keys (each bound with a parser), and the
+    /search_samples endpoint's parameters (the API page's) and the Find form's inputs are the same names."""
+    import inspect
+    from dataclasses import fields
+
+    from app.web import endpoints
+    from app.web.tabs.groups_find import FILTERS
+
+    keys = tuple(f.name for f in fields(store.SampleQuery))
+    assert diagnose_api.QUERY_KEYS == keys
+    assert {f"{b}_{end}" for b in diagnose_api.BOUND_PARSERS for end in ("min", "max")} == {
+        k for k in keys if k.endswith(("_min", "_max"))
+    }
+    endpoint = inspect.signature(endpoints.search_samples).parameters
+    assert tuple(endpoint)[1:] == keys
+    assert all(endpoint[k].default == f.default for k, f in zip(keys, fields(store.SampleQuery), strict=True))
+    assert set(FILTERS) | {"page", "page_size"} == set(keys)
 
 
 def test_the_api_names_a_bad_parameter(api_run):
@@ -351,7 +374,7 @@ def test_migration_0006_backfills_what_a_search_filters_on(run_a):
     assert found(url, run_id, step_min=3) == ["4 at last", "four is 4"]
     assert found(url, run_id, length_min=7) == ["no idea at all", "back\\slash"]
     with session_scope(url) as s:
-        rows = store.search_samples(s, run_id, page_size=200)["rows"]
+        rows = store.search_samples(s, run_id, store.SampleQuery(page_size=200))["rows"]
         history = store.question_history(s, run_id, TWO)
     assert [(r["step"], r["length"], r["correct"], r["answer_found"]) for r in rows][:3] == [
         (1, 3, True, True),

@@ -336,7 +336,7 @@ def test_a_samples_reading_comes_back_and_decides_answer_found(db_url):
         [summary] = store.list_groups(s, run_id, 1)
         got = store.get_group(s, summary["group_id"])["samples"]
         exported = list(store.iter_sample_rows(s, run_id))
-        no_answer = store.search_samples(s, run_id, outcome="no_answer")["rows"]
+        no_answer = store.search_samples(s, run_id, store.SampleQuery(outcome="no_answer"))["rows"]
     readings = [(x["answer"], x["answer_rule"], x["answer_found"]) for x in got]
     assert readings == [
         ("3", "number", True),

@@ -9,12 +9,13 @@ calls them directly, so the browser and clients get the same checks. Numbers may
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
 from app import store
 from app.service.api import ApiError, as_id, checked_text, require_run
 from app.store.db import session_scope
-from app.store.search import KINDS, MAX_PAGE_SIZE, OUTCOMES, SORTS
+from app.store.search import KINDS, MAX_PAGE_SIZE, OUTCOMES, SORTS, SampleQuery
 from grpo_engine.spec.config import shown
 
 QUESTION_MAX = 100_000  # the longest question text accepted
@@ -78,47 +79,36 @@ def _bounds(low: Any, high: Any, name: str, parse) -> tuple:
     return low, high
 
 
-def search_samples(
-    run_id: Any,
-    reward_min: Any = None,
-    reward_max: Any = None,
-    outcome: Any = "any",
-    spread_min: Any = None,
-    spread_max: Any = None,
-    length_min: Any = None,
-    length_max: Any = None,
-    step_min: Any = None,
-    step_max: Any = None,
-    contains: Any = "",
-    kind: Any = "any",
-    sort: Any = "step",
-    descending: Any = False,
-    page: Any = 1,
-    page_size: Any = 50,
-) -> dict:
-    """One page of a run's samples that pass every filter (app.store.search.search_samples): bounds inclusive,
-    ``outcome`` one of OUTCOMES, ``kind`` one of KINDS (the group's), ``contains`` a case-insensitive substring of
-    the completion, ``sort`` one of SORTS (then by sample id), ``page`` from 1, ``page_size`` 1 to MAX_PAGE_SIZE."""
+BOUND_PARSERS = {"reward": as_number, "spread": as_number, "length": as_count, "step": as_count}  # name_min, name_max
+CHOICES = {"outcome": OUTCOMES, "kind": KINDS, "sort": SORTS}
+QUERY_KEYS = tuple(f.name for f in fields(SampleQuery))  # what a search request may name, in its order
+
+
+def search_samples(run_id: Any, **request: Any) -> dict:
+    """One page of a run's samples that pass every filter (app.store.search.search_samples): ``request`` holds
+    SampleQuery's keys (QUERY_KEYS), each as a value or its text; an unknown key is refused, naming it."""
     run_id = as_id(run_id)
-    filters = {}
-    filters["reward_min"], filters["reward_max"] = _bounds(reward_min, reward_max, "reward", as_number)
-    filters["spread_min"], filters["spread_max"] = _bounds(spread_min, spread_max, "spread", as_number)
-    filters["length_min"], filters["length_max"] = _bounds(length_min, length_max, "length", as_count)
-    filters["step_min"], filters["step_max"] = _bounds(step_min, step_max, "step", as_count)
-    filters.update(
-        outcome=as_choice(outcome, "outcome", OUTCOMES, "any"),
-        kind=as_choice(kind, "kind", KINDS, "any"),
-        sort=as_choice(sort, "sort", SORTS, "step"),
-        contains=checked_text("" if contains is None else contains, "contains", CONTAINS_MAX),
-        descending=as_flag(descending, "descending", False),
-    )
-    page = 1 if _unset(page) else as_id(page, "page")
-    page_size = 50 if _unset(page_size) else as_id(page_size, "page_size")
-    if page_size > MAX_PAGE_SIZE:
-        raise ApiError(f"page_size must be an integer from 1 to {MAX_PAGE_SIZE}, got {page_size}")
+    unknown = sorted(set(request) - set(QUERY_KEYS))
+    if unknown:
+        raise ApiError(f"{unknown[0]} is not a search filter; the filters are {', '.join(QUERY_KEYS)}")
+    defaults = SampleQuery()
+    query = {}
+    for name, parse in BOUND_PARSERS.items():
+        low, high = request.get(f"{name}_min"), request.get(f"{name}_max")
+        query[f"{name}_min"], query[f"{name}_max"] = _bounds(low, high, name, parse)
+    for name, choices in CHOICES.items():
+        query[name] = as_choice(request.get(name), name, choices, getattr(defaults, name))
+    contains = request.get("contains")
+    query["contains"] = checked_text("" if contains is None else contains, "contains", CONTAINS_MAX)
+    query["descending"] = as_flag(request.get("descending"), "descending", defaults.descending)
+    page, page_size = request.get("page"), request.get("page_size")
+    query["page"] = defaults.page if _unset(page) else as_id(page, "page")
+    query["page_size"] = defaults.page_size if _unset(page_size) else as_id(page_size, "page_size")
+    if query["page_size"] > MAX_PAGE_SIZE:
+        raise ApiError(f"page_size must be an integer from 1 to {MAX_PAGE_SIZE}, got {query['page_size']}")
     with session_scope() as s:
         require_run(s, run_id)
-        return store.search_samples(s, run_id, page=page, page_size=page_size, **filters)
+        return store.search_samples(s, run_id, SampleQuery(**query))
 
 
 def question_history(run_id: Any, question: Any, other_runs: Any = True) -> dict:

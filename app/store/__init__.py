@@ -39,7 +39,7 @@ from app.store.runs import (
     requeue_stale_runs,
     set_phase,
 )
-from app.store.search import group_question, question_history, search_samples
+from app.store.search import SampleQuery, group_question, question_history, search_samples
 
 __all__ = [
     "EXPORT_COLUMNS",
@@ -82,5 +82,6 @@ __all__ = [
     "group_question",
     "question_history",
     "search_samples",
+    "SampleQuery",
     "recent_lengths_rewards",
 ]

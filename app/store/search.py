@@ -13,6 +13,7 @@ how many rows a run has, as PostgreSQL does before its tables are analysed); one
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Select, func, select
@@ -78,69 +79,78 @@ def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
 
 
-def search_samples(
-    s: Session,
-    run_id: int,
-    *,
-    reward_min: float | None = None,
-    reward_max: float | None = None,
-    outcome: str = "any",
-    spread_min: float | None = None,
-    spread_max: float | None = None,
-    length_min: int | None = None,
-    length_max: int | None = None,
-    step_min: int | None = None,
-    step_max: int | None = None,
-    contains: str = "",
-    kind: str = "any",
-    sort: str = "step",
-    descending: bool = False,
-    page: int = 1,
-    page_size: int = 50,
-) -> dict[str, Any]:
-    """One page of a run's samples that pass every filter, sorted by ``sort`` (then by sample id).
+@dataclass(frozen=True)
+class SampleQuery:
+    """What Find samples asks of a run: the one list of its filters, its order and its page, by the names
+    ``/search_samples`` and the Groups tab send (app.service.diagnose_api parses a request into one).
 
-    Bounds are inclusive, None leaves one out; ``spread`` is the group's reward std; ``contains`` a
-    case-insensitive substring of the completion (``%``, ``_`` and ``\\`` match themselves). ``outcome``: OUTCOMES,
-    ``kind``: KINDS, ``sort``: SORTS (ValueError otherwise). ``total`` counts every match; ``pages`` is at least 1;
-    a page past the last has no rows. Each row's completion is cut to SHOWN_CHARS characters.
+    Bounds (``<name>_min``, ``<name>_max``) are inclusive, None leaves one out: the sample's reward, its group's reward spread (std), its
+    length in tokens (the end token included) and its step. ``outcome``: OUTCOMES; ``kind``: the group's, KINDS;
+    ``contains``: a case-insensitive substring of the completion (``%``, ``_`` and ``\\`` match themselves);
+    ``sort``: SORTS, then by sample id; ``page`` from 1, ``page_size`` 1 to MAX_PAGE_SIZE (ValueError otherwise).
     """
-    _check_choice("outcome", outcome, OUTCOMES)
-    _check_choice("kind", kind, KINDS)
-    _check_choice("sort", sort, SORTS)
-    if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
-        raise ValueError(f"page must be at least 1 and page_size from 1 to {MAX_PAGE_SIZE}")
+
+    reward_min: float | None = None
+    reward_max: float | None = None
+    outcome: str = "any"
+    spread_min: float | None = None
+    spread_max: float | None = None
+    length_min: int | None = None
+    length_max: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    contains: str = ""
+    kind: str = "any"
+    sort: str = "step"
+    descending: bool = False
+    page: int = 1
+    page_size: int = 50
+
+    def __post_init__(self) -> None:
+        _check_choice("outcome", self.outcome, OUTCOMES)
+        _check_choice("kind", self.kind, KINDS)
+        _check_choice("sort", self.sort, SORTS)
+        if self.page < 1 or not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page must be at least 1 and page_size from 1 to {MAX_PAGE_SIZE}")
+
+
+def search_samples(s: Session, run_id: int, query: SampleQuery = SampleQuery()) -> dict[str, Any]:
+    """One page of a run's samples that pass every filter of ``query``, in its order. ``total`` counts every
+    match; ``pages`` is at least 1; a page past the last has no rows. Each row's completion is cut to SHOWN_CHARS
+    characters."""
     on_sample = [
-        *_outcome_filter(outcome),
-        *_between(Sample.reward, reward_min, reward_max),
-        *_between(Sample.length, length_min, length_max),
-        *_between(Sample.step, step_min, step_max),
+        *_outcome_filter(query.outcome),
+        *_between(Sample.reward, query.reward_min, query.reward_max),
+        *_between(Sample.length, query.length_min, query.length_max),
+        *_between(Sample.step, query.step_min, query.step_max),
     ]
-    if contains:
-        on_sample.append(Sample.completion.icontains(contains, autoescape=True))
-    on_group = [*_kind_filter(kind), *_between(Group.reward_std, spread_min, spread_max)]
+    if query.contains:
+        on_sample.append(Sample.completion.icontains(query.contains, autoescape=True))
+    on_group = [*_kind_filter(query.kind), *_between(Group.reward_std, query.spread_min, query.spread_max)]
     if on_group:  # the run's groups that pass lead; their samples are found through samples.group_id
-        where = [Group.run_id == run_id, *_between(Group.step, step_min, step_max), *on_group, *on_sample]
+        where = [Group.run_id == run_id, *_between(Group.step, query.step_min, query.step_max), *on_group, *on_sample]
         matches = select(Sample.id).join(Group, Group.id == Sample.group_id).where(*where)
     else:  # the run's samples alone, through the (run_id, ...) indexes; no join to count them
         where = [Sample.run_id == run_id, *on_sample]
         matches = select(Sample.id).where(*where)
     total = s.scalar(select(func.count()).select_from(matches.subquery()))
-    rows = s.execute(_page_select(where, sort, descending, page, page_size))
+    rows = s.execute(_page_select(where, query))
     return {
         "run_id": run_id,
         "total": total,
-        "page": page,
-        "page_size": page_size,
-        "pages": max(1, math.ceil(total / page_size)),
+        "page": query.page,
+        "page_size": query.page_size,
+        "pages": max(1, math.ceil(total / query.page_size)),
         "rows": [_search_row(r) for r in rows],
     }
 
 
-def _page_select(where: list, sort: str, descending: bool, page: int, page_size: int) -> Select:
+def _page_select(where: list, query: SampleQuery) -> Select:
     """The rows of one page: the filtered samples joined with their groups, in order, from the page's offset."""
-    key = {"step": Sample.step, "reward": Sample.reward, "length": Sample.length, "spread": Group.reward_std}[sort]
-    order = (key.desc(), Sample.id.desc()) if descending else (key, Sample.id)
+    key = {"step": Sample.step, "reward": Sample.reward, "length": Sample.length, "spread": Group.reward_std}[
+        query.sort
+    ]
+    order = (key.desc(), Sample.id.desc()) if query.descending else (key, Sample.id)
     return (
         select(
             Sample.id,
@@ -162,8 +172,8 @@ def _page_select(where: list, sort: str, descending: bool, page: int, page_size:
         .join(Group, Group.id == Sample.group_id)
         .where(*where)
         .order_by(*order)
-        .offset((page - 1) * page_size)
-        .limit(page_size)
+        .offset((query.page - 1) * query.page_size)
+        .limit(query.page_size)
     )
 
 

@@ -25,12 +25,12 @@ from app.core import auth
 from app.service import api, datasets, diagnose_api, exports, manage_api, previews
 
 
-def call_api(fn, *args):
+def call_api(fn, *args, **kwargs):
     """Run an api function. An ApiError (a refused request) reaches the client as gr.Error with its message; any
     other error as a generic one with an id, its traceback in the server's log under that id (a database's
     message, SQL or a server path never reaches a client). Passwords in URLs are masked in both."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except api.ApiError as e:
         raise gr.Error(auth.mask_secrets(str(e)), print_exception=False) from None
     except Exception:
@@ -223,25 +223,8 @@ def search_samples(
     page, page_size, pages, rows}, each row {sample_id, group_id, step, question, completion (cut to 300
     characters), reward, correct, answer_found, answer, answer_rule, reward_components, truncated, length, spread,
     kind}."""
-    return call_api(
-        diagnose_api.search_samples,
-        run_id,
-        reward_min,
-        reward_max,
-        outcome,
-        spread_min,
-        spread_max,
-        length_min,
-        length_max,
-        step_min,
-        step_max,
-        contains,
-        kind,
-        sort,
-        descending,
-        page,
-        page_size,
-    )
+    request = {name: value for name, value in locals().items() if name != "run_id"}  # SampleQuery's keys
+    return call_api(diagnose_api.search_samples, run_id, **request)
 
 
 def question_history(run_id: int, question: str, other_runs: bool = True) -> dict:

@@ -32,7 +32,8 @@ KINDS = (
     ("zero reward spread", "zero_spread"),
 )
 SORTS = (("step", "step"), ("reward", "reward"), ("length", "length"), ("group reward spread", "spread"))
-# the filters in diagnose_api.search_samples' order of keywords, and their values when cleared
+# the filters of the Find form, in its inputs' order (diagnose_api.QUERY_KEYS without the page), and their values
+# when cleared
 FILTERS = (
     "outcome",
     "kind",
