@@ -14,7 +14,7 @@ from app.service import api
 from app.store.db import session_scope
 from app.store.groups import pack, unpack
 from app.web.views.group import group_html
-from grpo_engine.algo.objective import grpo_loss, kl_k3
+from grpo_engine.algo.objective import LossSettings, grpo_loss, kl_k3
 from grpo_engine.report.recorder import GroupRecord, MemoryRecorder, SampleRecord
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.step_report import gradient_sources, repetition_share
@@ -30,7 +30,7 @@ def test_grpo_loss_gives_each_tokens_ratio_kl_and_clip():
     ref = torch.tensor([[-1.2, -0.5], [-2.0, -0.3]])
     adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
     mask = torch.ones(2, 2)
-    _, stats = grpo_loss(logp, old, ref, adv, mask, clip_eps=0.2, kl_coef=0.04)
+    _, stats = grpo_loss(logp, old, ref, adv, mask, LossSettings(0.2, 0.04))
     ratio = torch.exp(logp - old)  # 1, e^0.5 = 1.6487 (clipped: A > 0 above 1.2), e^-0.5 = 0.6065 (clipped: A < 0), 1
     assert torch.allclose(stats["token_ratio"], ratio)
     assert stats["token_clipped"].tolist() == [[0.0, 1.0], [1.0, 0.0]]

@@ -10,6 +10,7 @@ import torch
 
 from grpo_engine.algo.objective import (
     ADV_EPS,
+    LossSettings,
     advantage_divisor,
     aggregate,
     clipped_surrogate,
@@ -108,7 +109,7 @@ def test_clip_eps_high_binds_only_above():
     high, high_active = clipped_surrogate(logp, old, adv, 0.2, clip_eps_high=0.28)
     close(high, [[2.5, 2.56, -1.6, -1.6, -2.5]])
     assert high_active.tolist() == [[0.0, 1.0, 1.0, 1.0, 0.0]]
-    sym, sym_active = clipped_surrogate(logp, old, adv, 0.2)
+    sym, sym_active = clipped_surrogate(logp, old, adv, 0.2)  # clip_eps_high 0: eps
     close(sym, [[2.4, 2.4, -1.6, -1.6, -2.5]])
     assert sym_active.tolist() == [[1.0, 1.0, 1.0, 1.0, 0.0]]
     assert torch.equal(high[:, 2:], sym[:, 2:])  # below 1 nothing changes
@@ -145,14 +146,14 @@ def test_sequence_level_clips_each_output_as_a_whole():
     adv = torch.tensor([[1.0] * 4, [1.0] * 4, [-1.0] * 4])
     logp = (torch.full((3, 4), -1.0) + LOG_RATIO).requires_grad_(True)
     old = torch.full((3, 4), -1.0)
-    loss, stats = grpo_loss(logp, old, logp.detach(), adv, MASK, 0.2, 0.0, clip_eps_high=0.28, ratio_level="sequence")
+    loss, stats = grpo_loss(logp, old, logp.detach(), adv, MASK, LossSettings(0.2, 0.0, 0.28, "sequence"))
     assert loss.item() == pytest.approx(-(S[0] + 1.28 - 0.8) / 3, abs=1e-6)
     assert loss.item() == pytest.approx(-0.52839, abs=1e-5)
     assert stats["clip_frac"].item() == pytest.approx(4 / 7)
     loss.backward()
     # only o1 is inside the clip: d loss / d logp[0,t] = -(1/3 outputs) (1/3 tokens) s_1 A_1 = -.12280
     close(logp.grad, [[-S[0] / 9] * 3 + [0.0], [0.0] * 4, [0.0] * 4])
-    _, token_stats = grpo_loss(logp.detach(), old, logp.detach(), adv, MASK, 0.2, 0.0, clip_eps_high=0.28)
+    _, token_stats = grpo_loss(logp.detach(), old, logp.detach(), adv, MASK, LossSettings(0.2, 0.0, 0.28))
     # token level clips single tokens: o1's second (e^.3 = 1.3499) inside an unclipped output, o2's first
     # (1.6487) and o3's first (e^-.4 = .6703, A < 0); o3's second (e^-.2 = .8187) is inside
     assert token_stats["clip_frac"].item() == pytest.approx(3 / 7)
@@ -168,7 +169,7 @@ def test_sequence_level_equals_token_level_when_every_token_has_the_same_log_rat
     results = []
     for level in ("token", "sequence"):
         logp = base.clone().requires_grad_(True)
-        loss, stats = grpo_loss(logp, old, ref, adv, mask, 0.2, 0.04, clip_eps_high=0.28, ratio_level=level)
+        loss, stats = grpo_loss(logp, old, ref, adv, mask, LossSettings(0.2, 0.04, 0.28, level))
         loss.backward()
         results.append((loss.item(), stats["clip_frac"].item(), logp.grad))
     (l1, c1, g1), (l2, c2, g2) = results
@@ -198,7 +199,7 @@ def test_aggregations_on_hand_numbers(loss_type, denominator, expected):
     # grpo_loss on the same terms: rho = 1 (old = logp) and beta = 0 make each token's term its advantage;
     # without a denominator the call is the whole batch and T = 4 stands for max_new_tokens
     logp = torch.zeros(2, 4)
-    loss, _ = grpo_loss(logp, logp, logp, VALUES, VMASK, 0.2, 0.0, loss_type=loss_type)
+    loss, _ = grpo_loss(logp, logp, logp, VALUES, VMASK, LossSettings(0.2, 0.0, loss_type=loss_type))
     assert loss.item() == pytest.approx(-expected)
 
 
@@ -265,11 +266,7 @@ def test_micro_batches_give_exactly_the_whole_batch_gradient(loss_type, ratio_le
                 ref[c],
                 adv[c],
                 mask[c],
-                0.2,
-                0.04,
-                clip_eps_high=0.28,
-                ratio_level=ratio_level,
-                loss_type=loss_type,
+                LossSettings(0.2, 0.04, 0.28, ratio_level, loss_type),
                 denominator=denominator,
             )
             loss.backward()
@@ -316,8 +313,10 @@ def test_bad_values_are_refused_naming_the_key(spec, key, words):
 def test_the_defaults_are_the_paper_and_clip_eps_high_zero_means_clip_eps():
     spec = validate_spec({})
     assert (spec.loss_type, spec.scale_rewards, spec.ratio_level, spec.clip_eps_high) == ("grpo", "group", "token", 0.0)
-    assert spec.clip_eps_upper == spec.clip_eps == 0.2
-    assert validate_spec({"clip_eps": 0.1, "clip_eps_high": 0.28}).clip_eps_upper == 0.28
+    assert LossSettings() == LossSettings(spec.clip_eps, spec.kl_coef, 0.0, spec.ratio_level, spec.loss_type)
+    rho, adv = torch.tensor([[1.5]]), torch.tensor([[2.0]])
+    surrogate, _ = clipped_surrogate(torch.log(rho), torch.zeros(1, 1), adv, spec.clip_eps, spec.clip_eps_high)
+    assert surrogate.item() == pytest.approx(1.2 * 2.0)  # clipped at 1 + clip_eps
 
 
 # --- short real runs, one per new choice -----------------------------------------------------

@@ -12,6 +12,8 @@ DAPO) and how the per-token terms are summed and divided (``aggregate`` and ``lo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 ADV_EPS = 1e-4  # eps' in the normalisations: keeps a division by a tiny std finite
@@ -133,7 +135,7 @@ def clipped_surrogate(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     clip_eps: float,
-    clip_eps_high: float | None = None,
+    clip_eps_high: float = 0.0,
     mask: torch.Tensor | None = None,
     level: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,7 +143,7 @@ def clipped_surrogate(
 
     rho = exp(logp - old_logp) per token (``level`` 'token', the paper), or GSPO's :func:`sequence_ratio` (level
     'sequence': needs ``mask``; one value per output, so the clip acts per output). eps_high (``clip_eps_high``,
-    DAPO's clip-higher) bounds the ratio above; None: eps. logp, old_logp, advantages: (N, T). Returns
+    DAPO's clip-higher) bounds the ratio above; 0: eps (the paper's symmetric clip; the one place that rule lives). logp, old_logp, advantages: (N, T). Returns
     (surrogate, clipped) both (N, T); ``clipped`` is 1.0 where the clipped term was the smaller one and differs
     from the unclipped (the clip was active).
     Example, eps 0.2, eps_high 0.28: rho 1.25, A 2 -> 2.5 (inside; symmetric 0.2 would give 1.2 * 2 = 2.4);
@@ -149,7 +151,7 @@ def clipped_surrogate(
     """
     ratio = sequence_ratio(logp, old_logp, mask) if level == "sequence" else torch.exp(logp - old_logp)
     unclipped = ratio * advantages
-    high = clip_eps if clip_eps_high is None else clip_eps_high
+    high = clip_eps_high or clip_eps
     clipped_ratio = ratio.clamp(1.0 - clip_eps, 1.0 + high)
     clipped = clipped_ratio * advantages
     surrogate = torch.minimum(unclipped, clipped)
@@ -203,17 +205,26 @@ def loss_denominator(
     return float(outputs * max_new_tokens)
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """The objective's knobs, the run-spec keys of the same names; the defaults are the paper's: clip_eps (eps),
+    kl_coef (beta), clip_eps_high (DAPO's clip-higher; 0: eps), ratio_level ('token' or GSPO's 'sequence') and
+    loss_type (how the per-token terms are summed and divided, :func:`aggregate`)."""
+
+    clip_eps: float = 0.2
+    kl_coef: float = 0.04
+    clip_eps_high: float = 0.0
+    ratio_level: str = "token"
+    loss_type: str = "grpo"
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     ref_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    clip_eps: float,
-    kl_coef: float,
-    clip_eps_high: float | None = None,
-    ratio_level: str = "token",
-    loss_type: str = "grpo",
+    settings: LossSettings = LossSettings(),
     denominator: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """loss = -J_GRPO (Eq. 3); by default the paper's.
@@ -221,24 +232,26 @@ def grpo_loss(
     J = mean over outputs of (1/|o_i|) sum_t [ min(rho A, clip(rho) A) - beta * KL_k3 ].
     (Every question has G outputs, so the mean over all N outputs equals the mean over questions of
     (1/G) sum_i.) logp, old_logp, ref_logp, advantages, mask: (N, T). Padding carries no loss.
-    The variants: ``clip_eps_high`` and ``ratio_level`` form the surrogate (:func:`clipped_surrogate`),
-    ``loss_type`` and ``denominator`` aggregate it (:func:`aggregate`; None: this call is the whole batch, one
+    ``settings`` holds eps, beta and the variants: ``clip_eps_high`` and ``ratio_level`` form the surrogate
+    (:func:`clipped_surrogate`), ``loss_type`` and ``denominator`` aggregate it (:func:`aggregate`; None: this call is the whole batch, one
     process, with T standing for max_new_tokens).
     Returns (loss scalar, stats) with stats kl (token mean), clip_frac (share of tokens clipped; at sequence level
     a sequence's tokens are clipped together), and per token (N, T), detached: token_ratio (rho), token_kl,
     token_clipped (1.0 where the clip was active).
     """
     surrogate, clip_active = clipped_surrogate(
-        logp, old_logp, advantages, clip_eps, clip_eps_high, mask, ratio_level
+        logp, old_logp, advantages, settings.clip_eps, settings.clip_eps_high, mask, settings.ratio_level
     )  # (N, T)
     kl = kl_k3(logp, ref_logp)  # (N, T)
     if denominator is None:
         tokens = mask.sum().item()
-        denominator = loss_denominator(loss_type, mask.shape[0], tokens, tokens, 1, mask.shape[1])
-    loss = -aggregate(surrogate - kl_coef * kl, mask, loss_type, denominator)
+        denominator = loss_denominator(settings.loss_type, mask.shape[0], tokens, tokens, 1, mask.shape[1])
+    loss = -aggregate(surrogate - settings.kl_coef * kl, mask, settings.loss_type, denominator)
     n_tokens = mask.sum().clamp(min=1.0)
     with torch.no_grad():
-        ratio = sequence_ratio(logp, old_logp, mask) if ratio_level == "sequence" else torch.exp(logp - old_logp)
+        ratio = (
+            sequence_ratio(logp, old_logp, mask) if settings.ratio_level == "sequence" else torch.exp(logp - old_logp)
+        )
     stats = {
         "kl": ((kl * mask).sum() / n_tokens).detach(),
         "clip_frac": ((clip_active * mask).sum() / n_tokens).detach(),

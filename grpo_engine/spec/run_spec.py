@@ -33,11 +33,6 @@ class RunSpec(RuntimeKeys, RewardKeys, AlgorithmKeys, ModelAndDataKeys):
         return self.iterations * self.steps_per_iteration
 
     @property
-    def clip_eps_upper(self) -> float:
-        """The ratio's upper clip epsilon: ``clip_eps_high``, or ``clip_eps`` when that is 0."""
-        return self.clip_eps_high or self.clip_eps
-
-    @property
     def step_checker(self) -> str:
         """What labels steps: 'builtin', 'arithmetic' or 'rollouts' (``step_labels`` 'auto' chosen by the dataset)."""
         return step_checker(self.to_dict())

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_engine.algo.dynamic_sampling import UPDATE_METRICS, Filled, informative_batch, no_update
-from grpo_engine.algo.objective import grpo_loss, loss_denominator, outcome_advantages, process_advantages
+from grpo_engine.algo.objective import LossSettings, grpo_loss, loss_denominator, outcome_advantages, process_advantages
 from grpo_engine.algo.overlong import loss_mask, penalise_overlong
 from grpo_engine.report.recorder import GroupRecord
 from grpo_engine.rewards.reward_functions import named_rewards, reward_means
@@ -305,6 +305,7 @@ def update(
     outputs = max(1, int((mask.sum(dim=1) > 0).sum().item()))  # those the loss counts: N unless mask_truncated
     all_tokens = learner.procs.sum([tokens])[0] if spec.loss_type == "dapo" else tokens
     denominator = loss_denominator(spec.loss_type, outputs, tokens, all_tokens, learner.procs.n, spec.max_new_tokens)
+    settings = LossSettings(spec.clip_eps, spec.kl_coef, spec.clip_eps_high, spec.ratio_level, spec.loss_type)
     policy.train()
     grad_norm, entropy_sum, per_update, views = 0.0, 0.0, [], []
     for u in range(spec.policy_updates_per_batch):
@@ -323,11 +324,7 @@ def update(
                     ref,
                     advantages[c],
                     mask[c],
-                    spec.clip_eps,
-                    spec.kl_coef,
-                    spec.clip_eps_upper,
-                    spec.ratio_level,
-                    spec.loss_type,
+                    settings,
                     denominator,
                 )
                 learner.accelerator.backward(loss)
