@@ -292,7 +292,8 @@ def test_a_prm_trains_on_math_shepherd_data(grpo_cache_dir, tmp_path):
     assert refresh["rm/train_examples"] == 16 + round(0.1 * 16) and "rm/accuracy_before" in refresh
     # rm_data is the warm start; the refresh trains on the policy's own samples, as Algorithm 1 says
     assert any(
-        "refreshed on 18 examples (the policy's samples labelled by the builtin step checker, 2 replayed)" in m
+        "refreshed on 18 examples (the policy's samples labelled by the built-in task's exact step checker, 2 replayed)"
+        in m
         for m in recorder.messages
     )
     with pytest.raises(SpecError, match="rm_data: is PRM training data"):

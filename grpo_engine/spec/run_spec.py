@@ -37,6 +37,27 @@ class RunSpec(RuntimeKeys, RewardKeys, AlgorithmKeys, ModelAndDataKeys):
         """What labels steps: 'builtin', 'arithmetic' or 'rollouts' (``step_labels`` 'auto' chosen by the dataset)."""
         return step_checker(self.to_dict())
 
+    @property
+    def label_source(self) -> str:
+        """What labels a run's outputs, in words: the verifier (outcome supervision), else the rule that labels its
+        steps (with a learned PRM too: the labels it learns from, recorded beside its scores). The Groups tab's
+        cards, ``/get_group`` and the reward model's log lines all say it so.
+
+        >>> from grpo_engine.spec.config import validate_spec
+        >>> validate_spec({"supervision": "process", "step_labels": "arithmetic"}).label_source
+        'the arithmetic step checker'
+        >>> validate_spec({"supervision": "process", "step_labels": "rollouts", "label_completer": "Qwen/Qwen2.5-Math-7B"}).label_source
+        'rollouts by Qwen/Qwen2.5-Math-7B, N=4, hard estimate'
+        """
+        if self.supervision == "outcome":
+            return "the verifier"
+        by = f" by {self.label_completer}" if self.label_completer else ""
+        return {
+            "builtin": "the built-in task's exact step checker",
+            "arithmetic": "the arithmetic step checker",
+            "rollouts": f"rollouts{by}, N={self.label_rollouts}, {self.label_estimate} estimate",
+        }[self.step_checker]
+
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dc_fields(self)}
 

@@ -183,7 +183,7 @@ class TrainingRun:
             source = (
                 f"solutions of {self.spec.rm_data!r}"
                 if self.rm_state.data
-                else f"outputs of the initial policy labelled by {self.label_source()}"
+                else f"outputs of the initial policy labelled by {self.spec.label_source}"
             )
             self.recorder.log(
                 f"{self.rm_state.name} trained on {len(self.rm_state.history)} {source}: "
@@ -225,7 +225,7 @@ class TrainingRun:
             metrics.update(self.train_reward_model())
             self.recorder.log(
                 f"iteration {iteration}: {self.rm_state.name} refreshed on {metrics['rm/train_examples']:.0f} examples "
-                f"(the policy's samples labelled by {self.label_source()}, {metrics['rm/replayed']:.0f} replayed) "
+                f"(the policy's samples labelled by {self.spec.label_source}, {metrics['rm/replayed']:.0f} replayed) "
                 f"in {time.time() - t_refresh:.1f}s: loss {metrics['rm/loss']:.3f}, "
                 f"held-out accuracy {metrics['rm/accuracy_before']:.3f} -> {metrics['rm/accuracy_after']:.3f}"
             )
@@ -373,19 +373,6 @@ class TrainingRun:
                 )
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)
-
-    def label_source(self) -> str:
-        """What labels the reward model's training samples, in words: the verifier (ORM) or the step labels (PRM)."""
-        spec = self.spec
-        if spec.supervision == "outcome":
-            return "the verifier"
-        if spec.step_checker != "rollouts":
-            return f"the {spec.step_checker} step checker"
-        return (
-            f"{spec.label_rollouts} rollouts a step by {spec.label_completer!r}"
-            if spec.label_completer
-            else f"{spec.label_rollouts} rollouts a step by the policy"
-        ) + f", {spec.label_estimate} estimate"
 
     def reward_model_progress(self, done: int, total: int) -> None:
         """Report the "training reward model" phase: batches of its sampling and training done of their total."""
