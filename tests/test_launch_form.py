@@ -10,7 +10,7 @@ import pytest
 from app.web.launch_form import APPLIES, DECIDING, SECTIONS, applies, label, preset_values, section_of
 from grpo_engine.spec.config import FIELDS, validate_spec
 from grpo_engine.spec.presets import PRESETS
-from grpo_engine.spec.spec_values import SpecError
+from grpo_engine.spec.words import SpecError
 from tests.test_custom_rewards import FILE
 
 

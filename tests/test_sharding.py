@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from app import store
 from app.store.db import session_scope
 from grpo_engine.spec.config import validate_spec
-from grpo_engine.spec.spec_values import SpecError
+from grpo_engine.spec.words import SpecError
 from tests.test_distributed import COMPARED, _create, _metrics, pause_after_step, store_url  # noqa: F401  (store_url: the fixture)
 from tests.tiny_models import write_tiny_model
 from workers.runner import execute_run

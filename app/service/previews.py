@@ -26,7 +26,7 @@ from app.service.api import ApiError, parse_spec
 from app.service.datasets import preview_dataset, read_by_the_worker
 from grpo_engine.spec.config import SpecError, is_gguf, validate_spec
 from grpo_engine.spec.gguf_header import converted_dir
-from grpo_engine.spec.spec_values import decode_delimiter
+from grpo_engine.spec.words import decode_delimiter
 
 PROMPT_TIMEOUT_S = 180  # loading a tokenizer; a .gguf model's first conversion takes about a minute on 2 cores
 REWARDS_TIMEOUT_S = 60  # loading the rewards and scoring the rows

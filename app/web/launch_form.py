@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from grpo_engine.spec.applicability import form_values
 from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.run_spec import DEFAULTS, FIELD_BY_NAME, FIELDS
-from grpo_engine.spec.spec_values import SECTIONS as SECTION_TITLES
+from grpo_engine.spec.words import SECTIONS as SECTION_TITLES
 
 
 @dataclass(frozen=True)

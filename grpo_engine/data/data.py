@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 from grpo_engine.data.builtin_task import HELDOUT_SIZE, builtin_examples
 from grpo_engine.data.word_problems import builtin_word_problems
-from grpo_engine.spec.spec_values import BUILTIN_DATASET, BUILTIN_WORD_PROBLEMS, DATASET_SUFFIXES
+from grpo_engine.spec.words import BUILTIN_DATASET, BUILTIN_WORD_PROBLEMS, DATASET_SUFFIXES
 
 MIN_ROWS = 2  # a dataset file needs a training row and a held-out row
 

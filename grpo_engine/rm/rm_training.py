@@ -31,7 +31,7 @@ from grpo_engine.rollout.rollout_labels import Completer, rollout_verdicts
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
 from grpo_engine.spec.config import RunSpec
-from grpo_engine.spec.spec_values import decode_delimiter
+from grpo_engine.spec.words import decode_delimiter
 
 
 @dataclass

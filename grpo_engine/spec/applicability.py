@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_engine.spec.spec_values import BUILTIN_DATASET, BUILTIN_DATASETS, DATASET_SUFFIXES, shown
+from grpo_engine.spec.words import BUILTIN_DATASET, BUILTIN_DATASETS, DATASET_SUFFIXES, shown
 
 Values = Mapping[str, Any]
 

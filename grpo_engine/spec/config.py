@@ -1,11 +1,12 @@
-"""The run spec: what a GRPO run is launched with, checked.
+"""The run spec's front door: ``validate_spec`` turns JSON into a checked RunSpec, and the words its readers need
+come from here (``__all__``).
 
 Pure Python (no torch): the web process imports this to validate a spec at launch and to build the launch form, the
 worker and the engine read the same object.
 
 Every key is defined once, as a field of :class:`~grpo_engine.spec.run_spec.RunSpec`. ``validate_spec`` fills
-defaults, refuses unknown keys and bad values, then the rules between keys (``cross_checks``), each refusal a
-:class:`SpecError` that names the key.
+defaults, refuses unknown keys, checks each key's value on its own (``one_key``), then the rules between keys
+(``between_keys``), each refusal a :class:`SpecError` that names the key.
 """
 
 from __future__ import annotations
@@ -14,20 +15,37 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from grpo_engine.spec.cross_checks import MAX_TOTAL_STEPS, check_budget, check_spec  # noqa: F401 (check_budget: admission)
+from grpo_engine.spec.between_keys import MAX_TOTAL_STEPS, check_budget, check_spec
+from grpo_engine.spec.one_key import check_range, check_report_to, coerce, is_gguf
 from grpo_engine.spec.run_spec import FIELD_BY_NAME, FIELDS, RunSpec
-from grpo_engine.spec.spec_checks import check_report_to, is_gguf  # noqa: F401 (is_gguf: app, model use it)
-from grpo_engine.spec.spec_values import (  # noqa: F401 (the spec's words, for its readers)
+from grpo_engine.spec.words import (
     BUILTIN_DATASET,
     BUILTIN_DATASETS,
     BUILTIN_MODEL,
     BUILTIN_WORD_PROBLEMS,
     MAX_TEXT,
     SpecError,
-    _check_range,
-    _coerce,
     shown,
 )
+
+__all__ = [  # what the spec's readers (the app, the workers, the engine) take from here
+    "BUILTIN_DATASET",
+    "BUILTIN_DATASETS",
+    "BUILTIN_MODEL",
+    "BUILTIN_WORD_PROBLEMS",
+    "FIELDS",
+    "FIELD_BY_NAME",
+    "MAX_TEXT",
+    "MAX_TOTAL_STEPS",
+    "NOT_EMPTY",
+    "RunSpec",
+    "SpecError",
+    "check_budget",
+    "is_gguf",
+    "is_local_path",
+    "shown",
+    "validate_spec",
+]
 
 FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json", ".gguf")  # a value ending so is a file, never a Hugging Face id
 NOT_EMPTY = ("model", "dataset", "step_delimiter", "dataset_split", "question_field", "answer_field", "solution_field")
@@ -77,8 +95,8 @@ def validate_spec(spec: dict[str, Any] | None) -> RunSpec:
     values: dict[str, Any] = {}
     for f in FIELDS:
         raw = spec.get(f.name)
-        value = f.default if raw is None else check_report_to(raw) if f.name == "report_to" else _coerce(f, raw)
-        _check_range(f, value)
+        value = f.default if raw is None else check_report_to(raw) if f.name == "report_to" else coerce(f, raw)
+        check_range(f, value)
         values[f.name] = value
     for name in NOT_EMPTY:
         if not values[name]:

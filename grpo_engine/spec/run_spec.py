@@ -15,10 +15,10 @@ from typing import Any, get_type_hints
 
 from grpo_engine.spec.applicability import step_checker
 from grpo_engine.spec.keys.algorithm import AlgorithmKeys
+from grpo_engine.spec.keys.field import Field
 from grpo_engine.spec.keys.model_data import ModelAndDataKeys
 from grpo_engine.spec.keys.reward import RewardKeys
 from grpo_engine.spec.keys.runtime import RuntimeKeys
-from grpo_engine.spec.spec_values import Field
 
 
 # A dataclass takes its bases' fields from the last base to the first: the form's order, Model & data first.

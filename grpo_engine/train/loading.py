@@ -26,7 +26,7 @@ from grpo_engine.rollout.rollout_labels import Completer
 from grpo_engine.rollout.tokenization import end_token_ids, run_prompt
 from grpo_engine.spec.config import RunSpec
 from grpo_engine.spec.memory import estimate_memory, memory_limit, too_big_message
-from grpo_engine.spec.spec_values import decode_delimiter
+from grpo_engine.spec.words import decode_delimiter
 from grpo_engine.train.learner import Learner
 from grpo_engine.train.parallel import Processes
 from grpo_engine.train.placement import make_accelerator, run_device

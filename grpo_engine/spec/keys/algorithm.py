@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_engine.spec.applicability import DYNAMIC_SAMPLING, OVERLONG
-from grpo_engine.spec.spec_values import ALGORITHM, key
+from grpo_engine.spec.keys.field import key
+from grpo_engine.spec.words import ALGORITHM
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_engine.spec.applicability import HUB_DATASET, OWN_DATASET
-from grpo_engine.spec.spec_values import BUILTIN_DATASET, BUILTIN_MODEL, BUILTIN_WORD_PROBLEMS, MODEL_AND_DATA, key
+from grpo_engine.spec.keys.field import key
+from grpo_engine.spec.words import BUILTIN_DATASET, BUILTIN_MODEL, BUILTIN_WORD_PROBLEMS, MODEL_AND_DATA
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from grpo_engine.spec.applicability import (
     RULE_REWARDS,
     STEP_LABELS,
 )
-from grpo_engine.spec.spec_values import REWARD, key
+from grpo_engine.spec.keys.field import key
+from grpo_engine.spec.words import REWARD
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_engine.spec.applicability import SEVERAL_PROCESSES
-from grpo_engine.spec.spec_values import RUNTIME, key
+from grpo_engine.spec.keys.field import key
+from grpo_engine.spec.words import RUNTIME
 
 
 @dataclass(frozen=True)

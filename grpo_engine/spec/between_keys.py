@@ -9,9 +9,9 @@ own setting. Pure Python (no torch).
 from __future__ import annotations
 
 from grpo_engine.rewards.reward_functions import check_rewards_apply
+from grpo_engine.spec.one_key import check_optimizer, check_prompt_keys
 from grpo_engine.spec.run_spec import DEFAULTS, FIELDS, RunSpec
-from grpo_engine.spec.spec_checks import check_optimizer, check_prompt_keys
-from grpo_engine.spec.spec_values import BUILTIN_DATASET, SpecError, shown
+from grpo_engine.spec.words import BUILTIN_DATASET, SpecError, shown
 
 MAX_TOTAL_STEPS = 1_000_000  # iterations x steps_per_iteration
 RM_TOKEN_FACTOR = 8  # a reward model's (re)training may sample this many steps' worth of tokens
