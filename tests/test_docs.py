@@ -67,7 +67,7 @@ def test_every_setting_the_code_reads_is_in_the_settings_page():
 
 
 def test_the_health_rules_are_in_the_diagnosing_page_as_the_code_states_them():
-    from app.service.health_rules import rules_markdown
+    from app.service.health import rules_markdown
 
     assert rules_markdown() in (DOCS / "diagnosing.md").read_text(encoding="utf-8")
 

@@ -1,4 +1,4 @@
-"""app/service/health.py and health_rules.py: each health rule on metric histories built here, where it fires and
+"""app/service/health/ (one module per family of rules, each rule's thresholds, words and check together): each health rule on metric histories built here, where it fires and
 where it does not."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import math
 import pytest
 
 from app.service import health
-from app.service.health import health_warnings
-from app.service.health_metrics import window_size
-from app.service.health_rules import RULES, rules_markdown
+from app.service.health import RULES, health_warnings, rules_markdown
+from app.service.health.metrics import pearson, span, window_size, windows
 
 WARNING_KEYS = {"rule", "title", "message", "steps", "metrics", "severity"}
 
@@ -83,7 +82,7 @@ def healthy(n: int = 200) -> list[dict]:
 
 def test_a_healthy_run_fires_nothing_at_any_step():
     pairs = [(19 + i % 3, 0.0 if i % 3 == 2 and i % 2 else 1.0) for i in range(320)]  # the longest: less often right
-    assert health.pearson(pairs) < 0
+    assert pearson(pairs) < 0
     metrics, config = healthy(), {"max_new_tokens": 32, "kl_coef": 0.04, "skip_zero_spread": False}
     assert health_warnings(metrics, pairs, config) == []
     for last in range(1, len(metrics)):  # as the run goes
@@ -123,10 +122,10 @@ def test_rules_markdown_lists_every_rule():
 
 def test_windows():
     assert [window_size(n) for n in (5, 10, 25, 26, 100)] == [5, 5, 5, 6, 20]
-    earlier, recent = health.windows(run(30))
-    assert health.span(earlier) == [19, 24] and health.span(recent) == [25, 30]
-    earlier, recent = health.windows(run(7))
-    assert health.span(earlier) == [1, 2] and health.span(recent) == [3, 7]
+    earlier, recent = windows(run(30))
+    assert span(earlier) == [19, 24] and span(recent) == [25, 30]
+    earlier, recent = windows(run(7))
+    assert span(earlier) == [1, 2] and span(recent) == [3, 7]
 
 
 # --- reward_hacking ---------------------------------------------------------------------------------------
@@ -198,7 +197,7 @@ def correlated(n: int, noise: float) -> list[tuple[int, float]]:
 
 def test_length_reward_fires_on_a_positive_correlation():
     pairs = correlated(240, 0.3)
-    r = health.pearson(pairs)
+    r = pearson(pairs)
     w = only("length_reward", run(40), pairs)
     assert f"r = {r:.2f} over 240 samples" in w["message"] and "longer outputs get higher rewards" in w["message"]
     assert w["steps"] == [33, 40] and w["metrics"] == ["completion_len", "reward_mean"]
@@ -207,7 +206,7 @@ def test_length_reward_fires_on_a_positive_correlation():
 def test_length_reward_threshold():
     just_over = correlated(100, 0.51)  # r = 0.504
     just_under = correlated(100, 0.52)  # r = 0.497
-    assert health.pearson(just_over) >= 0.5 > health.pearson(just_under)
+    assert pearson(just_over) >= 0.5 > pearson(just_under)
     assert "length_reward" in fired(run(20), just_over)
     assert "length_reward" not in fired(run(20), just_under)
 

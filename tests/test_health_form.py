@@ -1,6 +1,6 @@
 """The health rule form_not_answers ("Learning the form, not the answers") on the run that showed it, and every
 health message and the Groups tab's zero-spread banner read against a run spec that already has what they could
-advise (app/service/health.py, health_rules.py)."""
+advise (app/service/health/)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from app import store
 from app.service import api
 from app.service.health import health_warnings, zero_spread_cause
-from app.service.health_rules import ANSWER_RECIPE, FORM_AFTER_WORKING, form_not_answers_remedies
+from app.service.health.advice import ANSWER_RECIPE, FORM_AFTER_WORKING
+from app.service.health.answers import form_not_answers_remedies
 from app.store.db import session_scope
 from app.web.views.group import zero_spread_banner
 from app.web.views.run import health_html

@@ -13,7 +13,7 @@ import gradio as gr
 
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
 from app.service import api, exports
-from app.service.health_metrics import training_rows
+from app.service.health import training_rows
 from app.web.endpoints import call_api
 from app.web.tabs.launch import LaunchForm, form_values
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html

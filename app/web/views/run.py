@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
-from app.service.health_rules import MIN_STEPS, MIN_STEPS_RECENT
+from app.service.health import MIN_STEPS, MIN_STEPS_RECENT
 
 GROUP_COLUMNS = ["group", "prompt", "reward mean", "reward std"]
 # The reward-model table: each column's header and the recorded metric it shows ("change" is after - before)

@@ -1,4 +1,4 @@
-"""Reading a run's metric rows for the health rules (app.service.health): the training rows, the recent and earlier
+"""Reading a run's metric rows for the health rules (app.service.health's modules): the training rows, the recent and earlier
 windows, a metric's mean over a window, a window's span, the evaluations' values, a Pearson r, and measured numbers
 as messages show them.
 
@@ -17,6 +17,9 @@ Row = Mapping[str, Any]
 
 RECENT_SHARE = 0.2  # the recent window: this share of the training steps (rounded up) ...
 RECENT_MIN = 5  # ... and at least this many
+# windows
+MIN_STEPS = 10  # training steps recorded before a rule that compares windows may fire
+MIN_STEPS_RECENT = 5  # ... before a rule that reads the recent window alone may fire
 
 
 def number(value: Any) -> float | None:
@@ -147,3 +150,14 @@ def pearson(pairs: Sequence[tuple[float, float]]) -> float | None:
 def fmt(x: float) -> str:
     """A measured number as messages show it: 2 decimals, 3 significant digits below 0.1."""
     return f"{x:.2f}" if abs(x) >= 0.1 or x == 0 else f"{x:.3g}"
+
+
+def recent_at_least(metrics: Sequence[Row], name: str, level: float) -> tuple[list[Row], float] | None:
+    """(the recent window, ``name``'s mean over it) when that mean is >= ``level`` after >= MIN_STEPS_RECENT
+    training steps; None otherwise (too few steps, the metric not recorded, or below ``level``)."""
+    rows = training_rows(metrics)
+    if len(rows) < MIN_STEPS_RECENT:
+        return None
+    recent = windows(rows)[1]
+    now = mean_of(recent, name)
+    return None if now is None or now < level else (recent, now)
