@@ -13,26 +13,23 @@ Each rule and the threat it answers:
 - **Sessions.** With a login, logging out is a POST (``/logout``) that ends only the session it is sent from; a
   session unused for GRPO_SESSION_IDLE_MINUTES ends.
 - **Before login.** Only the login form and its static files answer; the login page carries no API description.
-- **Uploads.** One upload request carries at most GRPO_MAX_UPLOAD_FILES files and the larger of
-  GRPO_MAX_MODEL_UPLOAD_MB and GRPO_MAX_UPLOAD_MB (each file's limit, which Gradio checks too: an upload does not
-  say whether it is a model or a dataset, so /upload_dataset checks the smaller dataset cap itself) plus its form's
-  framing; a user (without a login: a client address) uploads at most GRPO_UPLOAD_MB_PER_HOUR an hour. A request
-  over a limit is cut off and answered 413 or 429.
+- **Uploads.** Files per request, bytes per request and bytes per user per hour are limited
+  (app.web.upload_guard); a request over a limit is cut off and answered 413 or 429.
 - **Guessing passwords.** Failed logins are counted per client address and per user name (:class:`LoginThrottle`):
   after a few, each further attempt must wait, doubling up to a cap; refused attempts are logged.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from app.core.settings import Settings
+from app.web.asgi import edited_page, log, parse_cookies, read_body, replay, request_headers, respond
+from app.web.upload_guard import UploadGuard
 
 SECURITY_HEADERS = (
     (b"x-frame-options", b"SAMEORIGIN"),
@@ -54,14 +51,8 @@ PUBLIC_PATHS = {
     "/gradio_api/startup-events",
 }
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/svelte/", "/pwa_icon")
-UPLOAD_CAPS = "GRPO_MAX_MODEL_UPLOAD_MB for a model, GRPO_MAX_UPLOAD_MB for a dataset: the larger"
 _API_INFO = re.compile(rb"window\.gradio_api_info = .*?;</script>", re.DOTALL)
 _SAMESITE = re.compile(rb";\s*samesite=[a-z]+", re.IGNORECASE)
-
-
-def log(message: str) -> None:
-    """A line in the server's log (stderr)."""
-    print(f"grpo-dashboard: {message}", file=sys.stderr, flush=True)
 
 
 class LoginThrottle:
@@ -126,25 +117,25 @@ class SecurityMiddleware:
         self.page_head = page_head.encode()
         self.throttle = throttle or LoginThrottle(free=settings.login_free_attempts)
         self.last_seen: dict[str, float] = {}  # session token -> when it was last used
-        self.uploaded: dict[str, list[tuple[float, int]]] = {}  # user or address -> (when, bytes) of its uploads
+        self.upload = UploadGuard(settings)  # the upload limits, with what each user uploaded in the last hour
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = _headers(scope)
+        headers = request_headers(scope)
         path, method = scope["path"], scope["method"]
         origin = headers.get("origin")
         if origin is not None and not self.origin_allowed(origin, headers.get("host", "")):
             log(f"refused {method} {path} from origin {origin[:200]!r}")
-            await _respond(send, 403, {"error": "requests from another origin are refused"})
+            await respond(send, 403, {"error": "requests from another origin are refused"})
             return
         send = self._with_headers(send)
         if path == "/" and method == "GET" and self.page_head:
-            send = _edited_page(send, lambda body: body.replace(b"<head>", b"<head>" + self.page_head, 1))
+            send = edited_page(send, lambda body: body.replace(b"<head>", b"<head>" + self.page_head, 1))
         if not self.login:
             if path.rstrip("/") == "/gradio_api/upload" and method == "POST":
-                await self.upload(scope, receive, send, headers, (scope.get("client") or ("?", 0))[0])
+                await self.upload(self.app, scope, receive, send, headers, (scope.get("client") or ("?", 0))[0])
                 return
             await self.app(scope, receive, send)
             return
@@ -155,16 +146,16 @@ class SecurityMiddleware:
         user = self.session_user(token)
         if path.rstrip("/") == "/gradio_api/upload" and method == "POST":
             who = user or (scope.get("client") or ("?", 0))[0]
-            await self.upload(scope, receive, send, headers, who)
+            await self.upload(self.app, scope, receive, send, headers, who)
             return
         if path.rstrip("/") == "/login" and method == "POST":
             await self.login_attempt(scope, receive, send)
             return
         if user is None and not (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
-            await _respond(send, 401, {"error": "Not authenticated"})
+            await respond(send, 401, {"error": "Not authenticated"})
             return
         if user is None and path == "/":
-            send = _edited_page(send, _without_api_info)
+            send = edited_page(send, _without_api_info)
         await self.app(scope, receive, send)
 
     # ---- origins, cookies, headers -------------------------------------------------------------------
@@ -191,7 +182,7 @@ class SecurityMiddleware:
         return f"access-token-{cookie_id}", f"access-token-unsecure-{cookie_id}"
 
     def session_token(self, headers: dict[str, str]) -> str | None:
-        cookies = _cookies(headers.get("cookie", ""))
+        cookies = parse_cookies(headers.get("cookie", ""))
         secure, unsecure = self._cookie_names()
         return cookies.get(secure) or cookies.get(unsecure)
 
@@ -212,7 +203,7 @@ class SecurityMiddleware:
     async def logout(self, method: str, token: str | None, send) -> None:
         """POST /logout ends this session only and returns to the login form; any other method is refused."""
         if method != "POST":
-            await _respond(send, 405, {"error": "log out with POST /logout"}, [(b"allow", b"POST")])
+            await respond(send, 405, {"error": "log out with POST /logout"}, [(b"allow", b"POST")])
             return
         if token is not None:
             self.gradio_app().tokens.pop(token, None)
@@ -221,81 +212,16 @@ class SecurityMiddleware:
             (b"set-cookie", f"{name}=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax".encode())
             for name in self._cookie_names()
         ]
-        await _respond(send, 303, {"logged_out": True}, [(b"location", b"./"), *expired])
+        await respond(send, 303, {"logged_out": True}, [(b"location", b"./"), *expired])
 
     # ---- uploads -------------------------------------------------------------------------------------
-
-    async def upload(self, scope, receive, send, headers: dict[str, str], who: str) -> None:
-        """An upload through its limits: files and bytes per request, bytes per user per hour. The body is counted
-        as it streams in; past a limit the app sees the client leave, and the answer is 413 (or 429)."""
-        settings = self.settings
-        hour_ago = time.monotonic() - 3600
-        recent = [(t, n) for t, n in self.uploaded.get(who, []) if t > hour_ago]
-        budget = settings.upload_mb_per_hour * 2**20 - sum(n for _, n in recent)
-        limit = settings.largest_upload_bytes + 64 * 1024 * settings.max_upload_files  # files plus the form's framing
-        most = f"at most {settings.largest_upload_bytes / 2**20:g} MiB a request"
-        declared = int(headers.get("content-length") or 0)
-        refusal = None
-        if declared > budget:
-            refusal = (
-                429,
-                f"upload limit: at most {settings.upload_mb_per_hour:g} MiB an hour (GRPO_UPLOAD_MB_PER_HOUR)",
-            )
-        elif declared > limit:
-            refusal = (413, f"upload too large: {most} ({UPLOAD_CAPS})")
-        if refusal:
-            log(f"upload of {declared:,} bytes by {who!r} refused: {refusal[1]}")
-            await _respond(send, refusal[0], {"error": refusal[1]})
-            return
-        counted = {"bytes": 0, "files": 0, "tail": b"", "over": None}
-
-        async def counting_receive():
-            if counted["over"]:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            chunk = message.get("body", b"")
-            seen = counted["tail"] + chunk  # each file's part header names it: '; filename="..."'
-            counted["files"] += seen.count(b"; filename=") - counted["tail"].count(b"; filename=")
-            counted["tail"] = seen[-64:]
-            counted["bytes"] += len(chunk)
-            if counted["files"] > settings.max_upload_files:
-                counted["over"] = (
-                    413,
-                    f"upload refused: at most {settings.max_upload_files} files a request (GRPO_MAX_UPLOAD_FILES)",
-                )
-            elif counted["bytes"] > min(limit, budget):
-                counted["over"] = (
-                    413,
-                    f"upload too large: {most} ({UPLOAD_CAPS}), and the hour's budget (GRPO_UPLOAD_MB_PER_HOUR)",
-                )
-            return {"type": "http.disconnect"} if counted["over"] else message
-
-        started = {}
-
-        async def watch(message):  # once over a limit, the app's own answer (to a client that left) is dropped
-            if counted["over"]:
-                return
-            if message["type"] == "http.response.start":
-                started["yes"] = True
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, watch)
-        except Exception:
-            if not counted["over"]:
-                raise
-        self.uploaded[who] = recent + [(time.monotonic(), counted["bytes"])]
-        if counted["over"]:
-            log(f"upload by {who!r} cut off after {counted['bytes']:,} bytes: {counted['over'][1]}")
-            if not started:
-                await _respond(send, *counted["over"])
 
     # ---- logins --------------------------------------------------------------------------------------
 
     async def login_attempt(self, scope, receive, send) -> None:
         """A login through the throttle: refused (429, Retry-After) while its address or user must wait; else
         Gradio checks it, and a failure or success is counted."""
-        body = await _read_body(receive)
+        body = await read_body(receive)
         form = parse_qs(body.decode("utf-8", "replace"))
         user = (form.get("username") or [""])[0].strip()[:200]
         address = (scope.get("client") or ("?", 0))[0]
@@ -303,7 +229,7 @@ class SecurityMiddleware:
         wait = self.throttle.wait(keys)
         if wait > 0:
             log(f"login of {user!r} from {address} refused: too many failed logins, next allowed in {wait:.0f}s")
-            await _respond(
+            await respond(
                 send,
                 429,
                 {"detail": f"Too many failed logins: try again in {wait:.0f} s."},
@@ -316,12 +242,12 @@ class SecurityMiddleware:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 for name, value in message.get("headers", []):  # the new session's idle time starts now
-                    cookie = _cookies(value.decode("latin-1").split(";", 1)[0])
+                    cookie = parse_cookies(value.decode("latin-1").split(";", 1)[0])
                     if name.lower() == b"set-cookie" and cookie.keys() & set(self._cookie_names()):
                         self.last_seen[next(iter(cookie.values()))] = time.monotonic()
             await send(message)
 
-        await self.app(scope, _replay(body), watch)
+        await self.app(scope, replay(body), watch)
         if status.get("code") == 200:
             self.throttle.succeeded(keys)
         else:
@@ -329,89 +255,11 @@ class SecurityMiddleware:
             log(f"failed login of {user!r} from {address}" + (f"; next attempt allowed in {wait:.0f}s" if wait else ""))
 
 
-# ---- ASGI helpers ------------------------------------------------------------------------------------
-
-
-def _headers(scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-
-
-def _cookies(header: str) -> dict[str, str]:
-    out = {}
-    for part in header.split(";"):
-        name, sep, value = part.strip().partition("=")
-        if sep:
-            out[name] = value
-    return out
-
-
 def _lax(cookie: bytes) -> bytes:
     """A Set-Cookie value with SameSite=Lax, whatever it asked for."""
     return _SAMESITE.sub(b"", cookie) + b"; SameSite=Lax"
 
 
-async def _respond(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    data = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
-async def _read_body(receive, limit: int = 64 * 1024) -> bytes:
-    """A request's body (a login form: small; anything past ``limit`` is dropped)."""
-    chunks, size, more = [], 0, True
-    while more:
-        message = await receive()
-        chunk = message.get("body", b"")
-        if size < limit:
-            chunks.append(chunk[: limit - size])
-        size += len(chunk)
-        more = message.get("more_body", False)
-    return b"".join(chunks)
-
-
-def _replay(body: bytes):
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
-
-    return receive
-
-
 def _without_api_info(body: bytes) -> bytes:
     """The login page: its embedded API description emptied."""
     return _API_INFO.sub(b"window.gradio_api_info = {};</script>", body)
-
-
-def _edited_page(send, edit: Callable[[bytes], bytes]):
-    """``send`` for the page's HTML: its body is held until complete, then sent as ``edit`` makes it."""
-    held: dict = {}
-    parts: list[bytes] = []
-
-    async def wrapped(message):
-        if message["type"] == "http.response.start":
-            held["start"] = message
-            return
-        if message["type"] != "http.response.body":
-            await send(message)
-            return
-        parts.append(message.get("body", b""))
-        if message.get("more_body", False):
-            return
-        body = edit(b"".join(parts))
-        start = held["start"]
-        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-        await send({**start, "headers": headers + [(b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
-
-    return wrapped
