@@ -42,15 +42,13 @@ def measured_training(exact: list[dict]):
     samples of the current policy, before and after each training, is appended to ``exact``."""
     inner = trainer.train_reward_model
 
-    def train_reward_model(
-        rm, history, policy, tokenizer, prompt, train_set, heldout, spec, rng, device, *args, **kwargs
-    ):
+    def train_reward_model(rm, state, sampler, train_set, heldout, spec, *args, **kwargs):
         exact_spec = dataclasses.replace(spec, step_labels="builtin")  # the built-in task's exact checker
         questions = random.Random(len(exact)).choices(heldout, k=EXACT_SAMPLES)
-        held = sample_labelled(policy, tokenizer, prompt, questions, exact_spec, "prm", device)
-        before = accuracy(rm, held) if history else None
+        held = sample_labelled(sampler, questions, exact_spec, "prm")
+        before = accuracy(rm, held) if state.history else None
         t0 = time.time()
-        metrics = inner(rm, history, policy, tokenizer, prompt, train_set, heldout, spec, rng, device, *args, **kwargs)
+        metrics = inner(rm, state, sampler, train_set, heldout, spec, *args, **kwargs)
         exact.append(
             {
                 "before": before,

@@ -25,7 +25,7 @@ from grpo_engine.data.builtin_task import STEP_DELIMITER
 from grpo_engine.data.data import load_dataset
 from grpo_engine.model.model import load_policy
 from grpo_engine.rollout.outputs import encode_prompts, judge
-from grpo_engine.rollout.rollout_labels import rollout_verdicts
+from grpo_engine.rollout.rollout_labels import Continuing, StepOutputs, rollout_verdicts
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids, prompt_formatter
 
@@ -43,22 +43,9 @@ def labelled_steps(cache_dir: Path, questions: int, n: int, estimate: str, seed:
     mask, ended = completion_mask(completions, end_ids)
     judged = judge(tokenizer, completions, mask, ended, rows, True, delimiter=STEP_DELIMITER, checker="builtin")
     started = time.time()
-    by_rollouts = rollout_verdicts(
-        policy,
-        tokenizer,
-        prompts["input_ids"],
-        prompts["attention_mask"],
-        completions,
-        judged.step_ends,
-        judged.texts,
-        [r["answer"] for r in rows],
-        n=n,
-        estimate=estimate,
-        max_new_tokens=32,
-        temperature=1.0,
-        top_p=1.0,
-        end_ids=end_ids,
-    )
+    outputs = StepOutputs.judged(prompts["input_ids"], prompts["attention_mask"], completions, judged, rows)
+    how = Continuing(n, max_new_tokens=32, temperature=1.0, top_p=1.0, end_ids=end_ids)
+    by_rollouts = rollout_verdicts(policy, tokenizer, outputs, how, estimate)
     return by_rollouts, judged.verdicts, time.time() - started
 
 

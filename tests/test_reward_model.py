@@ -107,7 +107,8 @@ def test_labels_come_from_the_verifier_and_the_step_checker(grpo_cache_dir, kind
     train_set, _ = load_dataset("builtin-arith")
     questions = random.Random(0).choices(train_set, k=20)
     spec = validate_spec({**BASE, "supervision": "outcome" if kind == "orm" else "process"})
-    examples = rm_training.sample_labelled(policy, tokenizer, format_prompt, questions, spec, kind, "cpu")
+    sampler = rm_training.Sampler(policy, tokenizer, format_prompt, "cpu")
+    examples = rm_training.sample_labelled(sampler, questions, spec, kind)
     assert len(examples) == len(questions)
     for ex, q in zip(examples, questions, strict=True):
         assert ex.question == q["question"]

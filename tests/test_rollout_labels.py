@@ -13,7 +13,14 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from grpo_engine.model.model import build_tokenizer
 from grpo_engine.report.recorder import MemoryRecorder
-from grpo_engine.rollout.rollout_labels import Completer, labels_from_rollouts, rollout_shares, rollout_verdicts
+from grpo_engine.rollout.rollout_labels import (
+    Completer,
+    Continuing,
+    StepOutputs,
+    labels_from_rollouts,
+    rollout_shares,
+    rollout_verdicts,
+)
 from grpo_engine.rollout.sampling import CACHE
 from tests.servers import ROOT
 
@@ -93,20 +100,15 @@ def test_hard_and_soft_estimates_on_a_hand_made_completer(estimate, expected):
     tokenizer = build_tokenizer()
     right = {2: 3, 3: 0}  # after the question and one step, 3 of 4 continuations reach 14; after two steps, none
     prompt, attn, completions, step_ends, texts, tokens = scripted_outputs(tokenizer)
-    kwargs = dict(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id])
-    args = (prompt, attn, completions, step_ends, texts, ["14", "14"])
+    how = Continuing(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id])
+    outputs = StepOutputs(prompt, attn, completions, step_ends, texts, ["14", "14"], ["2+3*4"] * 2, tokens)
     # the second output's wrong first step '2+3=5' gets 3 right continuations of 4 too: the completer recovers from
     # the slip, which hard estimation then calls right; its last step is the output's own (wrong) answer
-    assert rollout_shares(ScriptedLM(tokenizer, right), tokenizer, *args, **kwargs) == [[0.75, 0.0, 1.0], [0.75, 0.0]]
-    assert rollout_verdicts(ScriptedLM(tokenizer, right), tokenizer, *args, estimate=estimate, **kwargs) == expected
+    assert rollout_shares(ScriptedLM(tokenizer, right), tokenizer, outputs, how) == [[0.75, 0.0, 1.0], [0.75, 0.0]]
+    assert rollout_verdicts(ScriptedLM(tokenizer, right), tokenizer, outputs, how, estimate) == expected
     # the same through a Completer: it reads the question with its own template and the output so far as text
     completer = Completer(ScriptedLM(tokenizer, right), tokenizer, lambda q: f"{q}\n", [tokenizer.eos_token_id])
-    assert (
-        rollout_verdicts(
-            None, None, *args, estimate=estimate, completer=completer, questions=["2+3*4"] * 2, tokens=tokens, **kwargs
-        )
-        == expected
-    )
+    assert rollout_verdicts(None, None, outputs, how, estimate, completer) == expected
 
 
 class ProseLM(ScriptedLM):
@@ -125,12 +127,11 @@ class ProseLM(ScriptedLM):
 def test_continuations_reach_the_answer_as_the_runs_answer_match_reads_it(match, expected):
     tokenizer = build_tokenizer()
     prompt, attn, completions, step_ends, texts, _ = scripted_outputs(tokenizer)
-    kwargs = dict(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id], match=match)
+    how = Continuing(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id], match=match)
     # 3 of 4 continuations after the first step end '= 14': the last number is the answer, stated without '####';
     # the last steps are the outputs' own '#### 14' (right) and '#### 5' (wrong) under both rules
-    shares = rollout_shares(
-        ProseLM(tokenizer, {2: 3, 3: 0}), tokenizer, prompt, attn, completions, step_ends, texts, ["14", "14"], **kwargs
-    )
+    outputs = StepOutputs(prompt, attn, completions, step_ends, texts, ["14", "14"])
+    shares = rollout_shares(ProseLM(tokenizer, {2: 3, 3: 0}), tokenizer, outputs, how)
     assert shares == expected
 
 
@@ -204,11 +205,11 @@ def test_a_prm_learns_from_rollout_labels_of_the_policys_samples(grpo_cache_dir)
     )
     assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
     assert any(
-        "trained on 16 outputs of the initial policy labelled by 2 rollouts a step by the policy, hard estimate" in m
+        "trained on 16 outputs of the initial policy labelled by rollouts, N=2, hard estimate" in m
         for m in recorder.messages
     )
     assert any(
-        "refreshed on 18 examples (the policy's samples labelled by 2 rollouts a step by the policy" in m
+        "refreshed on 18 examples (the policy's samples labelled by rollouts, N=2, hard estimate" in m
         for m in recorder.messages
     )
     for groups in recorder.group_log.values():  # the PRM scores the steps; rollouts label only its training data

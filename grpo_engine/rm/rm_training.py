@@ -27,7 +27,7 @@ from grpo_engine.rm.reward_model import (
     fit as rm_fit,
 )
 from grpo_engine.rollout.outputs import encode_prompts, judge, rm_examples
-from grpo_engine.rollout.rollout_labels import Completer, rollout_verdicts
+from grpo_engine.rollout.rollout_labels import Completer, Continuing, StepOutputs, rollout_verdicts
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
 from grpo_engine.spec.config import RunSpec
@@ -45,28 +45,34 @@ class RewardModelState:
     data: tuple[list[RMExample], list[RMExample]] | None = None
 
 
+@dataclass(frozen=True)
+class Sampler:
+    """The policy a reward model's examples are sampled from: the model, its tokenizer, its prompt formatter
+    (tokenization.prompt_formatter), its device, and the ``completer`` that continues steps for rollout labels
+    (None: the policy itself)."""
+
+    policy: object
+    tokenizer: object
+    prompt: Callable[[str], str]
+    device: object
+    completer: Completer | None = None
+
+
 @torch.no_grad()
 def sample_labelled(
-    policy,
-    tokenizer,
-    prompt,
-    questions: list[dict],
-    spec: RunSpec,
-    kind: str,
-    device,
-    check: Callable[[], None] = no_check,
-    completer: Completer | None = None,
+    sampler: Sampler, questions: list[dict], spec: RunSpec, kind: str, check: Callable[[], None] = no_check
 ) -> list[RMExample]:
     """One output per question from the current policy (sampled as in training), labelled without humans:
     by the verifier under the run's answer_match (ORM) or the run's step labels (PRM: RunSpec.step_checker;
-    'rollouts' continues each step with the same policy, or with ``completer``). Generates B x G outputs at a
-    time, calling ``check`` before each batch (it raises to stop)."""
+    'rollouts' continues each step with the same policy, or with the sampler's completer). Generates B x G outputs
+    at a time, calling ``check`` before each batch (it raises to stop)."""
+    policy, tokenizer, device = sampler.policy, sampler.tokenizer, sampler.device
     policy.eval()
     out = []
     for i in range(0, len(questions), spec.batch_size * spec.group_size):
         check()
         chunk = questions[i : i + spec.batch_size * spec.group_size]
-        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
+        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, sampler.prompt)
         completions = generate(
             policy,
             tokenizer,
@@ -91,26 +97,9 @@ def sample_labelled(
             match=spec.answer_match,
         )
         if kind == "prm" and spec.step_checker == "rollouts":
-            judged.verdicts = rollout_verdicts(
-                policy,
-                tokenizer,
-                prompts["input_ids"],
-                prompts["attention_mask"],
-                completions,
-                judged.step_ends,
-                judged.texts,
-                [e["answer"] for e in chunk],
-                n=spec.label_rollouts,
-                estimate=spec.label_estimate,
-                max_new_tokens=spec.max_new_tokens,
-                temperature=spec.temperature,
-                top_p=spec.top_p,
-                end_ids=end_ids,
-                completer=completer,
-                questions=[e["question"] for e in chunk],
-                tokens=judged.tokens,
-                match=spec.answer_match,
-            )
+            outputs = StepOutputs.judged(prompts["input_ids"], prompts["attention_mask"], completions, judged, chunk)
+            how = Continuing.for_run(spec, end_ids)
+            judged.verdicts = rollout_verdicts(policy, tokenizer, outputs, how, spec.label_estimate, sampler.completer)
         out += rm_examples(judged, chunk, kind)
     return out
 
@@ -147,29 +136,24 @@ def fit_batches(n_examples: int) -> int:
 
 def train_reward_model(
     rm: RewardModel,
-    history: list[RMExample],
-    policy,
-    tokenizer,
-    prompt,
+    state: RewardModelState,
+    sampler: Sampler,
     train_set: list[dict],
     heldout: list[dict],
     spec: RunSpec,
-    rng: random.Random,
-    device,
-    data: tuple[list[RMExample], list[RMExample]] | None = None,
     check: Callable[[], None] = no_check,
     progress: Callable[[int, int], None] = no_progress,
-    completer: Completer | None = None,
 ) -> dict[str, float]:
-    """Train the RM on fresh labelled samples of the current policy mixed with a replay of ``history``.
+    """Train the RM on fresh labelled samples of the ``sampler``'s policy mixed with a replay of the ``state``'s
+    history (its examples so far), drawing from its random stream.
 
     The first call (empty history) is the RM's initial training on the initial policy's outputs; later
     calls are Algorithm 1's refresh, and also measure the RM's accuracy on held-out fresh policy
     samples before it. Questions are drawn at random (with replacement); the samples are labelled by the
-    verifier (ORM) or the run's step labels (PRM, ``completer`` continuing them for rollouts: sample_labelled).
-    Appends the fresh samples to ``history``; returns the rm/* metrics.
+    verifier (ORM) or the run's step labels (PRM: sample_labelled). Appends the fresh samples to the history;
+    returns the rm/* metrics.
 
-    ``data`` (rm_data: Math-Shepherd-labelled solutions, as (pool, held out)) is a warm start: the first
+    The state's ``data`` (rm_data: Math-Shepherd-labelled solutions, as (pool, held out)) is a warm start: the first
     training's fresh examples are the first rm_samples of the pool, and its accuracy is measured on the held-out
     ones. Every refresh trains on the current policy's samples, as Algorithm 1 says (with rm_data in the replay).
 
@@ -177,6 +161,7 @@ def train_reward_model(
     work half-way, leaving ``history`` as it was. ``progress(done, total)`` follows those batches (sampling
     and labelling first, then training), before each and once all are done.
     """
+    history, rng, data = state.history, state.rng, state.data
     warm_start = data is not None and not history
     n_fresh = min(spec.rm_samples, len(data[0])) if warm_start else spec.rm_samples
     n_replay = min(len(history), round(spec.rm_replay_ratio * n_fresh))  # as replay_mix draws them
@@ -187,20 +172,8 @@ def train_reward_model(
         pool, held = data
         fresh = pool[: spec.rm_samples]
     else:
-        held = sample_labelled(
-            policy, tokenizer, prompt, rng.choices(heldout, k=n_held), spec, rm.kind, device, counter, completer
-        )
-        fresh = sample_labelled(
-            policy,
-            tokenizer,
-            prompt,
-            rng.choices(train_set, k=spec.rm_samples),
-            spec,
-            rm.kind,
-            device,
-            counter,
-            completer,
-        )
+        held = sample_labelled(sampler, rng.choices(heldout, k=n_held), spec, rm.kind, counter)
+        fresh = sample_labelled(sampler, rng.choices(train_set, k=spec.rm_samples), spec, rm.kind, counter)
     metrics = {"rm/accuracy_before": rm_accuracy(rm, held)} if history else {}  # before this (re)training
     mixed, n_replayed = replay_mix(fresh, history, spec.rm_replay_ratio, rng)
     counter.total = counter.done + fit_batches(len(mixed))  # the exact count, from the set replay_mix built

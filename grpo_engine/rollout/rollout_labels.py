@@ -16,7 +16,8 @@ included), or another local model (``label_completer``: a :class:`Completer`, wh
 its own prompt template and the output's text up to the end of step k through its own tokenizer).
 
 ``labels_from_rollouts`` is the estimate on plain booleans, ``labels_from_shares`` on the shares that reached the
-answer; ``rollout_shares`` samples and judges, ``rollout_verdicts`` does both.
+answer; ``rollout_shares`` samples and judges (the outputs as :class:`StepOutputs`, how they are continued as
+:class:`Continuing`), ``rollout_verdicts`` does both.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_engine.rewards.rewards import outcome_reward
+from grpo_engine.rollout.outputs import Judged
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask
 
@@ -41,6 +43,54 @@ class Completer:
     tokenizer: object
     prompt: Callable[[str], str]
     end_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Continuing:
+    """How each step's continuations are sampled and read: ``n`` a step, up to ``max_new_tokens`` each, at
+    ``temperature`` / ``top_p``, ending on ``end_ids`` (the policy's; a Completer brings its own), ``batch`` prefixes
+    at once, their final answers read as ``match`` says (RunSpec.answer_match)."""
+
+    n: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    end_ids: list[int]
+    batch: int = 64
+    match: str = "strict"
+
+    @classmethod
+    def for_run(cls, spec, end_ids: list[int]) -> Continuing:
+        """A run's continuations: its label_rollouts a step, its max_new_tokens, temperature, top_p and
+        answer_match (``spec``: a RunSpec), ending on the policy's ``end_ids``."""
+        return cls(
+            spec.label_rollouts, spec.max_new_tokens, spec.temperature, spec.top_p, end_ids, match=spec.answer_match
+        )
+
+
+@dataclass(frozen=True)
+class StepOutputs:
+    """N sampled outputs to label step by step: ``completions`` (N, T) following ``prompt_ids`` / ``prompt_attn``
+    (N, P), left-padded; ``step_ends[i]``: each step's last token index in output i; ``texts[i]``: its text;
+    ``answers[i]``: its question's reference answer. A Completer also reads ``questions[i]`` and the output's token
+    texts ``tokens[i]``."""
+
+    prompt_ids: torch.Tensor
+    prompt_attn: torch.Tensor
+    completions: torch.Tensor
+    step_ends: list[list[int]]
+    texts: list[str]
+    answers: list[str]
+    questions: list[str] | None = None
+    tokens: list[list[str]] | None = None
+
+    @classmethod
+    def judged(cls, prompt_ids, prompt_attn, completions, judged: Judged, rows: list[dict]) -> StepOutputs:
+        """Sampled outputs as the verifier judged them (outputs.judge), for ``rows`` (their questions and answers)."""
+        answers, questions = [r["answer"] for r in rows], [r["question"] for r in rows]
+        return cls(
+            prompt_ids, prompt_attn, completions, judged.step_ends, judged.texts, answers, questions, judged.tokens
+        )
 
 
 def labels_from_rollouts(right: list[list[bool]], estimate: str) -> list[float]:
@@ -108,24 +158,13 @@ def _left_padded(rows: list[list[int]], pad: int, device) -> dict[str, torch.Ten
 
 @torch.no_grad()
 def _continued_right(
-    model,
-    tokenizer,
-    prefixes,
-    answers: list[str],
-    *,
-    n: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    end_ids: list[int],
-    batch: int,
-    device,
-    match: str,
+    model, tokenizer, prefixes, answers: list[str], how: Continuing, end_ids: list[int], device
 ) -> list[list[bool]]:
-    """For each prefix (output index, prompt ids, output ids so far): whether each of ``n`` continuations reaches
-    the output's reference answer. ``batch`` prefixes are continued at once; each continued output is judged by the
-    verifier (final answers read as ``match`` says) on its own text (the output so far, then the continuation up to
-    its end token), never the prompt's."""
+    """For each prefix (output index, prompt ids, output ids so far): whether each of ``how.n`` continuations
+    (ending on ``end_ids``) reaches the output's reference answer. ``how.batch`` prefixes are continued at once; each
+    continued output is judged by the verifier (final answers read as ``how.match`` says) on its own text (the
+    output so far, then the continuation up to its end token), never the prompt's."""
+    n, batch, match = how.n, how.batch, how.match
     right: list[list[bool]] = []
     for start in range(0, len(prefixes), batch):
         chunk = prefixes[start : start + batch]
@@ -135,10 +174,10 @@ def _continued_right(
             tokenizer,
             prompts,
             repeat=n,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=how.max_new_tokens,
             greedy=False,
-            temperature=temperature,
-            top_p=top_p,
+            temperature=how.temperature,
+            top_p=how.top_p,
             end_ids=end_ids,
         )  # (len(chunk) * n, T')
         mask, ended = completion_mask(sampled, end_ids)
@@ -152,64 +191,34 @@ def _continued_right(
     return right
 
 
-@torch.no_grad()
 def rollout_shares(
-    model,
-    tokenizer,
-    prompt_ids,
-    prompt_attn,
-    completions,
-    step_ends: list[list[int]],
-    texts: list[str],
-    answers: list[str],
-    *,
-    n: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    end_ids: list[int],
-    batch: int = 64,
-    completer: Completer | None = None,
-    questions: list[str] | None = None,
-    tokens: list[list[str]] | None = None,
-    match: str = "strict",
+    model, tokenizer, outputs: StepOutputs, how: Continuing, completer: Completer | None = None
 ) -> list[list[float]]:
-    """For each step of N sampled outputs, the share of its ``n`` continuations that reach the reference answer;
-    the last step's is the output's own verdict (1.0 or 0.0).
+    """For each step of N sampled ``outputs``, the share of its ``how.n`` continuations that reach the reference
+    answer; the last step's is the output's own verdict (1.0 or 0.0).
 
-    ``completions`` (N, T) follow ``prompt_ids`` / ``prompt_attn`` (N, P), left-padded; ``step_ends[i]``: each
-    step's last token index in output i; ``texts[i]``: its text; ``answers[i]``: its question's reference answer.
-    ``model`` / ``tokenizer`` / ``end_ids``: the policy, which continues from its own tokens. With a
-    ``completer``, that model continues instead, from ``questions[i]`` and the output's token texts
-    ``tokens[i]`` (see :class:`Completer`). ``match``: how the verifier reads final answers (RunSpec.answer_match)."""
+    ``model`` / ``tokenizer`` / ``how.end_ids``: the policy, which continues from its own tokens. With a
+    ``completer``, that model continues instead, from each output's question and token texts (see
+    :class:`Completer`)."""
+    o = outputs
     if completer is None:
-        prefixes = _prefixes(prompt_ids, prompt_attn, completions, step_ends)
+        prefixes = _prefixes(o.prompt_ids, o.prompt_attn, o.completions, o.step_ends)
+        end_ids = how.end_ids
     else:
         model, tokenizer, end_ids = completer.model, completer.tokenizer, completer.end_ids
-        prefixes = _completer_prefixes(completer, questions, tokens, step_ends)
-    right = _continued_right(
-        model,
-        tokenizer,
-        prefixes,
-        answers,
-        n=n,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        end_ids=end_ids,
-        batch=batch,
-        device=completions.device,
-        match=match,
-    )
+        prefixes = _completer_prefixes(completer, o.questions, o.tokens, o.step_ends)
+    right = _continued_right(model, tokenizer, prefixes, o.answers, how, end_ids, o.completions.device)
     shares = iter([sum(r) / len(r) for r in right])
     return [
         [next(shares) for _ in ends[:-1]]
-        + ([float(outcome_reward(texts[i], answers[i], match=match)[1]["correct"] > 0)] if ends else [])
-        for i, ends in enumerate(step_ends)
+        + ([float(outcome_reward(o.texts[i], o.answers[i], match=how.match)[1]["correct"] > 0)] if ends else [])
+        for i, ends in enumerate(o.step_ends)
     ]
 
 
-def rollout_verdicts(*args, estimate: str, **kwargs) -> list[list[float]]:
-    """The step labels of N sampled outputs: :func:`rollout_shares` (same arguments) made labels by ``estimate``
-    ('hard' or 'soft', :func:`labels_from_shares`)."""
-    return [labels_from_shares(s, estimate) for s in rollout_shares(*args, **kwargs)]
+def rollout_verdicts(
+    model, tokenizer, outputs: StepOutputs, how: Continuing, estimate: str, completer: Completer | None = None
+) -> list[list[float]]:
+    """The step labels of N sampled outputs: :func:`rollout_shares` made labels by ``estimate`` ('hard' or
+    'soft', :func:`labels_from_shares`)."""
+    return [labels_from_shares(s, estimate) for s in rollout_shares(model, tokenizer, outputs, how, completer)]

@@ -31,7 +31,7 @@ from grpo_engine.report.recorder import GroupRecord
 from grpo_engine.rewards.reward_functions import named_rewards, reward_means
 from grpo_engine.rollout.forwards import MicroBatch, in_step_order, plan_micro_batches
 from grpo_engine.rollout.outputs import Judged, encode_prompts, judge, rm_examples
-from grpo_engine.rollout.rollout_labels import labels_from_shares, rollout_shares
+from grpo_engine.rollout.rollout_labels import Continuing, StepOutputs, labels_from_shares, rollout_shares
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask
 from grpo_engine.train.learner import Learner, Sampled, Scored, logprobs
@@ -239,25 +239,9 @@ def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: 
     label_rollouts continuations, by the policy or the run's label_completer)."""
     spec = learner.spec
     learner.policy.eval()
-    return rollout_shares(
-        learner.unwrapped(),
-        learner.tokenizer,
-        sampled.prompt_ids,
-        sampled.prompt_attn,
-        sampled.completions,
-        judged.step_ends,
-        judged.texts,
-        [r["answer"] for r in rows],
-        n=spec.label_rollouts,
-        max_new_tokens=spec.max_new_tokens,
-        temperature=spec.temperature,
-        top_p=spec.top_p,
-        end_ids=learner.end_ids,
-        completer=learner.completer,
-        questions=[r["question"] for r in rows],
-        tokens=judged.tokens,
-        match=spec.answer_match,
-    )
+    outputs = StepOutputs.judged(sampled.prompt_ids, sampled.prompt_attn, sampled.completions, judged, rows)
+    how = Continuing.for_run(spec, learner.end_ids)
+    return rollout_shares(learner.unwrapped(), learner.tokenizer, outputs, how, learner.completer)
 
 
 def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[MicroBatch]):

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from grpo_engine.report.recorder import Recorder, StopRequested, TrainStatus, no_check, stop_check
-from grpo_engine.rm.rm_training import RewardModelState, train_reward_model
+from grpo_engine.rm.rm_training import RewardModelState, Sampler, train_reward_model
 from grpo_engine.rollout.outputs import RMExample
 from grpo_engine.spec.config import RunSpec
 from grpo_engine.train import checkpoint
@@ -355,21 +355,18 @@ class TrainingRun:
         check = stop_check(self.recorder.should_stop) if self.procs.n == 1 else no_check
         with learner.gathered():  # a sharded policy: the main process samples with it alone
             if self.procs.main:
+                sampler = Sampler(
+                    learner.unwrapped(), learner.tokenizer, learner.prompt, learner.dev, learner.completer
+                )
                 metrics = train_reward_model(
                     self.rm,
-                    self.rm_state.history,
-                    learner.unwrapped(),
-                    learner.tokenizer,
-                    learner.prompt,
+                    self.rm_state,
+                    sampler,
                     self.train_set,
                     self.heldout,
                     self.spec,
-                    self.rm_state.rng,
-                    learner.dev,
-                    self.rm_state.data,
                     check,
                     self.reward_model_progress,
-                    learner.completer,
                 )
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)
