@@ -142,15 +142,8 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     )
     check = loading_check(recorder, procs)
     building = building_progress(recorder, check)
-    if procs.n > 1:  # a built-in model is created by the main process (transformers saves from rank 0 only)
-        if procs.main:
-            for name in {
-                spec.model,
-                *([spec.reward_model or spec.model] if spec.reward == "model" else []),
-                *([spec.label_completer] if spec.label_completer else []),
-            }:
-                resolve_model_path(name, cache_dir, log=recorder.log, progress=building, phase=recorder.phase)
-        procs.barrier()
+    if procs.n > 1:
+        build_models_on_main(spec, cache_dir, procs, recorder, building)
     policy, tokenizer = load_policy_once(spec, cache_dir, dev, procs, recorder, building)
     check()
     # the run's random stream starts here, once the policy is in memory however it came (built now, converted, read
@@ -159,17 +152,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     disable_dropout(policy)  # training forwards must match sampling's: pi_old, pi_ref and pi_theta alike
     if spec.gradient_checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    recorder.phase("loading dataset")
-    recorder.log(f"loading dataset {spec.dataset!r}")
-    train_set, heldout = load_dataset(
-        spec.dataset,
-        config=spec.dataset_config,
-        split=spec.dataset_split,
-        eval_split=spec.eval_split,
-        fields=(spec.question_field, spec.answer_field, spec.solution_field),
-    )
-    if spec.batch_size > len(train_set):
-        raise ValueError(f"batch_size {spec.batch_size} is larger than the dataset's {len(train_set)} training rows")
+    train_set, heldout = load_questions(spec, recorder)
     check()
     if spec.lora_rank > 0:
         policy = wrap_lora(policy, spec.lora_rank)
@@ -210,6 +193,36 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     check()
     rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16, check) if spec.reward == "model" else None
     return learner, train_set, heldout, rm_state
+
+
+def build_models_on_main(spec: RunSpec, cache_dir: Path, procs: Processes, recorder: Recorder, building) -> None:
+    """A run of several processes: the built-in models it names (policy, reward model, label completer) are built
+    by the main process (transformers saves from rank 0 only) while the others wait."""
+    if procs.main:
+        for name in {
+            spec.model,
+            *([spec.reward_model or spec.model] if spec.reward == "model" else []),
+            *([spec.label_completer] if spec.label_completer else []),
+        }:
+            resolve_model_path(name, cache_dir, log=recorder.log, progress=building, phase=recorder.phase)
+    procs.barrier()
+
+
+def load_questions(spec: RunSpec, recorder: Recorder) -> tuple[list[dict], list[dict]]:
+    """The run's (training, held-out) questions, the "loading dataset" phase reported; a batch larger than the
+    training set is refused."""
+    recorder.phase("loading dataset")
+    recorder.log(f"loading dataset {spec.dataset!r}")
+    train_set, heldout = load_dataset(
+        spec.dataset,
+        config=spec.dataset_config,
+        split=spec.dataset_split,
+        eval_split=spec.eval_split,
+        fields=(spec.question_field, spec.answer_field, spec.solution_field),
+    )
+    if spec.batch_size > len(train_set):
+        raise ValueError(f"batch_size {spec.batch_size} is larger than the dataset's {len(train_set)} training rows")
+    return train_set, heldout
 
 
 def load_policy_once(

@@ -52,26 +52,7 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         progress = gr.HTML(elem_id="run-progress")
         health = gr.HTML(elem_id="run-health", js_on_load=HEALTH_CLICK)
         shared.gradient_chart.render()
-        with gr.Row(elem_id="chart-controls"):
-            smoothing = gr.Slider(
-                0,
-                0.99,
-                value=SMOOTHING,
-                step=0.01,
-                label="Smoothing",
-                info=SMOOTHING_INFO,
-                elem_id="chart-smoothing",
-                scale=1,
-            )
-            picked = gr.Dropdown(
-                [],
-                value=[],
-                multiselect=True,
-                label="Metrics to chart",
-                info="None picked: every recorded metric",
-                elem_id="chart-metrics",
-                scale=2,
-            )
+        smoothing, picked = _chart_controls()
         charts = gr.Plot(show_label=False, elem_id="run-charts")
         rm_table = gr.Dataframe(
             rm_refresh_frame([]),
@@ -122,6 +103,31 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
     cancel_button.click(_cancel, run_select, [progress, cancel_button], **PRIVATE)
     for elem_id, _, kind, dtype in EXPORTS:
         buttons[elem_id].click(_export(kind, dtype), run_select, export_file, **PRIVATE)
+
+
+def _chart_controls() -> tuple[gr.Slider, gr.Dropdown]:
+    """The charts' controls, in a row: the smoothing and the metrics picked (none: every recorded metric)."""
+    with gr.Row(elem_id="chart-controls"):
+        smoothing = gr.Slider(
+            0,
+            0.99,
+            value=SMOOTHING,
+            step=0.01,
+            label="Smoothing",
+            info=SMOOTHING_INFO,
+            elem_id="chart-smoothing",
+            scale=1,
+        )
+        picked = gr.Dropdown(
+            [],
+            value=[],
+            multiselect=True,
+            label="Metrics to chart",
+            info="None picked: every recorded metric",
+            elem_id="chart-metrics",
+            scale=2,
+        )
+    return smoothing, picked
 
 
 def next_name(name: str) -> str:
