@@ -9,6 +9,7 @@ back through the API and checked against the GRPO definitions (outcome supervisi
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -84,7 +85,12 @@ def wait_finished(client: Client, run_id: int, logs, timeout: float = RUN_TIMEOU
     """Poll /get_run until the run is completed, failed or cancelled."""
     deadline = time.monotonic() + timeout
     while True:
-        run = client.predict(run_id, api_name="/get_run")
+        try:
+            run = client.predict(run_id, api_name="/get_run")
+        except concurrent.futures.CancelledError:  # the client's event stream ended before the answer: ask again
+            assert time.monotonic() < deadline, f"run {run_id}: /get_run kept dropping its answer:\n{logs()}"
+            time.sleep(1)
+            continue
         if run["status"] in ("completed", "failed", "cancelled"):
             return run
         assert time.monotonic() < deadline, f"run {run_id} still {run['status']} after {timeout}s:\n{logs()}"
