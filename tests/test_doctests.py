@@ -19,7 +19,7 @@ MODULES = sorted(
 
 
 def test_some_modules_have_examples():
-    assert "grpo_engine.spec.config" in MODULES and "app.web.security" in MODULES
+    assert "grpo_engine.spec.config" in MODULES and "app.web.guards.security" in MODULES
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,4 +1,4 @@
-"""The Launch form's layout (app.web.launch_form): every run-spec key appears once, the presets are valid run specs,
+"""The Launch form's layout (app.web.views.launch_form): every run-spec key appears once, the presets are valid run specs,
 and the rules that hide keys follow the options they depend on."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.web.launch_form import APPLIES, DECIDING, SECTIONS, applies, label, preset_values, section_of
+from app.web.views.launch_form import APPLIES, DECIDING, SECTIONS, applies, label, preset_values, section_of
 from grpo_engine.spec.config import FIELDS, validate_spec
 from grpo_engine.spec.presets import PRESETS
 from grpo_engine.spec.words import SpecError

@@ -25,6 +25,9 @@ ALLOWED = {
 # store only to migrate it at start-up); the workers read the core and the store, never the service or the web app
 APP_FOLDERS = ("app.core", "app.store", "app.service", "app.web")
 WORKERS_MAY_USE = {"app.core", "app.store"}
+# app/web's folders, lowest first: views draw (pure, no Gradio), tabs build the page from them, guards wrap the
+# server; the modules of app/web itself (ui, endpoints) assemble the app from all three
+WEB_FOLDERS = ("app.web.views", "app.web.tabs", "app.web.guards", "app.web")
 TORCH = {"torch", "transformers", "peft", "accelerate", "bitsandbytes", "safetensors"}  # what loads torch
 MAX_MODULES = 12  # modules in one folder (its __init__ aside)
 TORCH_FREE_ROOMS = ("spec", "data", "rewards", "report")  # the engine's rooms the web process reads
@@ -140,6 +143,28 @@ def test_the_app_folders_import_only_downward_and_the_workers_only_the_core_and_
             if fa == "workers" and fb.startswith("app") and fb not in WORKERS_MAY_USE:
                 wrong.append((a, b))
     assert wrong == []
+
+
+def web_folder(module: str) -> str | None:
+    """The folder of app/web a module sits in (``app.web.tabs.run`` -> ``app.web.tabs``, ``app.web.ui`` ->
+    ``app.web``); None outside app/web."""
+    parts = module.split(".")
+    if parts[:2] != ["app", "web"]:
+        return None
+    return ".".join(parts[:3]) if ".".join(parts[:3]) in WEB_FOLDERS else "app.web"
+
+
+def test_the_web_apps_folders_import_only_downward():
+    graph = module_imports()
+    folders = {web_folder(m) for m in graph} - {None}
+    assert folders == set(WEB_FOLDERS), folders  # every folder placed, none left out
+    upward = sorted(
+        (a, b)
+        for a, targets in graph.items()
+        for b in targets
+        if web_folder(a) and web_folder(b) and WEB_FOLDERS.index(web_folder(b)) > WEB_FOLDERS.index(web_folder(a))
+    )
+    assert upward == []
 
 
 def room(module: str) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.service import api
-from app.web.launch_form import SECTIONS, section_of
+from app.web.views.launch_form import SECTIONS, section_of
 from app.web.tabs import shared
 from app.web.tabs.launch import _launch, form_values
 from app.web.tabs.shared import attempt, error_html
@@ -78,7 +78,7 @@ def test_a_refused_launch_marks_the_field_it_names_and_opens_its_section():
 def test_a_step_sent_before_the_page_saw_the_sliders_new_bounds_is_clamped_not_refused():
     """The Groups tab's step slider: its bounds follow the run's recorded steps; a step the page sent under the old
     bounds (a timer tick racing a deleted or newly picked run) is clamped into the new ones, not refused."""
-    from app.web.components import StepSlider
+    from app.web.tabs.components import StepSlider
 
     slider = StepSlider(0, 1, value=0, step=1)
     assert slider.get_block_name() == "slider"  # drawn by Gradio's own slider

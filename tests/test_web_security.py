@@ -1,4 +1,4 @@
-"""The web server's guards (app.web.security) on live servers with a login, each test naming the threat it covers:
+"""The web server's guards (app.web.guards.security) on live servers with a login, each test naming the threat it covers:
 a page on another origin using a logged-in session (in a real browser), framing, cookies, sessions that never
 end, logout by a link, the API described before login, password guessing, and unknown users told apart by timing.
 """
@@ -316,7 +316,7 @@ def test_an_unexpected_error_reaches_the_client_as_an_id_and_the_log_as_its_deta
     """Threat: an unexpected error's message (a SQL statement, a file path) shown to the client."""
     import gradio as gr
 
-    from app.web.endpoints import call_api
+    from app.web.tabs.shared import call_api
 
     def broken():
         raise RuntimeError("(psycopg.errors) SELECT * FROM runs WHERE id = 1 at /srv/secret/place")

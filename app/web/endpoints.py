@@ -13,36 +13,13 @@ them with these docstrings. A return annotated ``gr.FileData`` is shown as a fil
 gradio_client downloads it and returns its local path.
 """
 
-import secrets
-import sys
-import traceback
 from pathlib import Path
 
 import gradio as gr
 import gradio.utils
 
-from app.core import auth
 from app.service import api, datasets, diagnose_api, exports, manage_api, previews
-
-
-def call_api(fn, *args, **kwargs):
-    """Run an api function. An ApiError (a refused request) reaches the client as gr.Error with its message; any
-    other error as a generic one with an id, its traceback in the server's log under that id (a database's
-    message, SQL or a server path never reaches a client). Passwords in URLs are masked in both."""
-    try:
-        return fn(*args, **kwargs)
-    except api.ApiError as e:
-        raise gr.Error(auth.mask_secrets(str(e)), print_exception=False) from None
-    except Exception:
-        error_id = secrets.token_hex(4)
-        print(
-            auth.mask_secrets(f"grpo-dashboard: error {error_id} in {fn.__name__}:\n{traceback.format_exc()}"),
-            file=sys.stderr,
-            flush=True,
-        )
-        raise gr.Error(
-            f"internal error {error_id}: the request failed; the server's log has the details", print_exception=False
-        ) from None
+from app.web.tabs.shared import call_api
 
 
 def launch_run(spec: dict) -> dict:

@@ -31,7 +31,7 @@ from app.core.models_folder import remove_stale_partials
 from app.core.settings import Settings, get_settings
 from app.store.db import upgrade_database
 from app.web.endpoints import ENDPOINT_CONCURRENCY, ENDPOINTS
-from app.web.security import SecurityMiddleware
+from app.web.guards.security import SecurityMiddleware
 from app.web.tabs.compare import build_compare_tab
 from app.web.tabs.groups import build_groups_tab
 from app.web.tabs.launch import build_launch_tab
@@ -44,9 +44,9 @@ CSS_PATHS = sorted((Path(__file__).parent / "static").glob("*.css"), key=lambda 
 SHUTDOWN_SECONDS = 3
 
 
-# POST /logout (app.web.security) ends this browser's session; the reload then shows the login form
+# POST /logout (app.web.guards.security) ends this browser's session; the reload then shows the login form
 LOGOUT_JS = "() => fetch('logout', {method: 'POST', credentials: 'same-origin'}).then(() => window.location.reload())"
-# First in the page's <head> (app.web.security puts it there), ahead of Gradio's scripts: Gradio's status tracker counts a pending event's seconds in a
+# First in the page's <head> (app.web.guards.security puts it there), ahead of Gradio's scripts: Gradio's status tracker counts a pending event's seconds in a
 # requestAnimationFrame loop that only a change of the event's status ends. The page's own loading tracker is
 # removed while still pending, so its loop would draw a frame every 16 ms for as long as the page is open (5-8% of
 # a core in the browser, bench/idle_cpu.py). grpoEndStrayTimers() (called by DASHBOARD_JS once the page is up)
@@ -178,7 +178,7 @@ def serve(host: str = "127.0.0.1", port: int = 7860) -> None:
     GRPO_MAX_MODEL_UPLOAD_MB or GRPO_MAX_UPLOAD_MB, whichever is larger, are refused by Gradio before they are
     written. The models folder is created, and what uploads left half-written there more than an hour ago is
     removed. The Gradio app is mounted in a parent app
-    whose middleware (app.web.security) refuses other origins, sets the security headers and guards logins.
+    whose middleware (app.web.guards.security) refuses other origins, sets the security headers and guards logins.
     """
     settings = get_settings()
     users = auth.load_users(settings)
@@ -217,7 +217,7 @@ class _Server(uvicorn.Server):
 
 def make_app(settings: Settings, login: bool) -> FastAPI:
     """The dashboard as an ASGI app: the Gradio app mounted at / in a parent app with the CORS policy (only
-    GRPO_ALLOWED_ORIGINS get CORS headers) and app.web.security's middleware outermost."""
+    GRPO_ALLOWED_ORIGINS get CORS headers) and app.web.guards.security's middleware outermost."""
     parent = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     # Gradio's queue rebuilds a pandas table of its last GRADIO_ANALYTICS_MAX_EVENTS (10,000) calls after every
     # call, for a monitoring page the dashboard does not enable: at 40 calls/s that table costs tens of ms per

@@ -1,5 +1,5 @@
 """The presets: named run specs a user starts from, the keys each sets over the defaults. The Launch form offers them
-(app.web.launch_form.preset_values) and ``/list_presets`` returns them, from this one list; tests check each is a
+(app.web.views.launch_form.preset_values) and ``/list_presets`` returns them, from this one list; tests check each is a
 valid run spec.
 
 "Small instruct model on word problems (CPU)" is the recipe that teaches SmolLM2-135M-Instruct the answers on

@@ -1,1 +1,1 @@
-"""One module per tab of the page, and what the tabs share (shared)."""
+"""One module per tab of the page; what the tabs share (shared) and the dashboard's own components (components)."""

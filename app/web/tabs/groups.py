@@ -10,7 +10,7 @@ import gradio as gr
 
 from app.service import api
 from app.service.health import zero_spread_cause
-from app.web.components import StepSlider
+from app.web.tabs.components import StepSlider
 from app.web.tabs.groups_find import build_find, build_history, wire_find, wire_history
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
 from app.web.views.group import COLOURINGS, flat_groups, group_html, zero_spread_banner

@@ -1,4 +1,4 @@
-"""The Launch tab: the run spec as a form in four sections (app.web.launch_form: model & data, algorithm, reward,
+"""The Launch tab: the run spec as a form in four sections (app.web.views.launch_form: model & data, algorithm, reward,
 runtime & saving), each showing its essential keys and folding the rest under "More options"; keys that do not
 apply to the chosen options are hidden. A bar at the top holds the presets and the Launch button; a refused launch
 marks the field it names and opens its section. The model field offers the models folder's models and the Hugging
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.service import api, datasets, previews
-from app.web.launch_form import (
+from app.web.tabs.model_field import build_model_field, wire_model_field
+from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html, fold
+from app.web.views.launch_form import (
     APPLIES,
     DECIDING,
     SECTIONS,
@@ -22,8 +24,6 @@ from app.web.launch_form import (
     label,
     preset_values,
 )
-from app.web.tabs.model_field import build_model_field, wire_model_field
-from app.web.tabs.shared import PRIVATE, REFRESH_SECONDS, Shared, attempt, error_html, fold
 from app.web.views.run import upload_preview_html
 from app.web.views.runs import run_choices
 from grpo_engine.spec.presets import PRESETS

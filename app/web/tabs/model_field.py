@@ -10,8 +10,8 @@ import html
 import gradio as gr
 
 from app.service import datasets
-from app.web.launch_form import label
 from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
+from app.web.views.launch_form import label
 from grpo_engine.spec.config import BUILTIN_MODEL
 from grpo_engine.spec.run_spec import FIELD_BY_NAME
 

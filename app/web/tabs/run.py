@@ -14,9 +14,8 @@ import gradio as gr
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
 from app.service import api, exports
 from app.service.health import training_rows
-from app.web.endpoints import call_api
 from app.web.tabs.launch import LaunchForm, form_values
-from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html
+from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, call_api, error_html
 from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, metrics_figure, recorded_metrics
 from app.web.views.diagnose import gradient_chart_html
 from app.web.views.run import health_html, progress_html, rm_refresh_frame

@@ -10,7 +10,7 @@ import gradio as gr
 
 from app.core.run_status import RunStatus
 from app.service import api, manage_api
-from app.web.components import RunPicker
+from app.web.tabs.components import RunPicker
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html, fold
 from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 

@@ -11,13 +11,16 @@ The timer's tick only looks at the store (:func:`store_state`, a few bytes); the
 ``store_seen``, so a page open while nothing runs redraws nothing and costs one small request a tick.
 
 Every tab calls the service through :func:`attempt` and shows a refusal with :func:`error_html`: one place masks
-the secrets in a refusal's message (as app.web.endpoints.call_api does for the API's clients) and escapes it.
+the secrets in a refusal's message (as :func:`call_api` does for the API's clients and the Run tab's downloads) and escapes it.
 """
 
 import hashlib
 import html
 import json
+import secrets
+import sys
 import time
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -27,13 +30,33 @@ import gradio as gr
 from app.core import auth
 from app.core.run_status import ACTIVE_STATUSES
 from app.service import api
-from app.web.components import RunPicker
+from app.web.tabs.components import RunPicker
 from app.web.views.diagnose import CHART_CLICK_JS
 
 REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
 IDLE_REFRESH_SECONDS = 10.0  # its period while none is: a run launched elsewhere shows within this
 PRIVATE = dict(api_visibility="private")  # the UI's own listeners: not part of the API
 QUIET = dict(api_visibility="private", show_progress="hidden")  # timer refreshes: no spinner
+
+
+def call_api(fn, *args, **kwargs):
+    """Run an api function. An ApiError (a refused request) reaches the client as gr.Error with its message; any
+    other error as a generic one with an id, its traceback in the server's log under that id (a database's
+    message, SQL or a server path never reaches a client). Passwords in URLs are masked in both."""
+    try:
+        return fn(*args, **kwargs)
+    except api.ApiError as e:
+        raise gr.Error(auth.mask_secrets(str(e)), print_exception=False) from None
+    except Exception:
+        error_id = secrets.token_hex(4)
+        print(
+            auth.mask_secrets(f"grpo-dashboard: error {error_id} in {fn.__name__}:\n{traceback.format_exc()}"),
+            file=sys.stderr,
+            flush=True,
+        )
+        raise gr.Error(
+            f"internal error {error_id}: the request failed; the server's log has the details", print_exception=False
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ Each rule and the threat it answers:
   session unused for GRPO_SESSION_IDLE_MINUTES ends.
 - **Before login.** Only the login form and its static files answer; the login page carries no API description.
 - **Uploads.** Files per request, bytes per request and bytes per user per hour are limited
-  (app.web.upload_guard); a request over a limit is cut off and answered 413 or 429.
+  (app.web.guards.uploads); a request over a limit is cut off and answered 413 or 429.
 - **Guessing passwords.** Failed logins are counted per client address and per user name (:class:`LoginThrottle`):
   after a few, each further attempt must wait, doubling up to a cap; refused attempts are logged.
 """
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from app.core.settings import Settings
-from app.web.asgi import edited_page, log, parse_cookies, read_body, replay, request_headers, respond
-from app.web.upload_guard import UploadGuard
+from app.web.guards.asgi import edited_page, log, parse_cookies, read_body, replay, request_headers, respond
+from app.web.guards.uploads import UploadGuard
 
 SECURITY_HEADERS = (
     (b"x-frame-options", b"SAMEORIGIN"),

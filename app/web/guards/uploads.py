@@ -2,7 +2,7 @@
 the larger of GRPO_MAX_MODEL_UPLOAD_MB and GRPO_MAX_UPLOAD_MB (each file's limit, which Gradio checks too: an upload
 does not say whether it is a model or a dataset, so /upload_dataset checks the smaller dataset cap itself) plus its
 form's framing; a user (without a login: a client address) uploads at most GRPO_UPLOAD_MB_PER_HOUR an hour. A
-request over a limit is cut off and answered 413 or 429. app.web.security's middleware sends every upload here.
+request over a limit is cut off and answered 413 or 429. app.web.guards.security's middleware sends every upload here.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from app.core.settings import Settings
-from app.web.asgi import log, respond
+from app.web.guards.asgi import log, respond
 
 UPLOAD_CAPS = "GRPO_MAX_MODEL_UPLOAD_MB for a model, GRPO_MAX_UPLOAD_MB for a dataset: the larger"
 

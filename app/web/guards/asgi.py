@@ -1,4 +1,4 @@
-"""Small pieces of ASGI the web server's guards share (app.web.security, app.web.upload_guard): a request's headers
+"""Small pieces of ASGI the web server's guards share (app.web.guards.security, app.web.guards.uploads): a request's headers
 and cookies, a JSON answer, a request body read and replayed, the page's HTML edited on its way out, and a line in
 the server's log."""
 
