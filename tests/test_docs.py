@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from app.core import reference_docs
 from grpo_engine.report.recorder import METRIC_REGISTRY
 from grpo_engine.spec.config import FIELDS
-from tests.servers import ROOT
+from tests.support.servers import ROOT
+from tests.test_layers import APP_FOLDERS, ENGINE_ROOMS, PACKAGES, WEB_FOLDERS
 
 DOCS = ROOT / "docs"
 
@@ -89,13 +91,20 @@ def test_every_relative_link_in_the_readme_and_the_docs_resolves():
     assert not broken, broken
 
 
-# a module of the product named in ARCHITECTURE.md, as a path (app/web/ui.py) or dotted (app.service.api.launch_run)
+# a module of the product named in a page, as a path (app/web/ui.py) or dotted (app.service.api.launch_run)
 MODULE_REF = re.compile(r"\b((?:app|grpo_engine|workers|grpo_dashboard|tests|bench)(?:[./][A-Za-z_][A-Za-z_0-9]*)+)")
 
 
+NOT_MODULES = {
+    "grpo_dashboard.rewards"
+}  # the entry-point group custom rewards are declared in (docs/data-and-rewards.md)
+
+
 def _resolves(ref: str) -> bool:
-    """Whether ``ref`` names a module or folder that exists, followed by at most two names inside it (a function, a
-    class's method): app.service.api.launch_run, app/web/static/runs.css, grpo_engine/spec/keys/."""
+    """Whether ``ref`` names a file, a module or a folder that exists, followed by at most two names inside it (a
+    function, a class's method): app.service.api.launch_run, app/web/static/runs.css, grpo_engine/spec/keys/."""
+    if ref in NOT_MODULES or (ROOT / ref).exists():
+        return True
     parts = re.split(r"[./]", ref)
     if parts[-1] in ("py", "css", "md", "json", "png"):
         parts = parts[:-1]
@@ -106,8 +115,64 @@ def _resolves(ref: str) -> bool:
     return False
 
 
-def test_every_module_architecture_md_names_exists():
-    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize(
+    "page", ["ARCHITECTURE.md", "README.md", "bench/README.md", *sorted(f"docs/{p.name}" for p in DOCS.glob("*.md"))]
+)
+def test_every_module_path_a_page_names_exists(page):
+    text = (ROOT / page).read_text(encoding="utf-8")
     refs = {m.group(1).rstrip(".") for m in MODULE_REF.finditer(text)}
-    assert len(refs) > 50  # the table and the prose are read
+    if page == "ARCHITECTURE.md":
+        assert len(refs) > 50  # the tables and the prose are read
     assert [ref for ref in sorted(refs) if not _resolves(ref)] == []
+
+
+def folder_order(folder: str) -> tuple:
+    """Where a folder's table sits in ARCHITECTURE.md's Rooms: the layers' order (tests/test_layers.py), lowest
+    first, a folder before its sub-folders."""
+    parts = folder.split("/")
+    key = [PACKAGES.index(parts[0])]
+    if parts[0] == "grpo_engine":
+        key.append(ENGINE_ROOMS.index(parts[1]))
+    if parts[0] == "app":
+        key.append(APP_FOLDERS.index(f"app.{parts[1]}"))
+    if parts[:2] == ["app", "web"]:
+        inner = f"app.web.{parts[2]}" if len(parts) > 2 else "app.web"
+        key.append(WEB_FOLDERS.index(inner if inner in WEB_FOLDERS else "app.web"))
+    return (*key, len(parts))
+
+
+def architecture_rooms() -> list[tuple[str, list[str]]]:
+    """ARCHITECTURE.md's Rooms: (folder, the names its table's rows cite in their first column), in the page's order."""
+    section = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8").split("\n## Rooms\n")[1].split("\n## ")[0]
+    tables = []
+    for block in section.split("\n### ")[1:]:
+        heading, _, body = block.partition("\n")
+        rows = [line.split("|")[1] for line in body.splitlines() if line.startswith("| `")]
+        tables.append((heading.strip("`/ "), [name for row in rows for name in re.findall(r"`([^`]+)`", row)]))
+    return tables
+
+
+def test_architecture_md_has_a_table_per_folder_in_the_layers_order_naming_every_module():
+    tables = architecture_rooms()
+    folders = [folder for folder, _ in tables]
+    assert len(folders) > 15 and folders == sorted(folders, key=folder_order) and len(set(folders)) == len(folders)
+    misplaced, cited = [], set()
+    for folder, names in tables:
+        for name in names:
+            # a bare name is a module of its table's folder
+            path = name if "/" in name.rstrip("/") or name.rstrip("/") == folder else f"{folder}/{name}"
+            if not path.startswith(f"{folder}/") and path.rstrip("/") != folder:
+                misplaced.append(f"{name} under {folder}/")
+            cited.add(path)
+    assert misplaced == []
+    modules = sorted(
+        str(p.relative_to(ROOT)) for top in PACKAGES for p in (ROOT / top).rglob("*.py") if p.name != "__init__.py"
+    )
+
+    def named(module: str) -> bool:
+        return any(
+            module == c or (c.endswith("/") and module.startswith(c)) or ("*" in c and Path(module).match(c))
+            for c in cited
+        )
+
+    assert [m for m in modules if not named(m)] == []

@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 MODULES = sorted(
     ".".join(p.relative_to(ROOT).with_suffix("").parts)

@@ -3,14 +3,15 @@
 engine (grpo_engine) <- shared core <- store <- {web app, workers} <- CLI (grpo_dashboard); the core, the store
 and the web app are modules of the ``app`` package, and migrations run against the store. No module and no
 package imports in a circle. (That the live web process never loads
-torch is checked on a real server: tests/test_ui_server.py::test_server_process_has_not_loaded_torch.)
+torch is checked on a real server: tests/app/web/test_ui_server.py::test_server_process_has_not_loaded_torch.)
 """
 
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 PACKAGES = ("grpo_engine", "app", "workers", "grpo_dashboard", "migrations")
 # what each package may import from the others
@@ -250,3 +251,28 @@ def test_no_folder_holds_more_than_a_dozen_modules():
         for directory in [ROOT / top, *(p for p in (ROOT / top).rglob("*") if p.is_dir() and p.name != "__pycache__")]:
             modules = [p for p in directory.glob("*.py") if p.name != "__init__.py"]
             assert len(modules) <= MAX_MODULES, f"{directory.relative_to(ROOT)} holds {len(modules)} modules"
+
+
+# the tests' folders, each the product folder it tests; the project-wide tests (this file among them) sit at the top
+TEST_FOLDERS = {"engine": "grpo_engine", "app": "app", "workers": "workers", "cli": "grpo_dashboard"}
+TEST_OTHERS = {"e2e", "browser", "support"}  # the whole product through its processes, in a browser; the helpers
+
+
+def test_the_tests_folders_mirror_the_product():
+    tests = ROOT / "tests"
+    wrong = []
+    for path in sorted(tests.rglob("test_*.py")):
+        parts = path.relative_to(tests).parts
+        if len(parts) == 1:
+            continue  # project-wide
+        top, inner = parts[0], parts[1:-1]
+        if top in TEST_OTHERS:
+            continue
+        product = ROOT / TEST_FOLDERS.get(top, f"<no product folder for tests/{top}>") / Path(*inner)
+        if not product.is_dir():
+            wrong.append(f"{path.relative_to(ROOT)} (no {product.relative_to(ROOT)})")
+    assert wrong == []
+    assert {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
+        TEST_FOLDERS
+    ) | TEST_OTHERS
+    assert all((d / "__init__.py").is_file() for d in tests.rglob("*") if d.is_dir() and d.name != "__pycache__")

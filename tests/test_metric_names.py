@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from grpo_engine.report.recorder import FAMILY, METRIC_REGISTRY
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 NAMES = {m.name for m in METRIC_REGISTRY}
 PREFIXES = {name.split("/")[0] + "/" for name in NAMES if "/" in name}

@@ -10,7 +10,7 @@ pass and the policy's forward and backward. Here a micro-batch runs in two passe
    (their last token dropped: it predicts nothing) attend to it, positions continuing from each prompt's end.
 
 Both passes run under autograd: indexing the cache sums the G completions' gradients into the prompt's
-positions, so the log-probs and the gradient are those of the flat pass (tests/test_shared_prompts.py: within
+positions, so the log-probs and the gradient are those of the flat pass (tests/engine/rollout/test_shared_prompts.py: within
 1e-5 in fp32), for (U x P) + (n x T) tokens instead of n x (P + T).
 
 A micro-batch also carries less padding: its completions are cut to its longest real completion and its

@@ -235,7 +235,7 @@ def _decode_static(
     replayed: a StaticCache of N rows and P + max_new_tokens positions, an attention mask of that full width
     (a column switched on per step), every row decoded to the end (none dropped). ``compiled``: the step
     through ``torch.compile(mode="reduce-overhead")`` (CUDA graphs on a GPU). The tokens are those of the
-    dynamic loop: greedy decoding gives the same outputs (tests/test_sampling.py)."""
+    dynamic loop: greedy decoding gives the same outputs (tests/engine/rollout/test_sampling.py)."""
     pad = tokenizer.pad_token_id
     attn = prompts["attention_mask"]
     P = attn.shape[1]
