@@ -4,26 +4,19 @@ Builds ``builtin-arith`` (its warm start, grpo_engine.model.model.WARMUP) in a f
 launch does, ``--repeats`` times, and prints each build's seconds with the CPU and torch's thread count. Run it on a
 quiet machine: the build uses every core torch is given.
 
-    .venv/bin/python bench/builtin_build.py
-    .venv/bin/python bench/builtin_build.py --repeats 3
+    .venv/bin/python -m bench.builtin_build
+    .venv/bin/python -m bench.builtin_build --repeats 3
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-
-def cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+from bench.harness import cpu_name
 
 
 def main() -> int:

@@ -13,8 +13,8 @@ The last line says what ``precision: auto`` picks on this CPU (grpo_engine.train
 avx512_bf16 or amx_bf16 flag) and the speed-ups measured: bf16 pays off for the update only where the CPU has
 those instructions; elsewhere it is emulated, and slower.
 
-    .venv/bin/python bench/cpu_bf16.py
-    .venv/bin/python bench/cpu_bf16.py --batch-size 2 --new-tokens 32 --repeats 2
+    .venv/bin/python -m bench.cpu_bf16
+    .venv/bin/python -m bench.cpu_bf16 --batch-size 2 --new-tokens 32 --repeats 2
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: SmolLM2 and its prompts
-from real_model import smollm2_dir, word_problem_prompts  # noqa: E402
+from bench.harness import smollm2_arguments, smollm2_dir, word_problem_prompts
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -42,8 +41,7 @@ def median_seconds(fn, repeats: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", help="the SmolLM2-135M-Instruct .gguf file (default: GRPO_TEST_SMOLLM2, or fetched)")
-    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "grpo-dashboard-bench"))
+    smollm2_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=64)
@@ -89,7 +87,16 @@ def main() -> int:
         model.train()
         for mb in chunks:
             with contexts(bf16):
-                logp, _ = micro_batch_logprobs(model, mb, prompt_ids, prompt_attn, completions, mask, 0.7, True)
+                logp, _ = micro_batch_logprobs(
+                    model,
+                    mb,
+                    prompt_ids=prompt_ids,
+                    prompt_attn=prompt_attn,
+                    completions=completions,
+                    mask=mask,
+                    temperature=0.7,
+                    entropy=True,
+                )
             (logp * mask[mb.rows]).sum().backward()
         model.zero_grad(set_to_none=True)
 

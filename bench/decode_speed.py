@@ -18,8 +18,8 @@ FLOPs: 2 n per token fed to the model (n = parameters, attention's score product
 (B x P for the engine, N x P for generate) plus one token per row not yet ended at each step (a lower bound:
 generate feeds ended rows to the last step, the engine until it drops them).
 
-    .venv/bin/python bench/decode_speed.py                    # B 4, G 8, 160 tokens (bench/real_model.py's)
-    .venv/bin/python bench/decode_speed.py --batch-size 2 --new-tokens 64 --repeats 1
+    .venv/bin/python -m bench.decode_speed                    # B 4, G 8, 160 tokens (bench/real_model.py's)
+    .venv/bin/python -m bench.decode_speed --batch-size 2 --new-tokens 64 --repeats 1
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: SmolLM2 and its prompts
-from real_model import smollm2_dir, word_problem_prompts  # noqa: E402
+from bench.harness import smollm2_arguments, smollm2_dir, word_problem_prompts
 
 NEVER = [-1]  # an end-token id no sampled token equals: the fixed round's engine runs to --new-tokens
 
@@ -52,8 +51,7 @@ def timed(fn, repeats: int, seed: int):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", help="the SmolLM2-135M-Instruct .gguf file (default: GRPO_TEST_SMOLLM2, or fetched)")
-    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "grpo-dashboard-bench"))
+    smollm2_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=4, help="B: distinct prompts")
     parser.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
     parser.add_argument("--new-tokens", type=int, default=160)

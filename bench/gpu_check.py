@@ -2,10 +2,10 @@
 
 The tests are short real runs of every kind; the comparison trains a ~0.5B Qwen2 in bf16 autocast.
 
-    .venv/bin/python bench/gpu_check.py                          # everything
-    .venv/bin/python bench/gpu_check.py --cache-dir D            # keep the tests' built-in model in D
-    .venv/bin/python bench/gpu_check.py --skip-tests --steps 10  # only the engine and TRL, shorter
-    .venv/bin/python bench/gpu_check.py --skip-trl               # the tests and the engine alone
+    .venv/bin/python -m bench.gpu_check                          # everything
+    .venv/bin/python -m bench.gpu_check --cache-dir D            # keep the tests' built-in model in D
+    .venv/bin/python -m bench.gpu_check --skip-tests --steps 10  # only the engine and TRL, shorter
+    .venv/bin/python -m bench.gpu_check --skip-trl               # the tests and the engine alone
 
 In order:
 
@@ -47,12 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
-import vs_trl  # noqa: E402  (torch is imported inside the functions of these three)
-import vs_trl_models  # noqa: E402
-import vs_trl_trials  # noqa: E402
+from bench import vs_trl, vs_trl_models, vs_trl_trials  # torch is imported inside the functions of these three
+from bench.harness import ROOT
 
 GB = 1e9
 NO_CUDA = 2  # exit status without a CUDA GPU

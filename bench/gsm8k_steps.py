@@ -16,8 +16,8 @@ equal: their advantages are 0), the mean ``reward_mean``, held-out greedy accura
 mean seconds per step (``time/step``) and per step's labelling (``time/labelling``). Exit status 0 when both new
 settings' zero-spread share is below the old behaviour's (which is 1.0: no group ever has a spread).
 
-    .venv/bin/python bench/gsm8k_steps.py --cache-dir /tmp/grpo-cache              # 30 steps per setting
-    .venv/bin/python bench/gsm8k_steps.py --cache-dir /tmp/grpo-cache --steps 4 --only arithmetic,builtin
+    .venv/bin/python -m bench.gsm8k_steps --cache-dir /tmp/grpo-cache              # 30 steps per setting
+    .venv/bin/python -m bench.gsm8k_steps --cache-dir /tmp/grpo-cache --steps 4 --only arithmetic,builtin
 """
 
 from __future__ import annotations
@@ -33,15 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-from grpo_engine.data.builtin_task import PRECEDENCE_SHAPES, builtin_examples, solve  # noqa: E402
-from grpo_engine.data.data import load_dataset  # noqa: E402
-from grpo_engine.model.model import BUILTIN_ARCH, build_tokenizer, train_from_scratch  # noqa: E402
-from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
-from grpo_engine.spec.config import RunSpec, validate_spec  # noqa: E402
-from grpo_engine.train.trainer import train  # noqa: E402
+from grpo_engine.data.builtin_task import PRECEDENCE_SHAPES, builtin_examples, solve
+from grpo_engine.data.data import load_dataset
+from grpo_engine.model.model import BUILTIN_ARCH, build_tokenizer, train_from_scratch
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.spec.config import RunSpec, validate_spec
+from grpo_engine.train.trainer import train
 
 RECIPE_VERSION = "v1"  # bump when the data or the warm start below changes; the cached model is keyed by it
 SETTINGS = ("arithmetic", "rollouts", "builtin")

@@ -5,8 +5,8 @@ Starts a real ``grpo-dashboard serve`` (SQLite store, no worker) in a fresh data
 Runs, Run and Groups tabs in turn, waits --settle seconds (5), then measures for --seconds (20) the CPU time the
 browser's processes and the server's process use. Nothing trains meanwhile, so nothing on screen changes.
 
-    .venv/bin/python bench/idle_cpu.py
-    .venv/bin/python bench/idle_cpu.py --seconds 60
+    .venv/bin/python -m bench.idle_cpu
+    .venv/bin/python -m bench.idle_cpu --seconds 60
 
 Prints, per tab, the browser's and the server's CPU use in % of one core. Target: the browser under 3% of a core
 on every tab. Exit status 0 when it is met.
@@ -24,14 +24,11 @@ from pathlib import Path
 import psutil
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from app import store  # noqa: E402
-from app.store.db import make_engine, session_scope, upgrade_database  # noqa: E402
-from grpo_engine.report.recorder import GroupRecord, SampleRecord  # noqa: E402
-from grpo_engine.spec.config import validate_spec  # noqa: E402
-from tests.servers import running_server, server_env  # noqa: E402
+from app import store
+from app.store.db import make_engine, session_scope, upgrade_database
+from bench.harness import dashboard
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
+from grpo_engine.spec.config import validate_spec
 
 CHROMIUM = "/usr/bin/chromium"
 TABS = ("runs", "run", "groups")
@@ -103,12 +100,13 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
-        env = server_env(data, GRPO_EMBEDDED_WORKER="0")
-        upgrade_database(env["GRPO_DATABASE_URL"])
-        seed(env["GRPO_DATABASE_URL"], args.steps)
-        make_engine(env["GRPO_DATABASE_URL"]).dispose()
+        db_url = f"sqlite:///{data / 'grpo.sqlite'}"
+        upgrade_database(db_url)
+        seed(db_url, args.steps)
+        make_engine(db_url).dispose()
         results = {}
-        with running_server(data, env) as (url, server, _), sync_playwright() as p:
+        # no worker: the server's process is the web server alone, whose CPU use is measured
+        with dashboard(data, GRPO_EMBEDDED_WORKER="0") as (url, server), sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path=CHROMIUM,
                 args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],

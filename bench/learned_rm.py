@@ -11,9 +11,9 @@ Runs the engine directly (grpo_engine.train.trainer.train with an in-memory reco
   (b) process supervision, reward: model (a learned PRM). Prints that it completed, the PRM's
       training, and one group's per-step rewards.
 
-    .venv/bin/python bench/learned_rm.py --cache-dir /tmp/c11        # reuse a cached built-in model
-    .venv/bin/python bench/learned_rm.py --steps-per-iteration 40 --prm-steps 30
-    .venv/bin/python bench/learned_rm.py --only orm --seeds 0,1,2
+    .venv/bin/python -m bench.learned_rm --cache-dir /tmp/c11        # reuse a cached built-in model
+    .venv/bin/python -m bench.learned_rm --steps-per-iteration 40 --prm-steps 30
+    .venv/bin/python -m bench.learned_rm --only orm --seeds 0,1,2
 
 Exit status 0 when every refresh raised the RM's held-out accuracy and the ORM run's final
 eval/accuracy is at least 0.85, else 1.
@@ -59,7 +59,7 @@ def orm_run(steps_per_iteration: int, seed: int, cache_dir: Path) -> bool:
     result, rec, seconds = run(
         {"reward": "model", "iterations": 3, "steps_per_iteration": steps_per_iteration, "seed": seed}, cache_dir
     )
-    print(f"status: {result['status']} after {result['step']} steps in {seconds:.0f}s")
+    print(f"status: {result.status} after {result.step} steps in {seconds:.0f}s")
     start = rec.metrics[0]
     print(f"RM initial training: loss {start['rm/loss']:.3f}, held-out accuracy {start['rm/accuracy_after']:.3f}")
     refreshes = [m for m in rec.metrics if "rm/accuracy_before" in m]
@@ -85,7 +85,7 @@ def orm_run(steps_per_iteration: int, seed: int, cache_dir: Path) -> bool:
     print(
         f"eval/accuracy: first {accs[0]:.3f}, final {accs[-1]:.3f}, best {max(accs):.3f} (target >= {TARGET_ACCURACY})"
     )
-    return result["status"] == "completed" and improved == len(refreshes) == 3 and accs[-1] >= TARGET_ACCURACY
+    return result.status == "completed" and improved == len(refreshes) == 3 and accs[-1] >= TARGET_ACCURACY
 
 
 def prm_run(steps: int, seed: int, cache_dir: Path) -> bool:
@@ -94,7 +94,7 @@ def prm_run(steps: int, seed: int, cache_dir: Path) -> bool:
         {"reward": "model", "supervision": "process", "steps_per_iteration": steps, "eval_every": steps, "seed": seed},
         cache_dir,
     )
-    print(f"status: {result['status']} after {result['step']} steps in {seconds:.0f}s")
+    print(f"status: {result.status} after {result.step} steps in {seconds:.0f}s")
     for m in rec.metrics:
         if "rm/accuracy_after" in m:
             before = f"{m['rm/accuracy_before']:.3f} -> " if "rm/accuracy_before" in m else ""
@@ -114,7 +114,7 @@ def prm_run(steps: int, seed: int, cache_dir: Path) -> bool:
             f"  correct={s.reward_components['correct']:.0f} reward {s.reward:.3f} "
             f"step ends {s.step_end_indices} step rewards [{scored}]"
         )
-    return result["status"] == "completed"
+    return result.status == "completed"
 
 
 def main() -> int:

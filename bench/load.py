@@ -6,8 +6,8 @@ short run alone to measure its unloaded step time, then launches a long run and,
 ``/get_metrics``, ``/list_groups``, ``/get_group``) for --seconds (120), each client one call every --interval
 seconds (0.4: its five endpoints every 2 s, as the dashboard's tabs poll; 0: each call right after the last).
 
-    .venv/bin/python bench/load.py --cache-dir /tmp/grpo-cache          # reuse a built-in model cached there
-    .venv/bin/python bench/load.py --clients 16 --seconds 120
+    .venv/bin/python -m bench.load --cache-dir /tmp/grpo-cache          # reuse a built-in model cached there
+    .venv/bin/python -m bench.load --clients 16 --seconds 120
 
 Prints the requests made, the errors, p50 / p95 / max latency per endpoint and overall, the steps the loaded
 run recorded (each exactly once) and its median step time against the unloaded one. Targets: 0 errors, p95
@@ -19,16 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from accuracy_rise import wait_http  # bench/ is on the path when a bench script runs
-
-from workers.distributed import free_port
+from bench.harness import dashboard, pass_fail
 
 ENDPOINTS = ("/list_runs", "/get_run", "/get_metrics", "/list_groups", "/get_group")
 SPEC = {"steps_per_iteration": 30, "eval_every": 0, "checkpoint_every": 0}
@@ -104,19 +101,8 @@ def main() -> int:
     from gradio_client import Client
 
     data_dir = Path(tempfile.mkdtemp(prefix="grpo-load-"))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
-    env.update(
-        GRPO_DATA_DIR=str(data_dir),
-        GRADIO_ANALYTICS_ENABLED="False",
-        **({"GRPO_CACHE_DIR": args.cache_dir} if args.cache_dir else {}),
-    )
-    command = [str(Path(sys.executable).with_name("grpo-dashboard")), "serve", "--port", str(port)]
-    with open(data_dir / "serve.log", "w") as log:
-        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_http(url, 120)
+    cache = {"GRPO_CACHE_DIR": str(Path(args.cache_dir).resolve())} if args.cache_dir else {}
+    with dashboard(data_dir, **cache) as (url, _):
         client = Client(url, verbose=False)
         print(f"dashboard {url}, data dir {data_dir}", flush=True)
         alone = client.predict({**SPEC, "name": "alone"}, api_name="/launch_run")["run_id"]
@@ -140,12 +126,6 @@ def main() -> int:
         client.predict(loaded_id, api_name="/cancel_run")
         metrics = client.predict(loaded_id, api_name="/get_metrics")
         clients_cpu = time.process_time()
-    finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
     latencies = {e: [x for out in results for x in out.get(e, [])] for e in ENDPOINTS}
     every = [x for values in latencies.values() for x in values]
@@ -173,9 +153,7 @@ def main() -> int:
     )
     for e in errors[:5]:
         print("  error:", e)
-    ok = not errors and every and percentile(every, 0.95) < 1.0 and loaded <= 2 * unloaded and once
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return pass_fail(bool(every) and not errors and percentile(every, 0.95) < 1.0 and loaded <= 2 * unloaded and once)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ P-token prompts, printing the rise of the process's peak resident memory (VmHWM,
 /proc/self/clear_refs just before; Linux only), the size of one (N, T, V) fp32 tensor for scale, and
 the time.
 
-    .venv/bin/python bench/logprob_memory.py
-    .venv/bin/python bench/logprob_memory.py --n 32 --t 64
+    .venv/bin/python -m bench.logprob_memory
+    .venv/bin/python -m bench.logprob_memory --n 32 --t 64
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import time
 
+from bench.harness import peak_rss, reset_peak_rss
+
 
 def peak_mb() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    """This process's peak resident memory since the last reset, in MiB."""
+    return peak_rss() / 2**20
 
 
 def main() -> None:
@@ -55,8 +54,7 @@ def main() -> None:
     prompt_attn = torch.ones(args.n, args.p, dtype=torch.long)
     completions = torch.randint(0, args.vocab, (args.n, args.t))
     mask = torch.ones(args.n, args.t)
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
+    reset_peak_rss()
     before, start = peak_mb(), time.perf_counter()
     logp, entropy = token_logprobs(model, prompt_ids, prompt_attn, completions, mask)
     (logp * mask).sum().backward()

@@ -1,8 +1,8 @@
 """Peak memory of a full fine-tune against a LoRA run (``lora_rank`` > 0) of the same spec.
 
-    .venv/bin/python bench/lora_memory.py                  # a fresh cache: includes creating the built-in model
-    .venv/bin/python bench/lora_memory.py --cache-dir D    # reuse a built-in model cached in D
-    .venv/bin/python bench/lora_memory.py --lora-rank 16 --builtin-steps 5
+    .venv/bin/python -m bench.lora_memory                  # a fresh cache: includes creating the built-in model
+    .venv/bin/python -m bench.lora_memory --cache-dir D    # reuse a built-in model cached in D
+    .venv/bin/python -m bench.lora_memory --lora-rank 16 --builtin-steps 5
 
 Two models: the built-in one (~0.6M parameters), and a ~25M-parameter Llama with random weights
 and the built-in tokenizer, saved to a temporary directory (the spec's ``model`` takes a local
@@ -37,10 +37,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench.harness import json_child
 
 # Same spec for the full and the LoRA run of a model; only lora_rank differs. The 25M model is
 # slow on CPU, so it runs fewer, smaller steps (AdamW state exists from the end of step 1 on).
@@ -84,7 +85,7 @@ def measure(spec: dict, cache_dir: str) -> dict:
     recorder = MarkingRecorder()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = train(run_spec, recorder, Path(cache_dir))
-    assert result["status"] == "completed", result
+    assert result.status == "completed", result
 
     peak, held, stack = 0, 0, list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
@@ -108,20 +109,14 @@ def measure(spec: dict, cache_dir: str) -> dict:
         "weights": weights,
         "trainable": trainable,
         "cuda_peak": torch.cuda.max_memory_allocated() if cuda else None,
-        "steps": result["step"],
+        "steps": result.step,
     }
 
 
 def run_child(spec: dict, cache_dir: str) -> dict:
     """``measure`` in a fresh Python process; its last stdout line is the JSON result."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec), "--cache-dir", cache_dir],
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"the measuring process failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    what = "the measuring process"
+    return json_child("bench.lora_memory", "--child", json.dumps(spec), "--cache-dir", cache_dir, what=what)
 
 
 def write_random_llama(out_dir: Path, cache_dir: str) -> int:

@@ -1,9 +1,9 @@
 """What ``kl_coef: 0`` saves: no reference model is loaded and its forward pass is skipped.
 
-    .venv/bin/python bench/no_reference.py                          # a fresh cache: builds the built-in model first
-    .venv/bin/python bench/no_reference.py --cache-dir /tmp/bc      # reuse a built-in model cached there
-    .venv/bin/python bench/no_reference.py --model DIR --steps 5    # any local causal LM directory instead
-    .venv/bin/python bench/no_reference.py --steps 3 --repeats 1    # a quick look
+    .venv/bin/python -m bench.no_reference                          # a fresh cache: builds the built-in model first
+    .venv/bin/python -m bench.no_reference --cache-dir /tmp/bc      # reuse a built-in model cached there
+    .venv/bin/python -m bench.no_reference --model DIR --steps 5    # any local causal LM directory instead
+    .venv/bin/python -m bench.no_reference --steps 3 --repeats 1    # a quick look
 
 Runs ``grpo_engine.train.trainer.train`` on the built-in dataset with the default spec (``kl_coef`` 0.04: a frozen copy of
 the policy as reference) and with ``kl_coef`` 0, ``steps_per_iteration`` = --steps and ``eval_every`` 0, alternated
@@ -23,25 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from bench.harness import json_child, peak_rss
+
 CONFIGS = {"default (kl_coef 0.04)": {}, "kl_coef 0": {"kl_coef": 0.0}}
 MB = 1e6
-
-
-def peak_rss() -> int:
-    """This process's peak resident set size in bytes."""
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # kB
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
 
 
 def child(spec: dict, cache_dir: str) -> dict:
@@ -60,15 +48,8 @@ def child(spec: dict, cache_dir: str) -> dict:
 
 
 def run_child(spec: dict, cache_dir: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec), "--cache-dir", cache_dir],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode:
-        sys.exit(f"a run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """``child`` in a fresh Python process."""
+    return json_child("bench.no_reference", "--child", json.dumps(spec), "--cache-dir", cache_dir, what="a run")
 
 
 def main() -> None:

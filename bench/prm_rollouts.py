@@ -9,8 +9,8 @@ Around each of the PRM's trainings, this script measures what the run itself can
 fresh held-out samples of the current policy labelled by the exact checker, before and after the training. It
 prints those, the run's own rm/* metrics (against rollout labels), and the policy's held-out accuracy curve.
 
-    .venv/bin/python bench/prm_rollouts.py --cache-dir /tmp/grpo-cache
-    .venv/bin/python bench/prm_rollouts.py --steps-per-iteration 40 --rm-samples 1024 --seed 0
+    .venv/bin/python -m bench.prm_rollouts --cache-dir /tmp/grpo-cache
+    .venv/bin/python -m bench.prm_rollouts --steps-per-iteration 40 --rm-samples 1024 --seed 0
 
 Exit status 0 when each refresh raises the PRM's exact-checker accuracy (after it, above before it, on the same
 samples) and the policy's last held-out accuracy is at least --target (0.90), else 1.
@@ -26,13 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
-from grpo_engine.rm.reward_model import accuracy  # noqa: E402
-from grpo_engine.rm.rm_training import sample_labelled  # noqa: E402
-from grpo_engine.spec.config import validate_spec  # noqa: E402
-from grpo_engine.train import trainer  # noqa: E402
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.rm.reward_model import accuracy
+from grpo_engine.rm.rm_training import sample_labelled
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.train import trainer
 
 EXACT_SAMPLES = 512  # held-out outputs labelled by the exact checker at each measurement
 
@@ -42,13 +40,13 @@ def measured_training(exact: list[dict]):
     samples of the current policy, before and after each training, is appended to ``exact``."""
     inner = trainer.train_reward_model
 
-    def train_reward_model(rm, state, sampler, train_set, heldout, spec, *args, **kwargs):
+    def train_reward_model(rm, state, sampler, *, train_set, heldout, spec, **kwargs):
         exact_spec = dataclasses.replace(spec, step_labels="builtin")  # the built-in task's exact checker
         questions = random.Random(len(exact)).choices(heldout, k=EXACT_SAMPLES)
         held = sample_labelled(sampler, questions, exact_spec, "prm")
         before = accuracy(rm, held) if state.history else None
         t0 = time.time()
-        metrics = inner(rm, state, sampler, train_set, heldout, spec, *args, **kwargs)
+        metrics = inner(rm, state, sampler, train_set=train_set, heldout=heldout, spec=spec, **kwargs)
         exact.append(
             {
                 "before": before,
@@ -99,7 +97,7 @@ def main() -> int:
     total = time.time() - t0
     print(
         f"PRM on rollout labels (N = {args.rollouts}, hard), {args.iterations} iterations x "
-        f"{args.steps_per_iteration} steps, rm_samples {args.rm_samples}, seed {args.seed}: {result['status']} "
+        f"{args.steps_per_iteration} steps, rm_samples {args.rm_samples}, seed {args.seed}: {result.status} "
         f"in {total:.0f}s"
     )
     print("\n  training      exact checker: before -> after   rollout labels: before -> after   examples  seconds")

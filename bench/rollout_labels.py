@@ -5,8 +5,8 @@ twice, by rollouts (the policy continues from the end of each step --rollouts ti
 any continuation reaches the answer) and by the built-in task's exact checker, and prints the agreement with the
 confusion counts and the labelling time.
 
-    .venv/bin/python bench/rollout_labels.py --cache-dir /tmp/grpo-cache
-    .venv/bin/python bench/rollout_labels.py --questions 256 --rollouts 4 --estimate hard
+    .venv/bin/python -m bench.rollout_labels --cache-dir /tmp/grpo-cache
+    .venv/bin/python -m bench.rollout_labels --questions 256 --rollouts 4 --estimate hard
 
 Target (the rollouts issue): at least 90% of steps agree at N = 4, hard. Exit status 0 when met.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from bench.harness import pass_fail
 from grpo_engine.data.builtin_task import STEP_DELIMITER
 from grpo_engine.data.data import load_dataset
 from grpo_engine.model.model import load_policy
@@ -41,7 +42,7 @@ def labelled_steps(cache_dir: Path, questions: int, n: int, estimate: str, seed:
     with torch.no_grad():
         completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=32, end_ids=end_ids)
     mask, ended = completion_mask(completions, end_ids)
-    judged = judge(tokenizer, completions, mask, ended, rows, True, delimiter=STEP_DELIMITER, checker="builtin")
+    judged = judge(tokenizer, completions, mask, ended, rows, process=True, delimiter=STEP_DELIMITER, checker="builtin")
     started = time.time()
     outputs = StepOutputs.judged(prompts["input_ids"], prompts["attention_mask"], completions, judged, rows)
     how = Continuing(n, max_new_tokens=32, temperature=1.0, top_p=1.0, end_ids=end_ids)
@@ -71,9 +72,7 @@ def main() -> int:
     print(
         f"  rollouts wrong, checker right: {counts[False, True]:5d}   rollouts wrong, checker wrong: {counts[False, False]:5d}"
     )
-    ok = agree >= 0.90
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return pass_fail(agree >= 0.90)
 
 
 if __name__ == "__main__":

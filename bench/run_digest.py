@@ -10,9 +10,10 @@ advantages) as canonical JSON, and prints one SHA-256 per spec:
     process  9b01...  (6 steps, 24 groups)
 
 Run it in two checkouts (e.g. ``git worktree add /tmp/before <commit>``) and compare the lines; ``--out DIR`` keeps
-the JSON for a diff. It imports the engine from the checkout it runs in, through the engine's module paths before
-and after the engine was split into rooms (grpo_engine/spec, train, report, ...), so one copy of this script reads
-both.
+the JSON for a diff. It imports the engine from the checkout it runs in (the current directory), through the engine's
+module paths before and after the engine was split into rooms (grpo_engine/spec, train, report, ...), so one copy of
+this script reads both. Unlike the other benches it imports nothing of bench/ and runs as a file, from any checkout
+(``python -m bench.run_digest`` works too, from this repository's root).
 
     .venv/bin/python bench/run_digest.py --cache-dir /tmp/grpo-cache --out /tmp/digest-after
     cd /tmp/before && /work/main/.venv/bin/python /work/main/bench/run_digest.py --cache-dir /tmp/grpo-cache
@@ -61,7 +62,9 @@ def record(spec: dict, cache_dir: Path) -> dict:
         result = train(validate_spec(spec), recorder, cache_dir, device="cpu", checkpoint_dir=Path(checkpoints))
     metrics = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in recorder.metrics]
     groups = {str(step): [g.to_dict() for g in gs] for step, gs in sorted(recorder.group_log.items())}
-    return {"status": result["status"], "metrics": metrics, "groups": groups}
+    # train() returns a TrainResult; an older engine's, a dict
+    status = result["status"] if isinstance(result, dict) else result.status
+    return {"status": str(status), "metrics": metrics, "groups": groups}
 
 
 def main() -> int:
@@ -70,6 +73,10 @@ def main() -> int:
     parser.add_argument("--out", help="write each spec's JSON here (DIR/outcome.json, DIR/process.json)")
     parser.add_argument("--only", choices=sorted(SPECS), help="one spec instead of both")
     args = parser.parse_args()
+    # This script's purpose needs the one sys.path edit in bench/: run as a file (python /path/to/bench/run_digest.py),
+    # Python puts this file's folder first on sys.path, not the current directory, and grpo_engine would then come
+    # from the interpreter's editable install (the checkout that made the venv). The checkout to digest is the one
+    # it runs in, so the current directory goes first (an entry of sys.path wins over the editable install's finder).
     sys.path.insert(0, str(Path.cwd()))
     print(f"engine: {Path(importlib.import_module('grpo_engine').__file__).parent}", flush=True)
     for name, spec in SPECS.items():

@@ -10,10 +10,10 @@ or ``--model``. Prints, per run, the peak resident memory of each process at the
 (the run's own log lines, written by its main process) and the memory estimate it logged; then the largest
 difference between the two runs' loss and KL over the steps, and between their final policies' weights.
 
-    .venv/bin/python bench/sharding_memory.py                          # SmolLM2-135M-Instruct, 5 steps
-    .venv/bin/python bench/sharding_memory.py --model builtin-arith    # the built-in model
-    .venv/bin/python bench/sharding_memory.py --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --steps 3
-    .venv/bin/python bench/sharding_memory.py --spec '{"precision": "fp32"}'   # no bf16 autocast in scoring
+    .venv/bin/python -m bench.sharding_memory                          # SmolLM2-135M-Instruct, 5 steps
+    .venv/bin/python -m bench.sharding_memory --model builtin-arith    # the built-in model
+    .venv/bin/python -m bench.sharding_memory --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --steps 3
+    .venv/bin/python -m bench.sharding_memory --spec '{"precision": "fp32"}'   # no bf16 autocast in scoring
 """
 
 from __future__ import annotations
@@ -21,17 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the real model's bench
-from accuracy_rise import wait_http  # noqa: E402
-from real_model import INSTRUCTION, find_gguf, write_word_problems  # noqa: E402
-
-from workers.distributed import free_port  # noqa: E402
+from bench.harness import INSTRUCTION, dashboard, find_gguf, smollm2_arguments, write_word_problems
 
 SPEC = {
     "devices": 2,
@@ -73,8 +68,7 @@ def line_with(logs: list[str], text: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="the model (default: SmolLM2-135M-Instruct's .gguf file)")
-    parser.add_argument("--gguf", help="the SmolLM2-135M-Instruct .gguf file (default: GRPO_TEST_SMOLLM2, or fetched)")
-    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "grpo-dashboard-bench"))
+    smollm2_arguments(parser)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--spec", default="{}", help="JSON run-spec keys over the bench's (e.g. precision)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds each run may take")
@@ -93,16 +87,10 @@ def main() -> int:
         spec["model"] = str(find_gguf(args.gguf, cache_dir))
         spec["dataset"] = str(write_word_problems(data_dir / "word_problems.jsonl"))
         spec["question_template"] = INSTRUCTION
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
-    env["GRPO_CACHE_DIR"] = str(cache_dir / "models")
+    settings = {"GRPO_CACHE_DIR": str(cache_dir / "models")}
     if not args.model:  # runs may read the .gguf file's folder and the generated dataset's
-        env["GRPO_PATH_ROOTS"] = os.pathsep.join([str(Path(spec["model"]).parent), str(data_dir)])
-    port = free_port()
-    cmd = [sys.executable, "-m", "grpo_dashboard.cli", "serve", "--port", str(port), "--data-dir", str(data_dir)]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url, 120)
+        settings["GRPO_PATH_ROOTS"] = os.pathsep.join([str(Path(spec["model"]).parent), str(data_dir)])
+    with dashboard(data_dir, **settings) as (url, _):
         client = Client(url, verbose=False)
         print(f"dashboard {url}, data dir {data_dir}; {json.dumps({k: v for k, v in spec.items() if k != 'dataset'})}")
         results = {}
@@ -143,9 +131,6 @@ def main() -> int:
             f"final policies: {len(finals[0])} tensors, largest absolute weight difference {diff:.2e} (largest weight {moved:.2f})"
         )
         return 0
-    finally:
-        server.terminate()
-        server.wait(60)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ timed on app.store directly, in this process, to tell the database's share from 
 the samples of mixed groups by spread; a deep page (near the last, by length). ``/question_history``
 with the question the run sampled most often.
 
-    .venv/bin/python bench/store_scale.py                            # both backends, 1,024,000 tokens
-    .venv/bin/python bench/store_scale.py --tokens 100000 --backends sqlite
-    .venv/bin/python bench/store_scale.py --keep                     # keep the data dir (and its SQLite file)
+    .venv/bin/python -m bench.store_scale                            # both backends, 1,024,000 tokens
+    .venv/bin/python -m bench.store_scale --tokens 100000 --backends sqlite
+    .venv/bin/python -m bench.store_scale --keep                     # keep the data dir (and its SQLite file)
 
 Prints seeding time and token count per backend, then per endpoint and backend the median and
 p90 seconds of a call, PASS or FAIL against --max-median (0.5 s). Exit status 0 when all pass.
@@ -37,26 +37,19 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import random
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from dataclasses import fields
 from pathlib import Path
 
-from workers.distributed import free_port
+from bench.harness import dashboard, pass_fail
 
-ROOT = Path(__file__).resolve().parents[1]
-
-COMMAND = str(Path(sys.executable).with_name("grpo-dashboard"))
 GROUPS_PER_STEP = 8  # B, the default batch_size
 SAMPLES_PER_GROUP = 8  # G, the default group_size
 TOKENS_PER_SAMPLE = 32  # the default max_new_tokens
@@ -203,49 +196,7 @@ def seed_store(url: str, min_tokens: int, steps_per_commit: int, seed: int) -> d
     }
 
 
-# ---- 3. the real server ----------------------------------------------------------------------
-
-
-def start_server(data_dir: Path, settings: dict[str, str], timeout: float = 180) -> tuple[subprocess.Popen, str]:
-    """`grpo-dashboard serve --port P --data-dir D` with ``settings``; returns it and its URL once it answers."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
-    env.update(GRADIO_ANALYTICS_ENABLED="False", GRPO_EMBEDDED_WORKER="0", **settings)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    with open(data_dir / "serve.log", "wb") as log:
-        server = subprocess.Popen(
-            [COMMAND, "serve", "--port", str(port), "--data-dir", str(data_dir)],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + timeout
-    while True:
-        if server.poll() is not None or time.monotonic() > deadline:
-            stop_server(server)
-            raise SystemExit(f"serve did not come up:\n{(data_dir / 'serve.log').read_text(errors='replace')}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return server, url
-        except OSError:
-            time.sleep(0.3)
-
-
-def stop_server(server: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 60 s."""
-    if server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-# ---- 4. timing -------------------------------------------------------------------------------
+# ---- 3. timing -------------------------------------------------------------------------------
 
 
 def seconds_per_call(fn, calls: list[tuple]) -> list[float]:
@@ -364,7 +315,7 @@ def check(client, seeded: dict) -> None:
     )
 
 
-# ---- 5. one backend --------------------------------------------------------------------------
+# ---- 4. one backend --------------------------------------------------------------------------
 
 
 def create_postgres_database(server_url: str) -> str:
@@ -403,7 +354,6 @@ def bench_backend(backend: str, data_dir: Path, args: argparse.Namespace) -> dic
         if backend == "postgres"
         else f"sqlite:///{data_dir / 'grpo.sqlite'}"
     )
-    server = None
     try:
         t0 = time.perf_counter()
         seeded = seed_store(db_url, args.tokens, args.steps_per_commit, args.seed)
@@ -421,11 +371,9 @@ def bench_backend(backend: str, data_dir: Path, args: argparse.Namespace) -> dic
         settings = {"GRPO_DATABASE_URL": db_url}
         if backend == "postgres":
             settings["GRPO_BROKER_URL"] = args.redis_url
-        server, url = start_server(data_dir, settings)
-        return measure(url, db_url, seeded, args.calls, random.Random(args.seed))
+        with dashboard(data_dir, GRPO_EMBEDDED_WORKER="0", **settings) as (url, _):
+            return measure(url, db_url, seeded, args.calls, random.Random(args.seed))
     finally:
-        if server is not None:
-            stop_server(server)
         if backend == "postgres":
             drop_postgres_database(db_url)
 
@@ -481,8 +429,7 @@ def main() -> int:
                 f"{backend:<9} {name:<20} {median:9.3f} {p90(api_times):7.3f} {store_median:15.4f}  "
                 f"{'PASS' if ok else 'FAIL'} (median <= {args.max_median} s)"
             )
-    print("PASS" if passed else "FAIL")
-    return 0 if passed else 1
+    return pass_fail(passed)
 
 
 if __name__ == "__main__":

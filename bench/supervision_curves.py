@@ -8,9 +8,9 @@ Math-Shepherd's rollouts), for each of several seeds. Prints both eval/accuracy 
 seeds. Exit status 0 when process supervision's median reaches the target; with the exact checker, also in
 no more steps than outcome's.
 
-    .venv/bin/python bench/supervision_curves.py                      # defaults, seeds 0,1,2, target 0.90
-    .venv/bin/python bench/supervision_curves.py --labels rollouts --cache-dir /tmp/grpo-cache
-    .venv/bin/python bench/supervision_curves.py --seeds 0 --steps 100 --eval-every 10 --cache-dir D
+    .venv/bin/python -m bench.supervision_curves                      # defaults, seeds 0,1,2, target 0.90
+    .venv/bin/python -m bench.supervision_curves --labels rollouts --cache-dir /tmp/grpo-cache
+    .venv/bin/python -m bench.supervision_curves --seeds 0 --steps 100 --eval-every 10 --cache-dir D
 """
 
 from __future__ import annotations
@@ -24,27 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from grpo_engine.report.recorder import MemoryRecorder  # noqa: E402
-from grpo_engine.spec.config import validate_spec  # noqa: E402
-from grpo_engine.train.trainer import train  # noqa: E402
+from bench.harness import StampedRecorder
+from grpo_engine.spec.config import validate_spec
+from grpo_engine.train.trainer import train
 
 
 def run(spec: dict, cache_dir: Path) -> tuple[list[tuple[int, float, float]], float]:
     """[(step, seconds since start, eval/accuracy)], total seconds."""
-    recorder = MemoryRecorder()
-    t0 = time.time()
-    stamps: dict[int, float] = {}
-
-    class Timed(MemoryRecorder):
-        def step(self, step, iteration, metrics):
-            stamps[step] = time.time() - t0
-            recorder.step(step, iteration, metrics)
-
-    train(validate_spec(spec), Timed(), cache_dir)
-    curve = [(m["step"], stamps[m["step"]], m["eval/accuracy"]) for m in recorder.metrics if "eval/accuracy" in m]
-    return curve, time.time() - t0
+    recorder = StampedRecorder()
+    train(validate_spec(spec), recorder, cache_dir)
+    curve = [
+        (m["step"], recorder.stamps[m["step"]], m["eval/accuracy"]) for m in recorder.metrics if "eval/accuracy" in m
+    ]
+    return curve, time.time() - recorder.t0
 
 
 def main() -> int:

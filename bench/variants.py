@@ -14,8 +14,8 @@ Prints one table: per variant the steps and seconds to --target held-out accurac
 the mean completion length at the last step, the median seconds of a step (time/step) and the peak resident memory
 of the run's process; then what kl_coef 0 saves against grpo.
 
-    .venv/bin/python bench/variants.py --cache-dir /tmp/grpo-cache
-    .venv/bin/python bench/variants.py --variants grpo,dapo --seeds 0 --steps 60 --cache-dir /tmp/grpo-cache
+    .venv/bin/python -m bench.variants --cache-dir /tmp/grpo-cache
+    .venv/bin/python -m bench.variants --variants grpo,dapo --seeds 0 --steps 60 --cache-dir /tmp/grpo-cache
 
 Exit status 0 when every variant reaches the target on the median seed, else 1.
 """
@@ -26,14 +26,11 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.harness import StampedRecorder, json_child, peak_rss
 
 VARIANTS = {
     "grpo": {},
@@ -44,33 +41,16 @@ VARIANTS = {
 }
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory (VmHWM), in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def one_run(spec: dict, cache_dir: Path, target: float) -> dict:
     """Train one spec here; the first step (and second) at which eval/accuracy reaches ``target``, the last step's
     completion length, the median step time and this process's peak memory."""
-    from grpo_engine.report.recorder import MemoryRecorder
     from grpo_engine.spec.config import validate_spec
     from grpo_engine.train.trainer import train
 
-    stamps: dict[int, float] = {}
-    t0 = time.time()
-
-    class Timed(MemoryRecorder):
-        def step(self, step, iteration, metrics):
-            stamps[step] = time.time() - t0
-            super().step(step, iteration, metrics)
-
-    recorder = Timed()
+    recorder = StampedRecorder()
     train(validate_spec(spec), recorder, cache_dir, device="cpu")
     first = next(
-        ((m["step"], stamps[m["step"]]) for m in recorder.metrics if m.get("eval/accuracy", -1.0) >= target),
+        ((m["step"], recorder.stamps[m["step"]]) for m in recorder.metrics if m.get("eval/accuracy", -1.0) >= target),
         (math.inf, math.inf),
     )
     steps = [m for m in recorder.metrics if m["step"] > 0]
@@ -79,20 +59,16 @@ def one_run(spec: dict, cache_dir: Path, target: float) -> dict:
         "seconds": first[1],
         "completion_len": steps[-1]["completion_len"],
         "step_time": statistics.median(m["time/step"] for m in steps),
-        "peak_mb": peak_rss_mb(),
+        "peak_mb": peak_rss() / 2**20,
         "final": [m["eval/accuracy"] for m in recorder.metrics if "eval/accuracy" in m][-1],
     }
 
 
 def in_subprocess(spec: dict, cache_dir: Path, target: float) -> dict:
     """``one_run`` in a fresh Python process (its peak memory is this run's alone)."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--one", json.dumps(spec), "--cache-dir", str(cache_dir), "--target", str(target)],
-        capture_output=True,
-        text=True,
-        check=True,
+    return json_child(
+        "bench.variants", "--one", json.dumps(spec), "--cache-dir", str(cache_dir), "--target", str(target)
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def fmt(values: list[float], digits: int = 0) -> str:

@@ -82,13 +82,13 @@ time/update metrics) and the achieved FLOP/s of each: sampling FLOPs / time/samp
 6 n x (B x P + N x T) / time/update; the reference forward runs in the scoring phase, so with it
 8 n x (B x P + N x T) / (time/update + time/scoring) (the scoring time also holds decoding and the verifier).
 
-    .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc    # reuse a built-in model cached there
-    .venv/bin/python bench/vs_trl.py                        # a fresh cache: builds the built-in model first (~2 min)
-    .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs builtin --repeats 1 --builtin-steps 12
-    .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs longprompt --repeats 1   # 10-15 min on 2 cores
-    .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs smollm2 --repeats 1     # the real model, ~10 min
-    .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs qwen05b --repeats 2             # on a GPU
-    .venv/bin/python bench/vs_trl.py --cache-dir /tmp/bc --configs qwen05b --decode compiled       # its decode path
+    .venv/bin/python -m bench.vs_trl --cache-dir /tmp/bc    # reuse a built-in model cached there
+    .venv/bin/python -m bench.vs_trl                        # a fresh cache: builds the built-in model first (~2 min)
+    .venv/bin/python -m bench.vs_trl --cache-dir /tmp/bc --configs builtin --repeats 1 --builtin-steps 12
+    .venv/bin/python -m bench.vs_trl --cache-dir /tmp/bc --configs longprompt --repeats 1   # 10-15 min on 2 cores
+    .venv/bin/python -m bench.vs_trl --cache-dir /tmp/bc --configs smollm2 --repeats 1     # the real model, ~10 min
+    .venv/bin/python -m bench.vs_trl --cache-dir /tmp/bc --configs qwen05b --repeats 2             # on a GPU
+    .venv/bin/python -m bench.vs_trl --cache-dir /tmp/bc --configs qwen05b --decode compiled       # its decode path
 
 Needs trl (``pip install trl``; written against trl 1.16). PASS lines: the engine's completions/s is at
 least TARGETS x TRL's on each CPU configuration run (builtin 1.7, longprompt 2.0, llama25m 1.0, smollm2 1.5; --min-ratio
@@ -115,10 +115,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: the trials and the models
-from real_model import INSTRUCTION, write_word_problems  # noqa: E402  (torch-free at import)
-from vs_trl_models import MODELS, prepare_model, show_prompt_and_lengths  # noqa: E402  (torch-free at import)
-from vs_trl_trials import run_child  # noqa: E402  (torch-free at import)
+# torch-free at import, all three
+from bench.harness import INSTRUCTION, ROOT, bench_command, pass_fail, percent, write_word_problems
+from bench.vs_trl_models import MODELS, prepare_model, show_prompt_and_lengths
+from bench.vs_trl_trials import run_child
 
 CPU_CONFIGS = ("builtin", "llama25m", "longprompt")  # the acceptance run's
 REAL_CONFIG = "smollm2"  # on the CPU too, run when asked (--configs)
@@ -198,10 +198,6 @@ class Pooled:
         }
 
 
-def percent(a: float, b: float) -> float:
-    return 100.0 * (a - b) / b
-
-
 def flops(x: float) -> str:
     return f"{x / 1e12:.1f} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.1f} GFLOP/s"
 
@@ -269,18 +265,17 @@ def report_config(config: str, params: int, cuda: bool, pooled: dict[str, Pooled
 def recording_check(cache_dir: Path, args) -> tuple[str, bool]:
     """bench/recording_overhead.py on the built-in model in ``cache_dir``, in a fresh process, its output shown;
     the check's line is its overhead line."""
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve().parent / "recording_overhead.py"),
+    command = bench_command(
+        "bench.recording_overhead",
         "--cache-dir",
         str(cache_dir),
         "--repeats",
         str(args.overhead_repeats),
         "--max-overhead",
         str(args.max_overhead),
-    ]
+    )
     print(f"\nrecording overhead on builtin: {' '.join(command[1:])}", flush=True)
-    out = subprocess.run(command, capture_output=True, text=True)
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if not line.startswith("Loading weights")]
     print("\n".join(lines[-6:]), flush=True)
     found = [line for line in lines if line.startswith("overhead of recording:")]
@@ -517,9 +512,8 @@ def main() -> int:
     print()
     if missing:
         print(f"(not run: {', '.join(missing)}; the acceptance check needs every CPU configuration in one run)")
-    for line, ok in checks:
-        print(f"{'PASS' if ok else 'FAIL'} {line}")
-    return 0 if all(ok for _, ok in checks) else 1
+    statuses = [pass_fail(ok, line) for line, ok in checks]  # one PASS / FAIL line per check
+    return max(statuses, default=0)
 
 
 if __name__ == "__main__":

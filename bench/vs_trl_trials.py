@@ -1,7 +1,7 @@
 """One trial of bench/vs_trl.py: one trainer (this engine, or TRL's GRPOTrainer) on one configuration, in a fresh
 Python process, and what each of its steps processed.
 
-    python bench/vs_trl_trials.py TRIAL_JSON    # what run_child starts: prints RESULT and the result as JSON
+    python -m bench.vs_trl_trials TRIAL_JSON    # what run_child starts: prints RESULT and the result as JSON
 
 A trial's settings (``t``) are bench/vs_trl.py's: the configuration's B, G, max new tokens, beta, epsilon,
 temperature, top-p, learning rate, seed, steps, ``chat``, ``decode``, ``dataset`` and ``question_template``
@@ -16,26 +16,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: recording_overhead's recorders, the models
-from recording_overhead import StepTimer, recorder_for  # noqa: E402  (torch-free)
-from vs_trl_models import prompt_text  # noqa: E402  (torch is imported inside its functions)
+from bench.harness import StepTimer, json_child, peak_rss, recorder_for, reset_peak_rss  # torch-free
+from bench.vs_trl_models import prompt_text  # torch is imported inside its functions
 
 RESULT = "VS_TRL_RESULT "  # a trial's stdout line with its JSON result (TRL prints its logs there too)
 PHASES = ("time/sampling", "time/scoring", "time/update")  # the engine's step phases, from its metrics
-
-
-def _status_bytes(field: str) -> int:
-    """A memory field of /proc/self/status (kB there) in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 class TrainingMemory:
@@ -53,15 +43,14 @@ class TrainingMemory:
             torch.cuda.reset_peak_memory_stats()
             self.before = torch.cuda.memory_allocated()
         else:
-            Path("/proc/self/clear_refs").write_text("5")  # VmHWM := current RSS
-            self.before = _status_bytes("VmRSS")
+            self.before = reset_peak_rss()  # VmHWM := current RSS
 
     def peak(self) -> int:
         if self.cuda:
             import torch
 
             return torch.cuda.max_memory_allocated()
-        return _status_bytes("VmHWM")
+        return peak_rss()
 
 
 def engine_trial(t: dict) -> dict:
@@ -138,7 +127,7 @@ def engine_trial(t: dict) -> dict:
         result = train(spec, timer, Path(t["cache_dir"]), device=None if cuda else "cpu")
         timer.finish()  # the writes still queued at the end count in the last step
         peak = memory.peak()
-        assert result["status"] == "completed", result
+        assert result.status == "completed", result
     assert len(timer.work) == len(timer.step_seconds), (len(timer.work), len(timer.step_seconds))
     n = spec.batch_size * spec.group_size
     return {
@@ -288,14 +277,8 @@ def run_trial(t: dict) -> dict:
 def run_child(trial: dict) -> dict:
     """run_trial in a fresh Python process; its result is the stdout line after RESULT."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}  # no network at all
-    out = subprocess.run([sys.executable, __file__, json.dumps(trial)], capture_output=True, text=True, env=env)
-    lines = [line[len(RESULT) :] for line in out.stdout.splitlines() if line.startswith(RESULT)]
-    if out.returncode != 0 or not lines:
-        raise SystemExit(
-            f"the {trial['variant']} trial of {trial['config']} failed (exit {out.returncode}):\n"
-            f"{out.stdout[-2000:]}\n{out.stderr[-6000:]}"
-        )
-    return json.loads(lines[-1])
+    what = f"the {trial['variant']} trial of {trial['config']}"
+    return json_child("bench.vs_trl_trials", json.dumps(trial), prefix=RESULT, env=env, what=what)
 
 
 # ---- the work of a step -----------------------------------------------------------------------------------
