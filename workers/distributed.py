@@ -42,7 +42,7 @@ from pathlib import Path
 from app import store
 from app.core.settings import get_settings
 from app.store.db import session_scope
-from grpo_engine.report.recorder import Recorder, TrainStatus
+from grpo_engine.report.recorder import Recorder, TrainResult, TrainStatus
 from grpo_engine.spec.config import RunSpec, validate_spec
 from workers.errors import one_line
 from workers.recorder import DBRecorder, with_trackers
@@ -139,10 +139,10 @@ def launch_command(run_id: int, spec: RunSpec, worker: str, control_dir: Path, c
     ]
 
 
-def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder) -> dict:
+def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder) -> TrainResult:
     """Launch the run's processes, relay the worker's stop signals to them, and return what the main
-    process reported: {status, step, stop_reason} (status completed / cancelled / paused / stopped), or
-    {status: failed, error, log} when they failed.
+    process reported (status completed / cancelled / paused / stopped, its step and stop reason), or a failed
+    result with the error and the log when they failed.
 
     ``recorder``: the worker's recorder for the run; its ``should_stop()`` (lease lost, worker shutting
     down, cancelled) is relayed to the processes, and when it has a ``show(step, total, metrics)``
@@ -194,17 +194,17 @@ def run_processes(run_id: int, spec: RunSpec, worker: str, recorder: DBRecorder)
         control.rmdir()
 
 
-def _outcome(control: Path, returncode: int) -> dict:
+def _outcome(control: Path, returncode: int) -> TrainResult:
     result = control / "result.json"
     if result.exists():  # the main process finished (the others may have been stopped after it)
-        return json.loads(result.read_text())
+        return TrainResult.from_json(result.read_text())
     errors = sorted(control.glob("error-*.json"))
     log = (control / "launch.log").read_text(errors="replace")
     if errors:
         error = json.loads(errors[0].read_text())
-        return {"status": TrainStatus.FAILED, "error": error["error"], "log": error["traceback"]}
+        return TrainResult(TrainStatus.FAILED, error=error["error"], log=error["traceback"])
     tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
-    return {"status": TrainStatus.FAILED, "error": f"the run's processes exited with status {returncode}", "log": tail}
+    return TrainResult(TrainStatus.FAILED, error=f"the run's processes exited with status {returncode}", log=tail)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,15 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if isinstance(recorder, DBRecorder):
                 recorder.close()
-        outcome = {
-            "status": result["status"],
-            "step": result["step"],
-            "stop_reason": getattr(recorder, "stop_reason", None),
-        }
+        outcome = TrainResult(result.status, result.step, stop_reason=getattr(recorder, "stop_reason", None))
     except store.LeaseLost:  # the main process left the loop alone: no process waits for the others
-        (args.control_dir / "result.json").write_text(
-            json.dumps({"status": TrainStatus.STOPPED, "step": None, "stop_reason": "lost"})
-        )
+        (args.control_dir / "result.json").write_text(TrainResult(TrainStatus.STOPPED, stop_reason="lost").to_json())
         return 3  # non-zero: the launcher stops the other processes at once
     except Exception as exc:
         (args.control_dir / f"error-{rank}.json").write_text(
@@ -258,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1  # the launcher stops the other processes
     if rank == 0:
-        (args.control_dir / "result.json").write_text(json.dumps(outcome))
+        (args.control_dir / "result.json").write_text(outcome.to_json())
     _leave_process_group()
     return 0
 

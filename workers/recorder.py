@@ -173,7 +173,12 @@ def with_trackers(recorder: Recorder, run_id: int, spec: RunSpec) -> contextlib.
     if not spec.report_to:
         return contextlib.nullcontext(recorder)
     return TrackerRecorder.open(
-        recorder, spec.report_to, get_settings().data_dir, run_id, spec.name or f"run-{run_id}", spec.to_dict()
+        recorder,
+        spec.report_to,
+        get_settings().data_dir,
+        run_id=run_id,
+        run_name=spec.name or f"run-{run_id}",
+        config=spec.to_dict(),
     )
 
 

@@ -23,7 +23,7 @@ from app.core.admission import admit
 from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 from app.store.db import session_scope
-from grpo_engine.report.recorder import TrainStatus
+from grpo_engine.report.recorder import TrainResult, TrainStatus
 from workers.distributed import run_processes
 from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt, with_trackers
@@ -139,17 +139,17 @@ def execute_run(
                 spec = admit(run["config"], settings)  # launch's checks again, with this machine's settings
                 if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
                     result = run_processes(run_id, spec, worker, recorder)
-                    recorder.stop_reason = result.get("stop_reason")
+                    recorder.stop_reason = result.stop_reason
                 else:
                     with with_trackers(recorder, run_id, spec) as reporting:  # report_to: closed however train ends
                         result = train(spec, reporting, settings.cache_dir, checkpoint_dir=settings.run_dir(run_id))
             finally:
                 recorder.close()  # everything recorded is in the store before the run's status changes
-            if result["status"] == TrainStatus.FAILED:  # a data-parallel run's processes failed
-                return _finish(run_id, RunStatus.FAILED, result["error"], log=result["log"], worker=worker)
+            if result.status == TrainStatus.FAILED:  # a data-parallel run's processes failed
+                return _finish(run_id, RunStatus.FAILED, result.error, log=result.log, worker=worker)
         except store.LeaseLost:
             recorder.stop_reason = "lost"
-            result = {"status": TrainStatus.STOPPED}
+            result = TrainResult(TrainStatus.STOPPED)
         except Exception as exc:
             return _finish(run_id, RunStatus.FAILED, one_line(exc), log=traceback.format_exc(), worker=worker)
         except BaseException as exc:  # a hard stop of this process: the run goes back to the queue
@@ -162,17 +162,17 @@ def execute_run(
     if recorder.stop_reason == "lost":
         logger.warning("run %s: another worker took it over; this worker stops", run_id)
         return Delivery.LOST
-    if recorder.stop_reason == "cancel" or result["status"] == TrainStatus.CANCELLED:
+    if recorder.stop_reason == "cancel" or result.status == TrainStatus.CANCELLED:
         return _finish(run_id, RunStatus.CANCELLED, worker=worker)
-    if result["status"] == TrainStatus.PAUSED:
+    if result.status == TrainStatus.PAUSED:
         with session_scope() as s:
             store.append_log(
                 s,
                 run_id,
-                f"the worker is shutting down: paused after step {result['step']}; the run is back in the queue",
+                f"the worker is shutting down: paused after step {result.step}; the run is back in the queue",
             )
             if store.requeue_run(s, run_id, worker):
                 broker.send_run(run_id, run["config"].get("device", "auto"))
-        logger.info("run %s paused after step %s and requeued", run_id, result["step"])
+        logger.info("run %s paused after step %s and requeued", run_id, result.step)
         return Delivery.PAUSED
     return _finish(run_id, RunStatus.COMPLETED, worker=worker)

@@ -131,7 +131,7 @@ def store_model(source: Path, name: str, folder: Path, cap: int, cap_words: str)
     try:
         if suffix == ".gguf":
             return _store_gguf(source, name, folder, partial)
-        return _store_zip(source, name, folder, partial, cap, cap_words)
+        return _store_zip(source, name, folder, partial, cap=cap, cap_words=cap_words)
     finally:
         if partial.is_dir() and not partial.is_symlink():
             shutil.rmtree(partial, ignore_errors=True)
@@ -280,7 +280,7 @@ def _model_root(unpacked: Path, name: str) -> Path:
     return root
 
 
-def _store_zip(source: Path, name: str, folder: Path, partial: Path, cap: int, cap_words: str) -> dict:
+def _store_zip(source: Path, name: str, folder: Path, partial: Path, *, cap: int, cap_words: str) -> dict:
     """A zipped model directory: checked and unpacked under ``partial``, then renamed to its name (never over
     another model: a rename refuses a taken, non-empty directory), or to the name with the zip's digest."""
     _unpack(source, name, partial, cap, cap_words)

@@ -118,7 +118,7 @@ def cat_padded(tensors: list[torch.Tensor], left: bool, value: float) -> torch.T
     return torch.cat(tensors)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Filled:
     """What :func:`informative_batch` gives the step."""
 
@@ -131,7 +131,7 @@ class Filled:
 
 
 def informative_batch(
-    first: tuple, draw_scored: Callable[[int], tuple], need: int, max_resample: int, G: int, procs, pad_id: int
+    first: tuple, draw_scored: Callable[[int], tuple], need: int, *, max_resample: int, G: int, procs, pad_id: int
 ) -> Filled:
     """Dynamic sampling on this process. ``first``: (Sampled, Scored, seconds spent sampling) of the step's own
     questions; draw_scored(m): the same for m fresh questions; ``need``: this process's share of B; ``procs``:
@@ -160,7 +160,14 @@ def informative_batch(
     sampled = join([take(parts[p][0], bs, len(parts[p][0].batch), G) for p, bs in by_part.items()], pad_id)
     scored = join([take(parts[p][1], bs, len(parts[p][0].batch), G) for p, bs in by_part.items()], pad_id)
     scored.labelling = sum(p[1].labelling for p in parts)
-    return Filled(sampled, scored, totals[0], totals[1], totals[2] > 0, sum(p[2] for p in parts))
+    return Filled(
+        sampled=sampled,
+        scored=scored,
+        drawn=totals[0],
+        dropped=totals[1],
+        trains=totals[2] > 0,
+        sampling=sum(p[2] for p in parts),
+    )
 
 
 def no_update(mu: int) -> dict:

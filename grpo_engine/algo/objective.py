@@ -135,6 +135,7 @@ def clipped_surrogate(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     clip_eps: float,
+    *,
     clip_eps_high: float = 0.0,
     mask: torch.Tensor | None = None,
     level: str = "token",
@@ -181,7 +182,7 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, loss_type: str, denomina
 
 
 def loss_denominator(
-    loss_type: str, outputs: int, tokens: float, all_tokens: float, processes: int, max_new_tokens: int
+    loss_type: str, outputs: int, tokens: float, *, all_tokens: float, processes: int, max_new_tokens: int
 ) -> float:
     """What one process divides its sum by (:func:`aggregate`), so that the average over the ``processes`` (the
     data-parallel gradient average) is the loss_type's J over the whole batch of this update.
@@ -193,7 +194,8 @@ def loss_denominator(
     'dr_grpo': N x max_new_tokens         token sum / (B x G x max_new_tokens), a constant (Dr. GRPO)
     With one process bnpo and dapo are the same.
 
-    >>> [loss_denominator(t, 2, 5.0, 12.0, 2, 4) for t in ("grpo", "bnpo", "dapo", "dr_grpo")]
+    >>> counts = dict(all_tokens=12.0, processes=2, max_new_tokens=4)
+    >>> [loss_denominator(t, 2, 5.0, **counts) for t in ("grpo", "bnpo", "dapo", "dr_grpo")]
     [2.0, 5.0, 6.0, 8.0]
     """
     if loss_type == "grpo":
@@ -224,6 +226,7 @@ def grpo_loss(
     ref_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    *,
     settings: LossSettings = LossSettings(),
     denominator: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -240,12 +243,20 @@ def grpo_loss(
     token_clipped (1.0 where the clip was active).
     """
     surrogate, clip_active = clipped_surrogate(
-        logp, old_logp, advantages, settings.clip_eps, settings.clip_eps_high, mask, settings.ratio_level
+        logp,
+        old_logp,
+        advantages,
+        settings.clip_eps,
+        clip_eps_high=settings.clip_eps_high,
+        mask=mask,
+        level=settings.ratio_level,
     )  # (N, T)
     kl = kl_k3(logp, ref_logp)  # (N, T)
     if denominator is None:
         tokens = mask.sum().item()
-        denominator = loss_denominator(settings.loss_type, mask.shape[0], tokens, tokens, 1, mask.shape[1])
+        denominator = loss_denominator(
+            settings.loss_type, mask.shape[0], tokens, all_tokens=tokens, processes=1, max_new_tokens=mask.shape[1]
+        )
     loss = -aggregate(surrogate - settings.kl_coef * kl, mask, settings.loss_type, denominator)
     n_tokens = mask.sum().clamp(min=1.0)
     with torch.no_grad():

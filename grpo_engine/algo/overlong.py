@@ -52,6 +52,7 @@ def add_overlong_penalty(
     rewards: list,
     lengths: list[int],
     components: list[dict[str, float]],
+    *,
     max_new_tokens: int,
     buffer: int,
     penalty: float,
@@ -86,7 +87,7 @@ def penalise_overlong(spec, rewards: list, mask: torch.Tensor, components: list[
         rewards,
         mask.sum(dim=1).long().tolist(),
         components,
-        spec.max_new_tokens,
-        spec.overlong_buffer,
-        spec.overlong_penalty,
+        max_new_tokens=spec.max_new_tokens,
+        buffer=spec.overlong_buffer,
+        penalty=spec.overlong_penalty,
     )

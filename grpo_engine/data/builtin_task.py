@@ -33,7 +33,7 @@ def _apply(x: int, op: str, y: int) -> int:
     return x + y if op == "+" else x - y if op == "-" else x * y
 
 
-def solve(a: int, op1: str, b: int, op2: str, c: int, respect_precedence: bool = True) -> tuple[list[str], int]:
+def solve(a: int, op1: str, b: int, op2: str, c: int, *, respect_precedence: bool = True) -> tuple[list[str], int]:
     """Step-by-step evaluation of ``a op1 b op2 c``; returns (steps, answer).
 
     With ``respect_precedence=False`` it works strictly left to right (the classic slip).
@@ -154,7 +154,7 @@ def arithmetic_facts() -> list[str]:
             for b in DIGITS:
                 for c in DIGITS:
                     for keep_precedence in (True, False):
-                        facts.update(solve(a, op1, b, op2, c, keep_precedence)[0])
+                        facts.update(solve(a, op1, b, op2, c, respect_precedence=keep_precedence)[0])
     return sorted(facts)
 
 

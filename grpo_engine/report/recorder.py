@@ -8,6 +8,7 @@ Pure Python: no torch here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -25,6 +26,27 @@ class TrainStatus(StrEnum):
     PAUSED = "paused"  # the recorder said pause: a checkpoint was saved first, the run resumes from it
     FAILED = "failed"  # a data-parallel run's processes failed; to a tracker: the run failed
     STOPPED = "stopped"  # the worker lost the run's lease; to a tracker: cancelled, paused or taken over
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a run's training ended: what ``train`` returns, and what a data-parallel launch reads back from its main
+    process (``to_json``/``from_json``: it travels between processes as JSON)."""
+
+    status: TrainStatus
+    step: int | None = None  # the last step trained; a paused run's, the step its checkpoint holds; None if unknown
+    metrics: dict[str, float] = field(default_factory=dict)  # the last step's metrics (completed, cancelled, paused)
+    stop_reason: str | None = None  # a data-parallel run: why its main process's recorder stopped it ("cancel", ...)
+    error: str | None = None  # failed: one line, the reason
+    log: str | None = None  # failed: the traceback or the end of the processes' output
+
+    def to_json(self) -> str:
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)})
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainResult:
+        values = json.loads(text)
+        return cls(**{**values, "status": TrainStatus(values["status"])})
 
 
 @dataclass

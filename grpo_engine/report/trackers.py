@@ -256,6 +256,7 @@ class WandbTracker(Tracker):
 def open_trackers(
     names: Iterable[str],
     data_dir: Path,
+    *,
     run_id: int,
     run_name: str,
     config: dict[str, Any],
@@ -288,12 +289,21 @@ class TrackerRecorder(Recorder):
 
     @classmethod
     def open(
-        cls, inner: Recorder, names: Iterable[str], data_dir: Path, run_id: int, run_name: str, config: dict[str, Any]
+        cls,
+        inner: Recorder,
+        names: Iterable[str],
+        data_dir: Path,
+        *,
+        run_id: int,
+        run_name: str,
+        config: dict[str, Any],
     ) -> "TrackerRecorder":
         """Open the trackers ``names`` for a run (see :func:`open_trackers`) around ``inner``, and say in the run's
         log where each one writes."""
         mirrored = cls(inner, [])
-        mirrored.trackers = open_trackers(names, Path(data_dir), run_id, run_name, config, mirrored._warn)
+        mirrored.trackers = open_trackers(
+            names, Path(data_dir), run_id=run_id, run_name=run_name, config=config, warn=mirrored._warn
+        )
         if mirrored.trackers:
             inner.log("report_to: " + ", ".join(f"{t.name} -> {t.where}" for t in mirrored.trackers))
         return mirrored

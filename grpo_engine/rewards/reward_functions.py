@@ -176,7 +176,7 @@ def _finite(value: Any) -> bool:
 
 
 def call_reward(
-    name: str, fn: Callable, question: str, completion: str, reference: str, row: dict, steps: int | None = None
+    name: str, fn: Callable, question: str, completion: str, reference: str, *, row: dict, steps: int | None = None
 ) -> float | list[float]:
     """``fn(question, completion, reference, **row)`` checked: a finite number, or with ``steps`` (process
     supervision) a list of that many finite numbers. Anything else, or an exception, raises RewardFunctionError
@@ -227,7 +227,9 @@ def score_outputs(
         total: Any = [0.0] * steps if process else 0.0
         components: dict[str, float] = {}
         for name, weight, fn in fns:
-            value = call_reward(name, fn, out["question"], out["completion"], out["reference"], out["row"], steps)
+            value = call_reward(
+                name, fn, out["question"], out["completion"], out["reference"], row=out["row"], steps=steps
+            )
             if process:
                 total = [t + weight * v for t, v in zip(total, value, strict=True)]
                 components[name] = sum(value) / len(value) if value else 0.0

@@ -91,7 +91,7 @@ def sample_labelled(
             mask,
             ended,
             chunk,
-            kind == "prm",
+            process=kind == "prm",
             delimiter=decode_delimiter(spec.step_delimiter),
             checker=spec.step_checker,
             match=spec.answer_match,
@@ -99,7 +99,9 @@ def sample_labelled(
         if kind == "prm" and spec.step_checker == "rollouts":
             outputs = StepOutputs.judged(prompts["input_ids"], prompts["attention_mask"], completions, judged, chunk)
             how = Continuing.for_run(spec, end_ids)
-            judged.verdicts = rollout_verdicts(policy, tokenizer, outputs, how, spec.label_estimate, sampler.completer)
+            judged.verdicts = rollout_verdicts(
+                policy, tokenizer, outputs, how, spec.label_estimate, completer=sampler.completer
+            )
         out += rm_examples(judged, chunk, kind)
     return out
 
@@ -138,6 +140,7 @@ def train_reward_model(
     rm: RewardModel,
     state: RewardModelState,
     sampler: Sampler,
+    *,
     train_set: list[dict],
     heldout: list[dict],
     spec: RunSpec,

@@ -87,7 +87,15 @@ def plan_micro_batches(mask: torch.Tensor, prompt_attn: torch.Tensor, group_size
 
 
 def shared_prompt_logprobs(
-    model, prompt_ids, prompt_attn, prompt_of, completions, mask, temperature: float = 1.0, entropy: bool = True
+    model,
+    prompt_ids,
+    prompt_attn,
+    prompt_of,
+    *,
+    completions,
+    mask,
+    temperature: float = 1.0,
+    entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) and the entropy of each completion token, each prompt run once: ``prompt_ids``,
     ``prompt_attn`` (U, P) the distinct prompts, left-padded; ``prompt_of`` (n,) the prompt each of the n
@@ -106,10 +114,10 @@ def shared_prompt_logprobs(
             prompt_ids,
             prompt_attn,
             prompt_of,
-            F.pad(completions, (0, 1)),
-            F.pad(mask, (0, 1)),
-            temperature,
-            entropy,
+            completions=F.pad(completions, (0, 1)),
+            mask=F.pad(mask, (0, 1)),
+            temperature=temperature,
+            entropy=entropy,
         )
         return logp[:, :1], None if ent is None else ent[:, :1]
     positions = (prompt_attn.cumsum(dim=1) - 1).clamp(min=0)  # (U, P)
@@ -132,7 +140,15 @@ def shared_prompt_logprobs(
 
 
 def micro_batch_logprobs(
-    model, mb: MicroBatch, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0, entropy: bool = True
+    model,
+    mb: MicroBatch,
+    *,
+    prompt_ids,
+    prompt_attn,
+    completions,
+    mask,
+    temperature: float = 1.0,
+    entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`shared_prompt_logprobs` of one micro-batch of the step's tensors (``prompt_ids``, ``prompt_attn``
     (N, P), ``completions``, ``mask`` (N, T)), its padding cut; returns (n, T) padded back with zeros (the
@@ -145,8 +161,8 @@ def micro_batch_logprobs(
             prompt_attn[rows, start:],
             completions[rows, cols],
             mask[rows, cols],
-            temperature,
-            entropy,
+            temperature=temperature,
+            entropy=entropy,
         )
     else:
         prompts = mb.prompt_rows.to(prompt_ids.device)
@@ -155,10 +171,10 @@ def micro_batch_logprobs(
             prompt_ids[prompts, start:],
             prompt_attn[prompts, start:],
             mb.prompt_of.to(rows.device),
-            completions[rows, cols],
-            mask[rows, cols],
-            temperature,
-            entropy,
+            completions=completions[rows, cols],
+            mask=mask[rows, cols],
+            temperature=temperature,
+            entropy=entropy,
         )
     pad = (0, completions.shape[1] - mb.length)
     return F.pad(logp, pad), None if ent is None else F.pad(ent, pad)

@@ -28,7 +28,7 @@ def encode_prompts(tokenizer, questions: list[str], device, prompt=format_prompt
 
 
 def token_logprobs(
-    model, prompt_ids, prompt_attn, completions, mask, temperature: float = 1.0, entropy: bool = True
+    model, prompt_ids, prompt_attn, completions, mask, *, temperature: float = 1.0, entropy: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) of each completion token under the distribution it was sampled from, and the
     per-token entropy of that distribution (None without ``entropy``). Both (N, T). Each sequence runs whole;
@@ -139,6 +139,7 @@ def judge(
     mask,
     ended,
     examples: list[dict],
+    *,
     process: bool,
     format_weight: float = 0.0,
     delimiter: str = STEP_DELIMITER,

@@ -68,7 +68,7 @@ class Continuing:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepOutputs:
     """N sampled outputs to label step by step: ``completions`` (N, T) following ``prompt_ids`` / ``prompt_attn``
     (N, P), left-padded; ``step_ends[i]``: each step's last token index in output i; ``texts[i]``: its text;
@@ -89,7 +89,14 @@ class StepOutputs:
         """Sampled outputs as the verifier judged them (outputs.judge), for ``rows`` (their questions and answers)."""
         answers, questions = [r["answer"] for r in rows], [r["question"] for r in rows]
         return cls(
-            prompt_ids, prompt_attn, completions, judged.step_ends, judged.texts, answers, questions, judged.tokens
+            prompt_ids=prompt_ids,
+            prompt_attn=prompt_attn,
+            completions=completions,
+            step_ends=judged.step_ends,
+            texts=judged.texts,
+            answers=answers,
+            questions=questions,
+            tokens=judged.tokens,
         )
 
 
@@ -158,7 +165,7 @@ def _left_padded(rows: list[list[int]], pad: int, device) -> dict[str, torch.Ten
 
 @torch.no_grad()
 def _continued_right(
-    model, tokenizer, prefixes, answers: list[str], how: Continuing, end_ids: list[int], device
+    model, tokenizer, prefixes, answers: list[str], *, how: Continuing, end_ids: list[int], device
 ) -> list[list[bool]]:
     """For each prefix (output index, prompt ids, output ids so far): whether each of ``how.n`` continuations
     (ending on ``end_ids``) reaches the output's reference answer. ``how.batch`` prefixes are continued at once; each
@@ -192,7 +199,7 @@ def _continued_right(
 
 
 def rollout_shares(
-    model, tokenizer, outputs: StepOutputs, how: Continuing, completer: Completer | None = None
+    model, tokenizer, outputs: StepOutputs, how: Continuing, *, completer: Completer | None = None
 ) -> list[list[float]]:
     """For each step of N sampled ``outputs``, the share of its ``how.n`` continuations that reach the reference
     answer; the last step's is the output's own verdict (1.0 or 0.0).
@@ -207,7 +214,9 @@ def rollout_shares(
     else:
         model, tokenizer, end_ids = completer.model, completer.tokenizer, completer.end_ids
         prefixes = _completer_prefixes(completer, o.questions, o.tokens, o.step_ends)
-    right = _continued_right(model, tokenizer, prefixes, o.answers, how, end_ids, o.completions.device)
+    right = _continued_right(
+        model, tokenizer, prefixes, o.answers, how=how, end_ids=end_ids, device=o.completions.device
+    )
     shares = iter([sum(r) / len(r) for r in right])
     return [
         [next(shares) for _ in ends[:-1]]
@@ -217,8 +226,10 @@ def rollout_shares(
 
 
 def rollout_verdicts(
-    model, tokenizer, outputs: StepOutputs, how: Continuing, estimate: str, completer: Completer | None = None
+    model, tokenizer, outputs: StepOutputs, how: Continuing, estimate: str, *, completer: Completer | None = None
 ) -> list[list[float]]:
     """The step labels of N sampled outputs: :func:`rollout_shares` made labels by ``estimate`` ('hard' or
     'soft', :func:`labels_from_shares`)."""
-    return [labels_from_shares(s, estimate) for s in rollout_shares(model, tokenizer, outputs, how, completer)]
+    return [
+        labels_from_shares(s, estimate) for s in rollout_shares(model, tokenizer, outputs, how, completer=completer)
+    ]

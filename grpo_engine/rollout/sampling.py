@@ -143,18 +143,28 @@ def generate(
     """
     with torch.inference_mode():
         if decode == "dynamic":
-            out = _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids)
+            out = _decode(
+                model,
+                tokenizer,
+                prompts,
+                repeat,
+                max_new_tokens=max_new_tokens,
+                greedy=greedy,
+                temperature=temperature,
+                top_p=top_p,
+                end_ids=end_ids,
+            )
         else:
             out = _decode_static(
                 model,
                 tokenizer,
                 prompts,
                 repeat,
-                max_new_tokens,
-                greedy,
-                temperature,
-                top_p,
-                end_ids,
+                max_new_tokens=max_new_tokens,
+                greedy=greedy,
+                temperature=temperature,
+                top_p=top_p,
+                end_ids=end_ids,
                 compiled=decode == "compiled",
             )
     return out.clone()
@@ -172,7 +182,7 @@ def _prefill(model, tokenizer, prompts, repeat: int, end_ids):
     return ends, positions, getattr(out, CACHE), out.logits[:, -1].repeat_interleave(repeat, dim=0)
 
 
-def _decode(model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids) -> torch.Tensor:
+def _decode(model, tokenizer, prompts, repeat, *, max_new_tokens, greedy, temperature, top_p, end_ids) -> torch.Tensor:
     """generate's decode loop."""
     pad = tokenizer.pad_token_id
     attn = prompts["attention_mask"]
@@ -229,7 +239,7 @@ def _static_cache(model, prefill, repeat: int, max_len: int):
 
 
 def _decode_static(
-    model, tokenizer, prompts, repeat, max_new_tokens, greedy, temperature, top_p, end_ids, compiled: bool
+    model, tokenizer, prompts, repeat, *, max_new_tokens, greedy, temperature, top_p, end_ids, compiled: bool
 ) -> torch.Tensor:
     """generate's loop with the same shapes at every step, so that one decode step can be captured once and
     replayed: a StaticCache of N rows and P + max_new_tokens positions, an attention mask of that full width

@@ -19,7 +19,7 @@ EVAL_BATCH = 256
 
 @torch.no_grad()
 def evaluate(
-    policy, tokenizer, prompt, examples: list[dict], max_new_tokens: int, device, match: str = "strict"
+    policy, tokenizer, prompt, examples: list[dict], *, max_new_tokens: int, device, match: str = "strict"
 ) -> dict[str, float]:
     """The held-out greedy evaluation of ``examples``: EVAL_METRICS as shares of them (eval_scores), the run's
     accuracy under ``match`` (RunSpec.answer_match)."""
@@ -44,9 +44,9 @@ def heldout_metrics(learner: Learner, heldout: list[dict]) -> dict[str, float]:
             learner.tokenizer,
             learner.prompt,
             mine,
-            spec.max_new_tokens,
-            learner.dev,
-            spec.answer_match,
+            max_new_tokens=spec.max_new_tokens,
+            device=learner.dev,
+            match=spec.answer_match,
         )
     counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
     return {k: c / max(1, len(heldout)) for k, c in zip(EVAL_METRICS, counts, strict=True)}

@@ -21,7 +21,7 @@ from grpo_engine.train.parallel import Processes
 from grpo_engine.train.sharding import gathered
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Learner:
     """What a run trains and samples with. ``policy`` and ``optimizer`` are Accelerate-prepared, or with sharding
     'fsdp' the sharded policy and its optimizer (a LoRA run replaces them at each new iteration, see
@@ -82,7 +82,7 @@ class Learner:
             return logprobs(model, mb, s, self.spec.temperature, entropy=False)[0]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Sampled:
     """Step 1: the B questions and their N = B*G sampled outputs."""
 
@@ -97,10 +97,19 @@ class Sampled:
 def logprobs(model, mb: MicroBatch, s: Sampled, temperature: float, entropy: bool = True):
     """log pi and entropy (None without ``entropy``) of the completion tokens of micro-batch ``mb`` under ``model``,
     each prompt run once (forwards.micro_batch_logprobs), (n, T) each."""
-    return micro_batch_logprobs(model, mb, s.prompt_ids, s.prompt_attn, s.completions, s.mask, temperature, entropy)
+    return micro_batch_logprobs(
+        model,
+        mb,
+        prompt_ids=s.prompt_ids,
+        prompt_attn=s.prompt_attn,
+        completions=s.completions,
+        mask=s.mask,
+        temperature=temperature,
+        entropy=entropy,
+    )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scored:
     """Steps 2 and 3: what each output got."""
 

@@ -144,7 +144,7 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     building = building_progress(recorder, check)
     if procs.n > 1:
         build_models_on_main(spec, cache_dir, procs, recorder, building)
-    policy, tokenizer = load_policy_once(spec, cache_dir, dev, procs, recorder, building)
+    policy, tokenizer = load_policy_once(spec, cache_dir, dev, procs=procs, recorder=recorder, building=building)
     check()
     # the run's random stream starts here, once the policy is in memory however it came (built now, converted, read
     # from the cache): LoRA's first adapter and every sample after draw from the spec's seed alone
@@ -174,22 +174,24 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     if spec.sharding != "fsdp":
         policy, optimizer = accelerator.prepare(policy, optimizer)  # placed on dev; forward under autocast
     learner = Learner(
-        spec,
-        accelerator,
-        bf16,
-        procs,
-        policy,
-        optimizer,
-        params,
-        reference,
-        tokenizer,
-        run_prompt(tokenizer, spec),
-        end_token_ids(policy, tokenizer),
-        decode_delimiter(spec.step_delimiter),
+        spec=spec,
+        accelerator=accelerator,
+        scoring_bf16=bf16,
+        procs=procs,
+        policy=policy,
+        optimizer=optimizer,
+        params=params,
+        reference=reference,
+        tokenizer=tokenizer,
+        prompt=run_prompt(tokenizer, spec),
+        end_ids=end_token_ids(policy, tokenizer),
+        delimiter=decode_delimiter(spec.step_delimiter),
         source_dtype=source_dtype(spec.model, cache_dir),
     )
     if spec.label_completer:  # validate_spec allows it only with rollout step labels
-        learner.completer = load_completer(spec, recorder, cache_dir, dev, precision.accelerate == "bf16", check)
+        learner.completer = load_completer(
+            spec, recorder, cache_dir, dev=dev, bf16=precision.accelerate == "bf16", check=check
+        )
     check()
     rm_state = load_reward_model_state(learner, recorder, cache_dir, bf16, check) if spec.reward == "model" else None
     return learner, train_set, heldout, rm_state
@@ -226,7 +228,7 @@ def load_questions(spec: RunSpec, recorder: Recorder) -> tuple[list[dict], list[
 
 
 def load_policy_once(
-    spec: RunSpec, cache_dir: Path, dev: torch.device, procs: Processes, recorder: Recorder, building
+    spec: RunSpec, cache_dir: Path, dev: torch.device, *, procs: Processes, recorder: Recorder, building
 ) -> tuple:
     """The run's (policy, tokenizer), its weights read from disk once per machine: by the one process of a run, or
     by the main process of a run with several. The others build the architecture on the meta device (no memory)
@@ -258,6 +260,7 @@ def load_completer(
     spec: RunSpec,
     recorder: Recorder,
     cache_dir: Path,
+    *,
     dev: torch.device,
     bf16: bool,
     check: Callable[[], None] = no_check,

@@ -57,16 +57,18 @@ def grpo_step(
     recorded, but the optimizer does not step: the policy stays exactly as it was (metric update/skipped)."""
     spec, t0 = learner.spec, time.time()
     sampled, scored, sampling = sample_scored(learner, batch)
-    filled = Filled(sampled, scored, float(spec.batch_size), 0.0, True, sampling)
+    filled = Filled(
+        sampled=sampled, scored=scored, drawn=float(spec.batch_size), dropped=0.0, trains=True, sampling=sampling
+    )
     if spec.skip_zero_spread:
         filled = informative_batch(
             (sampled, scored, sampling),
             lambda m: sample_scored(learner, more(m)),
             len(batch),
-            spec.max_resample,
-            spec.group_size,
-            learner.procs,
-            learner.tokenizer.pad_token_id,
+            max_resample=spec.max_resample,
+            G=spec.group_size,
+            procs=learner.procs,
+            pad_id=learner.tokenizer.pad_token_id,
         )
     sampled, scored = filled.sampled, filled.scored
     steps = filled.trains and carries_signal(learner, scored.advantages)  # whether the optimizer steps
@@ -74,7 +76,16 @@ def grpo_step(
     ref_logp, old_logp = reference_and_old_logprobs(learner, sampled, chunks) if filled.trains else (None, None)
     t2 = time.time()
     sums = (
-        update(learner, sampled, scored.advantages, ref_logp, old_logp, chunks, detail=record, steps=steps)
+        update(
+            learner,
+            sampled,
+            scored.advantages,
+            ref_logp=ref_logp,
+            old_logp=old_logp,
+            chunks=chunks,
+            detail=record,
+            steps=steps,
+        )
         if filled.trains
         else no_update(spec.policy_updates_per_batch)
     )
@@ -137,12 +148,12 @@ def sample(learner: Learner, batch: list[dict]) -> Sampled:
     )  # (N, T)
     mask, ended = completion_mask(completions, learner.end_ids)  # (N, T), (N,)
     return Sampled(
-        batch,
-        prompts["input_ids"].repeat_interleave(G, dim=0),
-        prompts["attention_mask"].repeat_interleave(G, dim=0),
-        completions,
-        mask,
-        ended,
+        batch=batch,
+        prompt_ids=prompts["input_ids"].repeat_interleave(G, dim=0),
+        prompt_attn=prompts["attention_mask"].repeat_interleave(G, dim=0),
+        completions=completions,
+        mask=mask,
+        ended=ended,
     )
 
 
@@ -158,11 +169,11 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         sampled.mask,
         sampled.ended,
         rows,
-        spec.supervision == "process",
-        spec.format_reward,
-        learner.delimiter,
-        spec.step_checker,
-        spec.answer_match,
+        process=spec.supervision == "process",
+        format_weight=spec.format_reward,
+        delimiter=learner.delimiter,
+        checker=spec.step_checker,
+        match=spec.answer_match,
     )
     labelling = time.time()
     shares: list[list[float] | None] = [None] * N
@@ -210,18 +221,18 @@ def score(learner: Learner, sampled: Sampled) -> Scored:
         for c, s in zip(components, scores, strict=True):
             c["rm_score"] = sum(s) / len(s) if s else 0.0
     return Scored(
-        judged.texts,
-        judged.tokens,
-        components,
-        rewards,
-        group_rewards,
-        advantages.to(learner.dev),
-        step_rewards,
-        step_ends,
-        labelling,
-        labels,
-        shares,
-        judged.readings,
+        texts=judged.texts,
+        tokens=judged.tokens,
+        components=components,
+        rewards=rewards,
+        group_rewards=group_rewards,
+        advantages=advantages.to(learner.dev),
+        step_rewards=step_rewards,
+        step_ends=step_ends,
+        labelling=labelling,
+        step_labels=labels,
+        step_shares=shares,
+        readings=judged.readings,
     )
 
 
@@ -241,7 +252,7 @@ def label_by_rollouts(learner: Learner, sampled: Sampled, judged: Judged, rows: 
     learner.policy.eval()
     outputs = StepOutputs.judged(sampled.prompt_ids, sampled.prompt_attn, sampled.completions, judged, rows)
     how = Continuing.for_run(spec, learner.end_ids)
-    return rollout_shares(learner.unwrapped(), learner.tokenizer, outputs, how, learner.completer)
+    return rollout_shares(learner.unwrapped(), learner.tokenizer, outputs, how, completer=learner.completer)
 
 
 def reference_and_old_logprobs(learner: Learner, s: Sampled, chunks: list[MicroBatch]):
@@ -266,6 +277,7 @@ def update(
     learner: Learner,
     s: Sampled,
     advantages,
+    *,
     ref_logp,
     old_logp,
     chunks: list[MicroBatch],
@@ -288,7 +300,14 @@ def update(
     tokens = mask.sum().item()
     outputs = max(1, int((mask.sum(dim=1) > 0).sum().item()))  # those the loss counts: N unless mask_truncated
     all_tokens = learner.procs.sum([tokens])[0] if spec.loss_type == "dapo" else tokens
-    denominator = loss_denominator(spec.loss_type, outputs, tokens, all_tokens, learner.procs.n, spec.max_new_tokens)
+    denominator = loss_denominator(
+        spec.loss_type,
+        outputs,
+        tokens,
+        all_tokens=all_tokens,
+        processes=learner.procs.n,
+        max_new_tokens=spec.max_new_tokens,
+    )
     settings = LossSettings(spec.clip_eps, spec.kl_coef, spec.clip_eps_high, spec.ratio_level, spec.loss_type)
     policy.train()
     grad_norm, entropy_sum, per_update, views = 0.0, 0.0, [], []
@@ -308,8 +327,8 @@ def update(
                     ref,
                     advantages[c],
                     mask[c],
-                    settings,
-                    denominator,
+                    settings=settings,
+                    denominator=denominator,
                 )
                 learner.accelerator.backward(loss)
             if detail and u == spec.policy_updates_per_batch - 1:

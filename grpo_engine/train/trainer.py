@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_engine.report.recorder import Recorder, StopRequested, TrainStatus, no_check, stop_check
+from grpo_engine.report.recorder import Recorder, StopRequested, TrainResult, TrainStatus, no_check, stop_check
 from grpo_engine.rm.rm_training import RewardModelState, Sampler, train_reward_model
 from grpo_engine.rollout.outputs import RMExample
 from grpo_engine.spec.config import RunSpec
@@ -46,8 +46,8 @@ from grpo_engine.train.step import grpo_step
 
 def train(
     spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str | None = None, checkpoint_dir: Path | None = None
-) -> dict:
-    """Run GRPO as ``spec`` says, reporting to ``recorder``. Returns {status, step, metrics}.
+) -> TrainResult:
+    """Run GRPO as ``spec`` says, reporting to ``recorder``. Returns how it ended (status, step, last metrics).
 
     status (a TrainStatus) is completed; cancelled when ``recorder.should_stop()`` said so at a step boundary; or
     paused when it said "pause" (a checkpoint of the state was saved first, when checkpointing is on).
@@ -81,15 +81,15 @@ def stop_status(reason: bool | str) -> TrainStatus:
     return TrainStatus.PAUSED if reason == "pause" else TrainStatus.CANCELLED
 
 
-def stopped_while_loading(recorder: Recorder, reason: bool | str) -> dict:
+def stopped_while_loading(recorder: Recorder, reason: bool | str) -> TrainResult:
     """End the run before this attempt trained anything: nothing to save (a paused run resumes from its last
     checkpoint, as it would have). ``step`` 0: no step of this attempt."""
     status = stop_status(reason)
     recorder.log(f"{status} while loading")
-    return {"status": status, "step": 0, "metrics": {}}
+    return TrainResult(status, 0, {})
 
 
-def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -> dict:
+def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -> TrainResult:
     """train's loop, from resuming a checkpoint to the run's result."""
     start_iteration = run.resume()
     recorder.log(
@@ -254,18 +254,18 @@ class TrainingRun:
     def checkpointing(self) -> bool:
         return self.checkpoint_dir is not None and bool(self.spec.checkpoint_every)
 
-    def stop(self, stop: bool | str, iteration: int) -> dict:
+    def stop(self, stop: bool | str, iteration: int) -> TrainResult:
         """End the run before the next step: "pause" saves a checkpoint first (when checkpointing is on and
         none holds this step yet); anything else cancels."""
         if stop == "pause":
             if self.checkpointing and self.step > self.saved_step:
                 self.save_checkpoint(iteration)
             self.recorder.log(f"paused before step {self.step + 1}")
-            return {"status": TrainStatus.PAUSED, "step": self.step, "metrics": self.metrics}
+            return TrainResult(TrainStatus.PAUSED, self.step, self.metrics)
         self.recorder.log(f"cancelled before step {self.step + 1}")
-        return {"status": TrainStatus.CANCELLED, "step": self.step, "metrics": self.metrics}
+        return TrainResult(TrainStatus.CANCELLED, self.step, self.metrics)
 
-    def stop_in_rm_work(self, stop: bool | str) -> dict:
+    def stop_in_rm_work(self, stop: bool | str) -> TrainResult:
         """End the run in the middle of the reward model's sampling or training: no checkpoint is saved (the
         work is half done), so a paused run resumes from its last checkpoint and does that work again."""
         status = stop_status(stop)
@@ -273,7 +273,7 @@ class TrainingRun:
             f"{status} during the reward model's work at step {self.step}"
             + (f"; it resumes after step {self.saved_step}" if status == TrainStatus.PAUSED else "")
         )
-        return {"status": status, "step": self.saved_step if status == TrainStatus.PAUSED else self.step, "metrics": {}}
+        return TrainResult(status, self.saved_step if status == TrainStatus.PAUSED else self.step, {})
 
     def log_peak_memory(self, phase: str, device: torch.device) -> None:
         """Every process calls it: with several, the main one logs each one's peak memory on ``device``
@@ -284,7 +284,7 @@ class TrainingRun:
         where = "GPU memory" if device.type == "cuda" else "resident memory"
         self.recorder.log(f"peak {where} per process while {phase}: " + ", ".join(f"{p / 1e9:.2f} GB" for p in peaks))
 
-    def finish(self) -> dict:
+    def finish(self) -> TrainResult:
         """Save the trained policy for download (step checkpoints are no longer needed) and end the run."""
         self.recorder.log(f"finished {self.step} steps")
         learner = self.learner
@@ -304,7 +304,7 @@ class TrainingRun:
             checkpoint.clear(self.checkpoint_dir)
             self.recorder.log(f"final policy saved in {time.time() - t:.1f}s")
         self.procs.barrier()
-        return {"status": TrainStatus.COMPLETED, "step": self.step, "metrics": self.metrics}
+        return TrainResult(TrainStatus.COMPLETED, self.step, self.metrics)
 
     def owns_run(self) -> bool:
         """Whether this attempt may still write the run's checkpoints: not once it has lost the run (its worker is
@@ -362,11 +362,11 @@ class TrainingRun:
                     self.rm,
                     self.rm_state,
                     sampler,
-                    self.train_set,
-                    self.heldout,
-                    self.spec,
-                    check,
-                    self.reward_model_progress,
+                    train_set=self.train_set,
+                    heldout=self.heldout,
+                    spec=self.spec,
+                    check=check,
+                    progress=self.reward_model_progress,
                 )
         self.procs.broadcast_module(self.rm)
         return self.procs.from_main(metrics)

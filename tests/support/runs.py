@@ -42,13 +42,13 @@ def straight_and_resumed(cache_dir, tmp_path, pause_at: int, **overrides):
     """The same spec run once straight through and once paused after ``pause_at`` then resumed."""
     spec = validate_spec({**BASE, **overrides})
     straight = PauseAt(None)
-    assert train(spec, straight, cache_dir, device="cpu", checkpoint_dir=tmp_path / "straight")["status"] == "completed"
+    assert train(spec, straight, cache_dir, device="cpu", checkpoint_dir=tmp_path / "straight").status == "completed"
     first, second = PauseAt(pause_at), PauseAt(None)
     paused = train(spec, first, cache_dir, device="cpu", checkpoint_dir=tmp_path / "resumed")
-    assert paused["status"] == "paused" and paused["step"] == pause_at
+    assert paused.status == "paused" and paused.step == pause_at
     assert checkpoint.latest(tmp_path / "resumed")[0] == pause_at  # saved on the way out
     resumed = train(spec, second, cache_dir, device="cpu", checkpoint_dir=tmp_path / "resumed")
-    assert resumed["status"] == "completed" and resumed["step"] == spec.total_steps
+    assert resumed.status == "completed" and resumed.step == spec.total_steps
     assert first.resumed == [0] and second.resumed == [pause_at]
     assert any(f"resuming from the checkpoint after step {pause_at}" in m for m in second.messages)
     return straight, first, second

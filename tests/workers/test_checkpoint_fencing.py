@@ -77,18 +77,18 @@ def steps_listed(run_dir: Path) -> list[int]:
 def test_an_orphaned_save_never_lands_where_a_resumption_reads_or_writes(grpo_cache_dir, tmp_path):
     spec = validate_spec(BASE)  # 6 steps, a checkpoint every 2
     straight = PauseAt(None)
-    assert train(spec, straight, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "straight")["status"] == (
+    assert train(spec, straight, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "straight").status == (
         "completed"
     )
     run_dir = tmp_path / "run"
 
     first = PauseAt(2)  # attempt 1 stops after step 2 ...
-    assert train(spec, first, grpo_cache_dir, device="cpu", checkpoint_dir=run_dir)["status"] == "paused"
+    assert train(spec, first, grpo_cache_dir, device="cpu", checkpoint_dir=run_dir).status == "paused"
     attempt1, attempt2 = run_dir / "attempt-000001", run_dir / "attempt-000002"
     # ... while a process of it goes on saving, held half-way until attempt 2 has begun
     late = start_orphan(attempt1, wait_for=attempt2)
     second = PauseAt(4)
-    assert train(spec, second, grpo_cache_dir, device="cpu", checkpoint_dir=run_dir)["status"] == "paused"
+    assert train(spec, second, grpo_cache_dir, device="cpu", checkpoint_dir=run_dir).status == "paused"
     late.join(60)
     assert late.exitcode == REFUSED  # its directory was sealed under it
     assert ORPHAN_STEP not in steps_listed(run_dir) and not attempt1.exists()
@@ -98,7 +98,7 @@ def test_an_orphaned_save_never_lands_where_a_resumption_reads_or_writes(grpo_ca
     killed.join(30)
     assert killed.exitcode == -signal.SIGKILL
     third = PauseAt(None)
-    assert train(spec, third, grpo_cache_dir, device="cpu", checkpoint_dir=run_dir)["status"] == "completed"
+    assert train(spec, third, grpo_cache_dir, device="cpu", checkpoint_dir=run_dir).status == "completed"
 
     assert second.resumed == [2] and third.resumed == [4]  # each resumed from its predecessor's newest checkpoint
     recorded = [m["step"] for r in (first, second, third) for m in r.metrics]

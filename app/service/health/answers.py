@@ -71,7 +71,9 @@ def check_form_not_answers(metrics: Sequence[Row], length_reward: Sequence, conf
     fall = round(best - last, 9)
     if fall < FALL_DROP or fall < round(FALL_SHARE * best, 9):
         return None
-    rises = rises_between(metrics, ["eval/format"], form_metrics(config), best_step, last_step, FORM_RISE)
+    rises = rises_between(
+        metrics, ["eval/format"], form_metrics(config), first=best_step, last=last_step, level=FORM_RISE
+    )
     if not rises:
         return None
     span_points = [(s, v) for s, v in points if best_step <= s]

@@ -106,7 +106,7 @@ def first_and_last(rows: Sequence[Row], name: str, n: int) -> tuple[float, float
 
 
 def rises_between(
-    metrics: Sequence[Row], evaluated: Sequence[str], trained: Sequence[str], first: int, last: int, level: float
+    metrics: Sequence[Row], evaluated: Sequence[str], trained: Sequence[str], *, first: int, last: int, level: float
 ) -> list[tuple[str, float, float]]:
     """(metric, before, after) of each metric that rose by >= ``level`` from step ``first`` to step ``last``: each
     of ``evaluated`` from its value at ``first`` to its value at ``last``, each of ``trained`` from its mean over
@@ -114,7 +114,7 @@ def rises_between(
     the run's window_size, at most half of those steps each).
 
     >>> rows = [{"step": s, "eval/format": s / 20, "x": s / 8} for s in range(11)]
-    >>> rises_between(rows, ["eval/format"], ["x"], 0, 10, 0.1)  # x: steps 1-5 against steps 6-10
+    >>> rises_between(rows, ["eval/format"], ["x"], first=0, last=10, level=0.1)  # x: steps 1-5 against steps 6-10
     [('eval/format', 0.0, 0.5), ('x', 0.375, 1.0)]
     """
     found = []

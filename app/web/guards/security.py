@@ -135,7 +135,8 @@ class SecurityMiddleware:
             send = edited_page(send, lambda body: body.replace(b"<head>", b"<head>" + self.page_head, 1))
         if not self.login:
             if path.rstrip("/") == "/gradio_api/upload" and method == "POST":
-                await self.upload(self.app, scope, receive, send, headers, (scope.get("client") or ("?", 0))[0])
+                who = (scope.get("client") or ("?", 0))[0]
+                await self.upload(self.app, scope, receive, send, headers=headers, who=who)
                 return
             await self.app(scope, receive, send)
             return
@@ -146,7 +147,7 @@ class SecurityMiddleware:
         user = self.session_user(token)
         if path.rstrip("/") == "/gradio_api/upload" and method == "POST":
             who = user or (scope.get("client") or ("?", 0))[0]
-            await self.upload(self.app, scope, receive, send, headers, who)
+            await self.upload(self.app, scope, receive, send, headers=headers, who=who)
             return
         if path.rstrip("/") == "/login" and method == "POST":
             await self.login_attempt(scope, receive, send)

@@ -22,7 +22,7 @@ class UploadGuard:
         self.settings = settings
         self.uploaded: dict[str, list[tuple[float, int]]] = {}  # user or address -> (when, bytes) of its uploads
 
-    async def __call__(self, app, scope, receive, send, headers: dict[str, str], who: str) -> None:
+    async def __call__(self, app, scope, receive, send, *, headers: dict[str, str], who: str) -> None:
         """An upload through its limits: files and bytes per request, bytes per user per hour. The body is counted
         as it streams in; past a limit the app sees the client leave, and the answer is 413 (or 429)."""
         settings = self.settings

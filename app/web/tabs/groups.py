@@ -70,7 +70,15 @@ def build_groups_tab(shared: Shared) -> None:
         lambda: None, None, pinned, **PRIVATE
     )
     tint.change(_retint, [shown_group, tint], group_view, **PRIVATE)
-    wire_find(shared, find, group_view, shown_group, tint, pinned, step_slider)
+    wire_find(
+        shared,
+        find,
+        group_view=group_view,
+        shown_group=shown_group,
+        tint=tint,
+        pinned=pinned,
+        step_slider=step_slider,
+    )
     wire_history(shared, history_button, history_view, shown_group)
 
 

@@ -60,7 +60,7 @@ SCROLL_TO_FOUND = (
 SCROLL_TO_FIND = "() => document.getElementById('find-samples')?.scrollIntoView({block: 'start'})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Find:
     """The Find samples section's components."""
 
@@ -120,7 +120,15 @@ def build_find() -> Find:
             next_ = gr.Button("Next ▶", size="sm", elem_id="find-next", interactive=False, scale=0, min_width=120)
         shown = gr.State(None)
     return Find(
-        (outcome, kind, *bounds, contains, sort, descending), find, clear, results, pager, prev, next_, shown, section
+        filters=(outcome, kind, *bounds, contains, sort, descending),
+        find=find,
+        clear=clear,
+        results=results,
+        pager=pager,
+        prev=prev,
+        next=next_,
+        shown=shown,
+        section=section,
     )
 
 
@@ -141,6 +149,7 @@ def build_history() -> tuple[gr.Button, gr.HTML]:
 def wire_find(
     shared: Shared,
     f: Find,
+    *,
     group_view: gr.HTML,
     shown_group: gr.State,
     tint: gr.Radio,

@@ -36,7 +36,7 @@ element.addEventListener('keydown', (event) => {
 """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Manage:
     """The Manage area's components."""
 
@@ -128,18 +128,18 @@ def _build_manage() -> Manage:
                 keep_button = gr.Button("Keep it", size="md", elem_id="manage-keep", scale=0, min_width=100)
         message = gr.HTML(elem_id="manage-message")
     return Manage(
-        select,
-        name,
-        tags,
-        notes,
-        save,
-        archive,
-        delete,
-        confirm,
-        confirm_text,
-        confirm_button,
-        keep_button,
-        message,
+        select=select,
+        name=name,
+        tags=tags,
+        notes=notes,
+        save=save,
+        archive=archive,
+        delete=delete,
+        confirm=confirm,
+        confirm_text=confirm_text,
+        confirm_button=confirm_button,
+        keep_button=keep_button,
+        message=message,
     )
 
 

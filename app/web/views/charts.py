@@ -139,6 +139,7 @@ def _series(
     key: str,
     steps: list[int],
     values: list[float],
+    *,
     smoothing: float,
     sparse: bool,
     k: int,
@@ -254,7 +255,7 @@ def metrics_figure(metrics: list[dict], smoothing: float = 0.0, picked: list[str
         for k, key in enumerate(keys):
             steps, values = _points(metrics, key)
             sparse = 2 * len(steps) < steps_recorded
-            for trace in _series(key, steps, values, smoothing, sparse, k, legend):
+            for trace in _series(key, steps, values, smoothing=smoothing, sparse=sparse, k=k, legend=legend):
                 fig.add_trace(trace, row=row, col=col)
         fig.update_yaxes(range=_y_range(metrics, keys), row=row, col=col)
         xaxis = fig.get_subplot(row, col).xaxis
@@ -329,10 +330,10 @@ def compare_figure(compared: dict, metric_keys: list[str], smoothing: float = 0.
                 key,
                 steps,
                 values,
-                smoothing,
-                2 * len(steps) < recorded,
-                j,
-                "legend",
+                smoothing=smoothing,
+                sparse=2 * len(steps) < recorded,
+                k=j,
+                legend="legend",
                 label=f"#{run['run_id']} {run['name']}",
                 show=i == 0,
             ):

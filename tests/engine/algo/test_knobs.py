@@ -133,10 +133,10 @@ def test_overlong_penalty_ramps_down_over_the_buffer():
 
 def test_add_overlong_penalty_outcome_and_process():
     comps = [{}, {}, {}]
-    got = add_overlong_penalty([1.0, [1.0, 0.0], []], [28, 32, 32], comps, 32, 8, 2.0)
+    got = add_overlong_penalty([1.0, [1.0, 0.0], []], [28, 32, 32], comps, max_new_tokens=32, buffer=8, penalty=2.0)
     assert got == [0.0, [1.0, -2.0], []] and comps == [{"overlong": -1.0}, {"overlong": -2.0}, {"overlong": -2.0}]
     off = [{}]
-    assert add_overlong_penalty([1.0], [32], off, 32, 8, 0.0) == [1.0] and off == [{}]
+    assert add_overlong_penalty([1.0], [32], off, max_new_tokens=32, buffer=8, penalty=0.0) == [1.0] and off == [{}]
 
 
 def test_a_truncated_output_leaves_the_loss_entirely(grpo_cache_dir):
@@ -155,15 +155,16 @@ def test_a_truncated_output_leaves_the_loss_entirely(grpo_cache_dir):
         learner.unwrapped().load_state_dict(start)
         learner.spec = validate_spec({**spec.to_dict(), "mask_truncated": truncated_masked})
         s = Sampled(
-            [{}],
-            prompts["input_ids"].repeat(2, 1)[rows],
-            prompts["attention_mask"].repeat(2, 1)[rows],
-            completions[rows],
-            mask[rows],
-            ended[rows],
+            batch=[{}],
+            prompt_ids=prompts["input_ids"].repeat(2, 1)[rows],
+            prompt_attn=prompts["attention_mask"].repeat(2, 1)[rows],
+            completions=completions[rows],
+            mask=mask[rows],
+            ended=ended[rows],
         )
         advantages = torch.tensor([[1.0], [-1.0]])[rows] * s.mask
-        sums = update(learner, s, advantages, None, None, plan_micro_batches(s.mask, s.prompt_attn, 2, 0))
+        chunks = plan_micro_batches(s.mask, s.prompt_attn, 2, 0)
+        sums = update(learner, s, advantages, ref_logp=None, old_logp=None, chunks=chunks)
         return [p.grad.clone() for p in learner.params], sums["tokens"]
 
     both, tokens = gradient(slice(0, 2), True)
@@ -264,7 +265,7 @@ def test_a_batch_without_signal_leaves_the_policy_unchanged(grpo_cache_dir):
 @pytest.mark.parametrize("max_new_tokens", [24, 16])  # the built-in outputs take ~20 tokens: at 16 none is right
 def test_skip_zero_spread_trains_on_groups_whose_rewards_differ(grpo_cache_dir, max_new_tokens):
     result, rec, _ = run(grpo_cache_dir, skip_zero_spread=True, max_resample=3, max_new_tokens=max_new_tokens)
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     for m in rec.metrics:
         groups = rec.group_log[m["step"]]
         informative = m["sampling/drawn"] - m["sampling/dropped"]
@@ -295,7 +296,7 @@ def test_mask_truncated_and_overlong_penalty_run(grpo_cache_dir):
         max_new_tokens=20,
         steps_per_iteration=2,
     )
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     samples = [s for groups in rec.group_log.values() for g in groups for s in g.samples]
     lengths = [len(s.tokens) for s in samples]  # the tokens, end token included
     assert max(lengths) == 20 and min(lengths) < 20  # some cut, some not (outputs take ~20 tokens)
@@ -315,7 +316,7 @@ def test_a_learned_orms_score_is_recorded_without_the_overlong_penalty(grpo_cach
         max_new_tokens=20,
         steps_per_iteration=1,
     )
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     for s in (s for groups in rec.group_log.values() for g in groups for s in g.samples):
         assert 0.0 < s.reward_components["rm_score"] < 1.0  # the ORM's own score, a probability
         assert s.reward == pytest.approx(s.reward_components["rm_score"] + s.reward_components["overlong"])
@@ -324,7 +325,7 @@ def test_a_learned_orms_score_is_recorded_without_the_overlong_penalty(grpo_cach
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_kl_coef_zero_keeps_no_reference_over_two_iterations(grpo_cache_dir, lora_rank):
     result, rec, learner = run(grpo_cache_dir, kl_coef=0.0, iterations=2, steps_per_iteration=2, lora_rank=lora_rank)
-    assert result["status"] == "completed" and result["step"] == 4
+    assert result.status == "completed" and result.step == 4
     assert learner.reference is None
     assert [m["iteration"] for m in rec.metrics] == [1, 1, 2, 2] and all(m["kl"] == 0.0 for m in rec.metrics)
     assert not any("reference" in line for line in rec.messages if line.startswith("memory estimate"))

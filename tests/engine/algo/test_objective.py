@@ -215,7 +215,12 @@ def test_grpo_loss_when_the_clip_does_not_bind():
     # J = (1.1 - 0.9) / 2 = 0.1, loss = -0.1, clip_frac 0
     logp = torch.log(torch.tensor([[1.1, 0.9]]))
     loss, stats = grpo_loss(
-        logp, torch.zeros_like(logp), logp, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), LossSettings(0.2, 0.0)
+        logp,
+        torch.zeros_like(logp),
+        logp,
+        torch.tensor([[1.0, -1.0]]),
+        torch.ones(1, 2),
+        settings=LossSettings(0.2, 0.0),
     )
     assert loss.item() == pytest.approx(-0.1, abs=1e-6)
     assert stats["clip_frac"].item() == 0.0
@@ -237,7 +242,7 @@ def test_grpo_loss_aggregates_per_output_and_ignores_padding():
     old = torch.tensor([[-1.0, -2.0, -5.0, -5.0, -5.0], [-0.5, -1.5, -2.5, -3.5, -5.0]])
     ref = logp + torch.tensor([[LN2, 0.0, -60.0, -60.0, -60.0], [0.0, -LN2, 0.0, 0.0, -60.0]])
     adv = torch.tensor([[1.0, 1.0, 100.0, 100.0, 100.0], [-0.5, -0.5, -0.5, -0.5, 100.0]])
-    loss, stats = grpo_loss(logp, old, ref, adv, mask, LossSettings(0.2, beta))
+    loss, stats = grpo_loss(logp, old, ref, adv, mask, settings=LossSettings(0.2, beta))
     o1 = ((1 - beta * (1 - LN2)) + 1.0) / 2
     o2 = (-0.5 * 4 - beta * (LN2 - 0.5)) / 4
     assert o1 == pytest.approx(0.9846575, abs=1e-6) and o2 == pytest.approx(-0.50482875, abs=1e-6)
@@ -262,7 +267,7 @@ def test_grpo_loss_gradient_with_mu_1():
     logp = (-3 * torch.rand(3, 4, generator=gen)).requires_grad_(True)
     adv = torch.tensor([[1.5, 1.5, -0.5, 0.25], [-1.0, 2.0, 7.0, 7.0], [0.3, 0.3, 0.3, -9.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
-    loss, stats = grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, LossSettings(0.2, 0.04))
+    loss, stats = grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, settings=LossSettings(0.2, 0.04))
     loss.backward()
     lengths = torch.tensor([[4.0], [2.0], [3.0]])
     close(logp.grad, -adv * mask / lengths / 3, tol=1e-7)

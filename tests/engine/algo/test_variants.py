@@ -146,14 +146,14 @@ def test_sequence_level_clips_each_output_as_a_whole():
     adv = torch.tensor([[1.0] * 4, [1.0] * 4, [-1.0] * 4])
     logp = (torch.full((3, 4), -1.0) + LOG_RATIO).requires_grad_(True)
     old = torch.full((3, 4), -1.0)
-    loss, stats = grpo_loss(logp, old, logp.detach(), adv, MASK, LossSettings(0.2, 0.0, 0.28, "sequence"))
+    loss, stats = grpo_loss(logp, old, logp.detach(), adv, MASK, settings=LossSettings(0.2, 0.0, 0.28, "sequence"))
     assert loss.item() == pytest.approx(-(S[0] + 1.28 - 0.8) / 3, abs=1e-6)
     assert loss.item() == pytest.approx(-0.52839, abs=1e-5)
     assert stats["clip_frac"].item() == pytest.approx(4 / 7)
     loss.backward()
     # only o1 is inside the clip: d loss / d logp[0,t] = -(1/3 outputs) (1/3 tokens) s_1 A_1 = -.12280
     close(logp.grad, [[-S[0] / 9] * 3 + [0.0], [0.0] * 4, [0.0] * 4])
-    _, token_stats = grpo_loss(logp.detach(), old, logp.detach(), adv, MASK, LossSettings(0.2, 0.0, 0.28))
+    _, token_stats = grpo_loss(logp.detach(), old, logp.detach(), adv, MASK, settings=LossSettings(0.2, 0.0, 0.28))
     # token level clips single tokens: o1's second (e^.3 = 1.3499) inside an unclipped output, o2's first
     # (1.6487) and o3's first (e^-.4 = .6703, A < 0); o3's second (e^-.2 = .8187) is inside
     assert token_stats["clip_frac"].item() == pytest.approx(3 / 7)
@@ -169,7 +169,7 @@ def test_sequence_level_equals_token_level_when_every_token_has_the_same_log_rat
     results = []
     for level in ("token", "sequence"):
         logp = base.clone().requires_grad_(True)
-        loss, stats = grpo_loss(logp, old, ref, adv, mask, LossSettings(0.2, 0.04, 0.28, level))
+        loss, stats = grpo_loss(logp, old, ref, adv, mask, settings=LossSettings(0.2, 0.04, 0.28, level))
         loss.backward()
         results.append((loss.item(), stats["clip_frac"].item(), logp.grad))
     (l1, c1, g1), (l2, c2, g2) = results
@@ -194,12 +194,12 @@ VMASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
     ],
 )
 def test_aggregations_on_hand_numbers(loss_type, denominator, expected):
-    assert loss_denominator(loss_type, 2, 5.0, 5.0, 1, 4) == denominator
+    assert loss_denominator(loss_type, 2, 5.0, all_tokens=5.0, processes=1, max_new_tokens=4) == denominator
     assert aggregate(VALUES, VMASK, loss_type, denominator).item() == pytest.approx(expected)
     # grpo_loss on the same terms: rho = 1 (old = logp) and beta = 0 make each token's term its advantage;
     # without a denominator the call is the whole batch and T = 4 stands for max_new_tokens
     logp = torch.zeros(2, 4)
-    loss, _ = grpo_loss(logp, logp, logp, VALUES, VMASK, LossSettings(0.2, 0.0, loss_type=loss_type))
+    loss, _ = grpo_loss(logp, logp, logp, VALUES, VMASK, settings=LossSettings(0.2, 0.0, loss_type=loss_type))
     assert loss.item() == pytest.approx(-expected)
 
 
@@ -214,10 +214,18 @@ def test_each_process_denominator_averages_to_the_whole_batch():
     b_values = torch.tensor([[5.0, 5.0, 5.0, 5.0], [0.0, 6.0, 0.0, 99.0]])
     b_mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
     expected = {"grpo": 3.25, "dapo": 3.5, "dr_grpo": 2.625, "bnpo": (16 / 5 + 26 / 7) / 2}
-    assert loss_denominator("dapo", 2, 5.0, 12.0, 2, 4) == 6.0 and loss_denominator("bnpo", 2, 7.0, 12.0, 2, 4) == 7.0
+    assert (
+        loss_denominator("dapo", 2, 5.0, all_tokens=12.0, processes=2, max_new_tokens=4) == 6.0
+        and loss_denominator("bnpo", 2, 7.0, all_tokens=12.0, processes=2, max_new_tokens=4) == 7.0
+    )
     for loss_type, want in expected.items():
         parts = [
-            aggregate(v, m, loss_type, loss_denominator(loss_type, 2, m.sum().item(), 12.0, 2, 4)).item()
+            aggregate(
+                v,
+                m,
+                loss_type,
+                loss_denominator(loss_type, 2, m.sum().item(), all_tokens=12.0, processes=2, max_new_tokens=4),
+            ).item()
             for v, m in ((VALUES, VMASK), (b_values, b_mask))
         ]
         assert sum(parts) / 2 == pytest.approx(want), loss_type
@@ -254,7 +262,9 @@ def test_micro_batches_give_exactly_the_whole_batch_gradient(loss_type, ratio_le
     old = base + 0.2 * torch.randn(N, T, generator=gen)  # mu > 1: pi_old differs, so the clip binds somewhere
     ref = base + 0.2 * torch.randn(N, T, generator=gen)
     adv = torch.randn(N, T, generator=gen) * mask
-    denominator = loss_denominator(loss_type, N, mask.sum().item(), mask.sum().item(), 1, T)
+    denominator = loss_denominator(
+        loss_type, N, mask.sum().item(), all_tokens=mask.sum().item(), processes=1, max_new_tokens=T
+    )
 
     def gradient(chunks):
         policy.zero_grad()
@@ -266,7 +276,7 @@ def test_micro_batches_give_exactly_the_whole_batch_gradient(loss_type, ratio_le
                 ref[c],
                 adv[c],
                 mask[c],
-                LossSettings(0.2, 0.04, 0.28, ratio_level, loss_type),
+                settings=LossSettings(0.2, 0.04, 0.28, ratio_level, loss_type),
                 denominator=denominator,
             )
             loss.backward()
@@ -315,7 +325,9 @@ def test_the_defaults_are_the_paper_and_clip_eps_high_zero_means_clip_eps():
     assert (spec.loss_type, spec.scale_rewards, spec.ratio_level, spec.clip_eps_high) == ("grpo", "group", "token", 0.0)
     assert LossSettings() == LossSettings(spec.clip_eps, spec.kl_coef, 0.0, spec.ratio_level, spec.loss_type)
     rho, adv = torch.tensor([[1.5]]), torch.tensor([[2.0]])
-    surrogate, _ = clipped_surrogate(torch.log(rho), torch.zeros(1, 1), adv, spec.clip_eps, spec.clip_eps_high)
+    surrogate, _ = clipped_surrogate(
+        torch.log(rho), torch.zeros(1, 1), adv, spec.clip_eps, clip_eps_high=spec.clip_eps_high
+    )
     assert surrogate.item() == pytest.approx(1.2 * 2.0)  # clipped at 1 + clip_eps
 
 
@@ -346,7 +358,7 @@ def test_a_run_with_each_choice_completes(grpo_cache_dir, overrides):
         {"steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "max_new_tokens": 16, "eval_every": 0, **overrides}
     )
     result = train(spec, rec, grpo_cache_dir, device="cpu")
-    assert result["status"] == "completed" and [m["step"] for m in rec.metrics] == [1, 2]
+    assert result.status == "completed" and [m["step"] for m in rec.metrics] == [1, 2]
     assert all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in rec.metrics)
     if spec.supervision == "process":
         return

@@ -90,7 +90,7 @@ def test_a_run_on_a_two_end_token_model_stops_and_scores_at_either(qwen_dir, tmp
         }
     )
     recorder = MemoryRecorder()
-    assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert train(spec, recorder, grpo_cache_dir, device="cpu").status == "completed"
     for sample in recorder.group_log[1][0].samples:
         assert "<|endoftext|>" not in sample.completion and "<|im_end|>" not in sample.completion
 
@@ -339,7 +339,7 @@ def test_a_run_keeps_every_tensor_on_the_accelerators_device(grpo_cache_dir, tmp
     )
     with DeviceGuard():
         result = train(spec, MemoryRecorder(), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "ckpt")
-    assert result["status"] == "completed"
+    assert result.status == "completed"
 
 
 def test_a_bf16_checkpoint_is_trained_in_fp32(tmp_path):
@@ -377,13 +377,13 @@ def test_under_bf16_the_reference_is_kept_in_bf16_and_the_estimate_is_logged(grp
         }
     )
     recorder = PauseAt(3)  # pause after step 3, the first of iteration 2: its checkpoint holds the reset reference
-    assert train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)["status"] == "paused"
+    assert train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path).status == "paused"
     with safe_open(str(checkpoint.latest(tmp_path)[1] / "reference.safetensors"), "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
     with safe_open(str(checkpoint.latest(tmp_path)[1] / "policy.safetensors"), "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F32"}  # weights and optimizer stay fp32
     resumed = MemoryRecorder()  # the bf16 reference loads back from the checkpoint and training goes on
-    assert train(spec, resumed, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)["status"] == "completed"
+    assert train(spec, resumed, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path).status == "completed"
     assert [m["step"] for m in resumed.metrics] == [4]
     (line,) = [m for m in recorder.messages if m.startswith("memory estimate")]
     n = sum(p.numel() for p in load_causal_lm(str(builtin_model_dir(grpo_cache_dir)))[0].parameters())
@@ -434,7 +434,7 @@ def test_a_reward_model_from_another_checkpoint_is_counted_once_loaded(grpo_cach
         }
     )
     recorder = MemoryRecorder()
-    assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert train(spec, recorder, grpo_cache_dir, device="cpu").status == "completed"
     first, second = [m for m in recorder.messages if m.startswith("memory estimate")]
     assert "reward model" not in first and "reward model" in second
 

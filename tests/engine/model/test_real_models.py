@@ -69,7 +69,7 @@ def test_short_runs_on_each_architecture_and_file_format(models, tmp_path, grpo_
     )  # process rewards steps only
     recorder = MemoryRecorder()
     result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "ckpt")
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     assert [m["step"] for m in recorder.metrics] == [0, 1, 2]
     group = recorder.group_log[2][0]
     assert group.prompt in {r["question"] for r in ROWS} and len(group.samples) == 4
@@ -123,7 +123,7 @@ def test_a_run_on_a_hugging_face_dataset_directory_with_config_and_splits(tmp_pa
     }
     check_spec_paths(raw, [tmp_path])  # a dataset directory inside the roots is accepted at launch
     recorder = MemoryRecorder()
-    assert train(validate_spec(raw), recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert train(validate_spec(raw), recorder, grpo_cache_dir, device="cpu").status == "completed"
     questions = {r["question"] for r in GSM8K_LIKE[:10]}
     assert all(g.prompt in questions for g in recorder.group_log[2])  # trained on the train split
     assert "eval/accuracy" in recorder.metrics[0]  # evaluated on the test split

@@ -53,7 +53,9 @@ def mirrored_run(cache_dir, data_dir, inner, **overrides):
     """Train a short run reporting to ``inner`` through a TrackerRecorder writing under ``data_dir``; returns the
     train result and the trackers it opened."""
     spec = validate_spec({**RUN, **overrides})
-    with TrackerRecorder.open(inner, spec.report_to, data_dir, 7, spec.name, spec.to_dict()) as recorder:
+    with TrackerRecorder.open(
+        inner, spec.report_to, data_dir, run_id=7, run_name=spec.name, config=spec.to_dict()
+    ) as recorder:
         trackers = {t.name: t for t in recorder.trackers}
         result = train(spec, recorder, cache_dir, device="cpu")
     return result, trackers
@@ -105,7 +107,7 @@ def test_a_run_mirrors_every_metric_and_its_groups_to_each_tracker(data_dir, grp
 
     memory = MemoryRecorder()
     result, trackers = mirrored_run(grpo_cache_dir, data_dir, memory)
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     expected = {m["step"]: m["reward_mean"] for m in memory.metrics}
     assert sorted(expected) == [1, 2, 3]
     uri = f"sqlite:///{data_dir / 'mlflow.db'}"
@@ -192,10 +194,12 @@ def test_a_tracker_that_fails_mid_run_is_dropped_with_one_line_and_the_run_compl
 ):
     inner = DeletesTheMlflowRun()
     spec = validate_spec({**RUN, "report_to": ["tensorboard", "mlflow"]})
-    with TrackerRecorder.open(inner, spec.report_to, data_dir, 8, spec.name, spec.to_dict()) as recorder:
+    with TrackerRecorder.open(
+        inner, spec.report_to, data_dir, run_id=8, run_name=spec.name, config=spec.to_dict()
+    ) as recorder:
         inner.trackers = {t.name: t for t in recorder.trackers}
         result = train(spec, recorder, grpo_cache_dir, device="cpu")
-    assert result["status"] == "completed" and [m["step"] for m in inner.metrics] == [1, 2, 3]
+    assert result.status == "completed" and [m["step"] for m in inner.metrics] == [1, 2, 3]
     dropped = [m for m in inner.messages if m.startswith("report_to mlflow")]
     assert len(dropped) == 1 and dropped[0].endswith("; metrics are no longer sent to it"), inner.messages
     assert "MlflowException" in dropped[0]

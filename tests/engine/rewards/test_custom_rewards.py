@@ -111,13 +111,13 @@ def test_a_failing_reward_says_which_and_on_what(tmp_path):
         match=r"reward 'bad' returned 'high' \(str\), not a finite number, on "
         r"question 'q' with completion 'x{200}\.\.\.'",
     ):
-        call_reward("bad", bad, "q", "x" * 500, "1", {})
+        call_reward("bad", bad, "q", "x" * 500, "1", row={})
     with pytest.raises(RewardFunctionError, match="reward 'boom' raised ZeroDivisionError: division by zero on "):
-        call_reward("boom", lambda q, c, r, **row: 1 / 0, "q", "c", "1", {})
+        call_reward("boom", lambda q, c, r, **row: 1 / 0, "q", "c", "1", row={})
     with pytest.raises(RewardFunctionError, match="returned 1 step rewards for an output of 2 steps"):
-        call_reward("steps", lambda q, c, r, **row: [1.0], "q", "c", "1", {}, steps=2)
+        call_reward("steps", lambda q, c, r, **row: [1.0], "q", "c", "1", row={}, steps=2)
     with pytest.raises(RewardFunctionError, match="not a finite number"):
-        call_reward("nan", lambda q, c, r, **row: float("nan"), "q", "c", "1", {})
+        call_reward("nan", lambda q, c, r, **row: float("nan"), "q", "c", "1", row={})
 
 
 def test_custom_rewards_need_the_switch_a_declaration_and_a_file_inside_the_roots(tmp_path, package):

@@ -159,7 +159,7 @@ def by_step(recorder: MemoryRecorder) -> dict[int, dict]:
 
 def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
     result, rec = run(grpo_cache_dir, iterations=2, steps_per_iteration=2, eval_every=2)
-    assert result["status"] == "completed" and result["step"] == 4
+    assert result.status == "completed" and result.step == 4
     steps = by_step(rec)
     assert sorted(steps) == [0, 1, 2, 3, 4]
     start = steps[0]  # the initial training on the initial policy's outputs
@@ -196,7 +196,7 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
 
 def test_prm_run_gives_per_step_scores(grpo_cache_dir):
     result, rec = run(grpo_cache_dir, supervision="process", steps_per_iteration=1, iterations=2)
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     steps = by_step(rec)
     assert sorted(steps) == [0, 1, 2] and "rm/accuracy_after" in steps[0] and "rm/accuracy_before" in steps[1]
     assert "rm/loss" not in steps[2]  # no refresh after the last iteration
@@ -286,7 +286,7 @@ def test_a_prm_trains_on_math_shepherd_data(grpo_cache_dir, tmp_path):
         }
     )
     recorder = MemoryRecorder()
-    assert trainer.train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert trainer.train(spec, recorder, grpo_cache_dir, device="cpu").status == "completed"
     assert any("40 step-labelled solutions (1 rows skipped), 4 held out" in m for m in recorder.messages)
     first, refresh = recorder.metrics[0], recorder.metrics[1]  # the refresh after iteration 1 (none after the last)
     assert first["step"] == 0 and first["rm/train_examples"] == 16 and 0.0 <= first["rm/accuracy_after"] <= 1.0

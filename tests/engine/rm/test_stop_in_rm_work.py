@@ -53,7 +53,7 @@ def test_a_stop_inside_the_reward_models_sampling_ends_the_run_at_once(grpo_cach
     started = time.monotonic()
     result = train(validate_spec(LONG_RM), recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "ckpt")
     assert time.monotonic() - started < 120
-    assert result["status"] == status and result["step"] == 0 and recorder.asked == 3
+    assert result.status == status and result.step == 0 and recorder.asked == 3
     assert any(f"{status} during the reward model's work at step 0" in m for m in recorder.messages)
     assert recorder.metrics == []  # step 0 was never recorded
     assert checkpoint.step_dirs(tmp_path / "ckpt") == []  # no checkpoint, not even a half-done one

@@ -99,14 +99,23 @@ def test_hard_and_soft_estimates_on_a_hand_made_completer(estimate, expected):
     right = {2: 3, 3: 0}  # after the question and one step, 3 of 4 continuations reach 14; after two steps, none
     prompt, attn, completions, step_ends, texts, tokens = scripted_outputs(tokenizer)
     how = Continuing(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id])
-    outputs = StepOutputs(prompt, attn, completions, step_ends, texts, ["14", "14"], ["2+3*4"] * 2, tokens)
+    outputs = StepOutputs(
+        prompt_ids=prompt,
+        prompt_attn=attn,
+        completions=completions,
+        step_ends=step_ends,
+        texts=texts,
+        answers=["14", "14"],
+        questions=["2+3*4"] * 2,
+        tokens=tokens,
+    )
     # the second output's wrong first step '2+3=5' gets 3 right continuations of 4 too: the completer recovers from
     # the slip, which hard estimation then calls right; its last step is the output's own (wrong) answer
     assert rollout_shares(ScriptedLM(tokenizer, right), tokenizer, outputs, how) == [[0.75, 0.0, 1.0], [0.75, 0.0]]
     assert rollout_verdicts(ScriptedLM(tokenizer, right), tokenizer, outputs, how, estimate) == expected
     # the same through a Completer: it reads the question with its own template and the output so far as text
     completer = Completer(ScriptedLM(tokenizer, right), tokenizer, lambda q: f"{q}\n", [tokenizer.eos_token_id])
-    assert rollout_verdicts(None, None, outputs, how, estimate, completer) == expected
+    assert rollout_verdicts(None, None, outputs, how, estimate, completer=completer) == expected
 
 
 class ProseLM(ScriptedLM):
@@ -128,7 +137,14 @@ def test_continuations_reach_the_answer_as_the_runs_answer_match_reads_it(match,
     how = Continuing(n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, end_ids=[tokenizer.eos_token_id], match=match)
     # 3 of 4 continuations after the first step end '= 14': the last number is the answer, stated without '####';
     # the last steps are the outputs' own '#### 14' (right) and '#### 5' (wrong) under both rules
-    outputs = StepOutputs(prompt, attn, completions, step_ends, texts, ["14", "14"])
+    outputs = StepOutputs(
+        prompt_ids=prompt,
+        prompt_attn=attn,
+        completions=completions,
+        step_ends=step_ends,
+        texts=texts,
+        answers=["14", "14"],
+    )
     shares = rollout_shares(ProseLM(tokenizer, {2: 3, 3: 0}), tokenizer, outputs, how)
     assert shares == expected
 
@@ -145,7 +161,7 @@ def labelled_steps(cache_dir, questions: int, n: int, estimate: str, seed: int =
     with torch.no_grad():
         completions = generate(policy, tokenizer, prompts, repeat=1, greedy=False, max_new_tokens=32, end_ids=end_ids)
     mask, ended = completion_mask(completions, end_ids)
-    judged = judge(tokenizer, completions, mask, ended, rows, True, delimiter=STEP_DELIMITER, checker="builtin")
+    judged = judge(tokenizer, completions, mask, ended, rows, process=True, delimiter=STEP_DELIMITER, checker="builtin")
     outputs = StepOutputs.judged(prompts["input_ids"], prompts["attention_mask"], completions, judged, rows)
     how = Continuing(n, max_new_tokens=32, temperature=1.0, top_p=1.0, end_ids=end_ids)
     return rollout_verdicts(policy, tokenizer, outputs, how, estimate), judged.verdicts
@@ -186,7 +202,7 @@ def test_a_process_run_rewarded_by_rollout_labels(grpo_cache_dir, completer):
             label_completer=str(builtin_model_dir(grpo_cache_dir)) if completer else "",
         )
     )
-    assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert train(spec, recorder, grpo_cache_dir, device="cpu").status == "completed"
     assert any("label_completer" in m and "frozen" in m for m in recorder.messages) == bool(completer)
     steps = {m["step"]: m for m in recorder.metrics}
     assert steps[2]["time/labelling"] > 0
@@ -219,7 +235,7 @@ def test_a_prm_learns_from_rollout_labels_of_the_policys_samples(grpo_cache_dir)
             rm_samples=16,
         )
     )
-    assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert train(spec, recorder, grpo_cache_dir, device="cpu").status == "completed"
     assert any(
         "trained on 16 outputs of the initial policy labelled by rollouts, N=2, hard estimate" in m
         for m in recorder.messages

@@ -62,13 +62,14 @@ def weights(mask: torch.Tensor, seed: int = 2) -> torch.Tensor:
 
 def flat(model, tensors, temperature=1.0):
     ids, attn, completions, mask = tensors
-    return token_logprobs(model, ids, attn, completions, mask, temperature)
+    return token_logprobs(model, ids, attn, completions, mask, temperature=temperature)
 
 
 def shared(model, tensors, size: int, temperature=1.0):
     ids, attn, completions, mask = tensors
     plan = plan_micro_batches(mask, attn, G, size)
-    parts = [micro_batch_logprobs(model, mb, ids, attn, completions, mask, temperature) for mb in plan]
+    tensors = dict(prompt_ids=ids, prompt_attn=attn, completions=completions, mask=mask)
+    parts = [micro_batch_logprobs(model, mb, **tensors, temperature=temperature) for mb in plan]
     return in_step_order([p[0] for p in parts], plan), in_step_order([p[1] for p in parts], plan)
 
 
@@ -134,7 +135,9 @@ def _ddp_process(rank: int, port: int, out_dir: str) -> None:
         for k, mb in enumerate(plan):
             sync = k == len(plan) - 1
             with nullcontext() if sync else model.no_sync():
-                logp, _ = micro_batch_logprobs(model, mb, *mine)
+                logp, _ = micro_batch_logprobs(
+                    model, mb, prompt_ids=mine[0], prompt_attn=mine[1], completions=mine[2], mask=mine[3]
+                )
                 (logp * w[mb.rows]).sum().backward()
         torch.save({n: p.grad for n, p in model.module.named_parameters()}, f"{out_dir}/grads-{rank}.pt")
     finally:

@@ -68,7 +68,7 @@ def test_training_and_its_recorded_prompts_read_the_worded_question(qwen, tmp_pa
         }
     )
     recorder = MemoryRecorder()
-    assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert train(spec, recorder, grpo_cache_dir, device="cpu").status == "completed"
     expected = prompt_formatter(AutoTokenizer.from_pretrained(qwen), "auto", "Be brief.", INSTRUCTION)
     for group in recorder.group_log[1]:
         assert group.prompt in {r["question"] for r in ROWS}  # the dataset's question, as it was asked

@@ -33,7 +33,7 @@ def test_an_attempt_that_lost_its_run_writes_no_checkpoint(grpo_cache_dir, tmp_p
     worker may already be resuming, alone; it stops at the step boundary."""
     lost = LostAt(2)
     result = train(validate_spec(BASE), lost, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path)
-    assert result["status"] == "cancelled" and result["step"] == 2
+    assert result.status == "cancelled" and result.step == 2
     assert lost.checkpoints == [] and checkpoint.latest(tmp_path) is None
     paused = PauseAt(2)  # the same boundary with "pause" does save
     train(validate_spec(BASE), paused, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "paused")

@@ -87,7 +87,7 @@ def test_a_short_run_trains_on_the_gpu(variant, model_and_data, grpo_cache_dir, 
     recorder = MemoryRecorder()
     result = train(spec, recorder, grpo_cache_dir, checkpoint_dir=tmp_path / "ckpt")
 
-    assert result["status"] == "completed" and result["step"] == STEPS, (result, recorder.messages[-5:])
+    assert result.status == "completed" and result.step == STEPS, (result, recorder.messages[-5:])
     loading = [match for match in map(LOADING.search, recorder.messages) if match]
     assert loading, recorder.messages[:5]
     device, precision = loading[0].groups()

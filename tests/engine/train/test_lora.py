@@ -45,7 +45,7 @@ def lora_run(grpo_cache_dir):
 
 def test_lora_run_completes_and_records_every_metric(lora_run):
     result, rec, _ = lora_run
-    assert result["status"] == "completed" and result["step"] == 4
+    assert result.status == "completed" and result.step == 4
     steps = {m["step"]: m for m in rec.metrics}
     assert sorted(steps) == [1, 2, 3, 4]
     assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 1, 1]
@@ -119,7 +119,7 @@ def test_each_iteration_folds_the_adapter_into_a_new_reference(grpo_cache_dir):
     spec = validate_spec({**SPEC, "iterations": 2, "steps_per_iteration": 2})
     rec = MemoryRecorder()
     result = trainer.train(spec, rec, grpo_cache_dir, device="cpu")
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     steps = {m["step"]: m for m in rec.metrics}
     assert [steps[s]["iteration"] for s in (1, 2, 3, 4)] == [1, 1, 2, 2]
     assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)

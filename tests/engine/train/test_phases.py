@@ -68,7 +68,7 @@ def test_a_run_reports_its_phases_in_order(grpo_cache_dir, tmp_path):
     recorder = PhaseRecorder()
     spec = validate_spec({**TINY, "eval_every": 2, "checkpoint_every": 2})
     result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     assert recorder.phases == [
         ("loading model", None, None),
         ("loading dataset", None, None),
@@ -101,7 +101,7 @@ def test_lora_and_reward_model_phases(grpo_cache_dir):
             "rm_samples": 16,
         }
     )
-    assert train(spec, recorder, grpo_cache_dir, device="cpu")["status"] == "completed"
+    assert train(spec, recorder, grpo_cache_dir, device="cpu").status == "completed"
     assert names(recorder.phases) == [
         "loading model",
         "loading dataset",

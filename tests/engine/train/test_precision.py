@@ -95,7 +95,7 @@ def test_a_bf16_run_samples_in_fp32_and_scores_in_bf16(grpo_cache_dir):
 
     rec = MemoryRecorder()
     result = train(spec, rec, grpo_cache_dir, device="cpu")
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     assert any("bf16 autocast for scoring and the update, fp32 sampling" in line for line in rec.messages), rec.messages
     assert all(math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) for m in rec.metrics)
     fp32 = train(
@@ -104,4 +104,4 @@ def test_a_bf16_run_samples_in_fp32_and_scores_in_bf16(grpo_cache_dir):
         grpo_cache_dir,
         device="cpu",
     )
-    assert fp32["status"] == "completed"  # the next job in the same process, in another precision
+    assert fp32.status == "completed"  # the next job in the same process, in another precision

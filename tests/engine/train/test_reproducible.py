@@ -39,7 +39,7 @@ def run(cache_dir, checkpoint_dir, **overrides) -> tuple[list[dict], dict]:
     result = train(
         validate_spec({**SPEC, **overrides}), recorder, cache_dir, device="cpu", checkpoint_dir=checkpoint_dir
     )
-    assert result["status"] == "completed", recorder.messages[-5:]
+    assert result.status == "completed", recorder.messages[-5:]
     return recorded(recorder)
 
 

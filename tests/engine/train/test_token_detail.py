@@ -30,7 +30,7 @@ def test_grpo_loss_gives_each_tokens_ratio_kl_and_clip():
     ref = torch.tensor([[-1.2, -0.5], [-2.0, -0.3]])
     adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
     mask = torch.ones(2, 2)
-    _, stats = grpo_loss(logp, old, ref, adv, mask, LossSettings(0.2, 0.04))
+    _, stats = grpo_loss(logp, old, ref, adv, mask, settings=LossSettings(0.2, 0.04))
     ratio = torch.exp(logp - old)  # 1, e^0.5 = 1.6487 (clipped: A > 0 above 1.2), e^-0.5 = 0.6065 (clipped: A < 0), 1
     assert torch.allclose(stats["token_ratio"], ratio)
     assert stats["token_clipped"].tolist() == [[0.0, 1.0], [1.0, 0.0]]

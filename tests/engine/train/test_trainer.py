@@ -53,7 +53,7 @@ def by_step(recorder: MemoryRecorder) -> dict[int, dict]:
 
 def test_outcome_run_completes_and_records_every_metric(outcome_run):
     result, rec = outcome_run
-    assert result["status"] == "completed" and result["step"] == 3
+    assert result.status == "completed" and result.step == 3
     assert rec.total_steps == 3
     steps = by_step(rec)
     assert sorted(steps) == [0, 1, 2, 3]
@@ -121,7 +121,7 @@ def test_a_strict_run_records_both_rules_accuracies_and_the_format(outcome_run):
 
 def test_a_flexible_run_rewards_and_evaluates_by_the_last_number(grpo_cache_dir):
     result, rec = run(grpo_cache_dir, answer_match="flexible", format_reward=0.5)
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     check_evaluations(rec, "flexible")
     samples = [(s, g.reference) for groups in rec.group_log.values() for g in groups for s in g.samples]
     for s, reference in samples:  # the reward: the verifier under 'flexible', its format part the strict form's
@@ -170,7 +170,7 @@ def test_evaluation_reads_answers_as_the_reward_does():
 
 def test_process_run_records_steps_and_their_advantages(process_run):
     result, rec = process_run
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     assert 0.0 <= by_step(rec)[1]["kl"] < KL_AT_START
     for groups in rec.group_log.values():
         for group in groups:
@@ -218,7 +218,7 @@ class StopAfter(MemoryRecorder):
 
 def test_should_stop_cancels_at_a_step_boundary(grpo_cache_dir):
     result, rec = run(grpo_cache_dir, StopAfter(1), eval_every=0)
-    assert result["status"] == "cancelled" and result["step"] == 1
+    assert result.status == "cancelled" and result.step == 1
     assert [m["step"] for m in rec.metrics] == [1]
     assert sorted(rec.group_log) == [1]
 
@@ -226,14 +226,14 @@ def test_should_stop_cancels_at_a_step_boundary(grpo_cache_dir):
 def test_should_stop_before_the_first_step(grpo_cache_dir):
     """A stop asked from the start is heard while the run loads (loading.loading_check): it ends there."""
     result, rec = run(grpo_cache_dir, StopAfter(0), eval_every=0)
-    assert result["status"] == "cancelled" and result["step"] == 0
+    assert result.status == "cancelled" and result.step == 0
     assert rec.total_steps == 0 and rec.metrics == [] and rec.group_log == {}
     assert "cancelled while loading" in rec.messages
 
 
 def test_several_policy_updates_per_batch_report_clipping(grpo_cache_dir):
     result, rec = run(grpo_cache_dir, policy_updates_per_batch=2, steps_per_iteration=1, eval_every=0)
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     metrics = by_step(rec)[1]
     assert 0.0 <= metrics["clip_frac"] <= 1.0
     if any(a != 0 for g in rec.group_log[1] for s in g.samples for a in s.advantages):
@@ -243,7 +243,7 @@ def test_several_policy_updates_per_batch_report_clipping(grpo_cache_dir):
 @pytest.mark.parametrize("record_every,expected", [(2, [2, 3]), (0, []), (1, [1, 2, 3])])
 def test_record_every_keeps_groups_of_every_kth_step_and_the_last(grpo_cache_dir, record_every, expected):
     result, rec = run(grpo_cache_dir, record_every=record_every, eval_every=0)
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     assert sorted(rec.group_log) == expected
     assert [m["step"] for m in rec.metrics] == [1, 2, 3]  # metrics every step whatever record_every says
 
@@ -260,7 +260,7 @@ def test_a_tokenizer_without_a_pad_token_pads_with_eos(grpo_cache_dir, tmp_path)
     del config["pad_token"]
     (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
     result, rec = run(grpo_cache_dir, model=str(model_dir), steps_per_iteration=1, eval_every=0)
-    assert result["status"] == "completed" and len(rec.metrics) == 1
+    assert result.status == "completed" and len(rec.metrics) == 1
 
 
 def test_process_supervision_splits_steps_at_the_configured_delimiter(grpo_cache_dir):
@@ -314,6 +314,6 @@ def test_what_was_loaded_is_frozen_for_the_garbage_collector_during_the_run_only
 
     recorder = Frozen()
     result, _ = run(grpo_cache_dir, recorder, iterations=2, steps_per_iteration=2, eval_every=0)
-    assert result["status"] == "cancelled" and result["step"] == 3
+    assert result.status == "cancelled" and result.step == 3
     assert len(recorder.counts) == 3 and min(recorder.counts) > 10_000  # steps 1, 2 and 3 (after the reset)
     assert gc.get_freeze_count() == 0
