@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import ast
 
-from grpo_engine.report.recorder import FAMILY, METRIC_REGISTRY
+from grpo_engine.report.recorder import METRIC_REGISTRY, family_prefix
 from tests.support.servers import ROOT
 
 NAMES = {m.name for m in METRIC_REGISTRY}
 PREFIXES = {name.split("/")[0] + "/" for name in NAMES if "/" in name}
-FAMILIES = {name.removesuffix(FAMILY) for name in NAMES if name.endswith(FAMILY)}  # e.g. "reward/"
+FAMILIES = {family_prefix(name) for name in NAMES} - {None}  # e.g. "reward/", "eval/pass@"
 PACKAGES = ("app", "workers", "grpo_dashboard")
 
 

@@ -9,6 +9,7 @@ Pure Python: no torch here.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -244,6 +245,19 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
         "accuracy",
     ),
     Metric(
+        "eval/pass@<k>",
+        "with eval_samples K > 0, for k = 1, 2, 4, ... up to K: the unbiased estimate of the chance that some of k "
+        "outputs sampled at eval_temperature is right (1 - C(n - c, k) / C(n, k), n = K outputs of which c are right), "
+        "averaged over the held-out questions; on the steps of eval/accuracy",
+        "sampled evaluation",
+    ),
+    Metric(
+        "eval/maj@<k>",
+        "with eval_samples K > 0: the share of held-out questions whose majority answer over k sampled outputs is "
+        "right (outputs stating no answer do not vote; a tie goes to the answer stated first); on the same steps",
+        "sampled evaluation",
+    ),
+    Metric(
         "kl", "mean over tokens of the k3 estimator of KL(pi_theta || pi_ref) (Eq. 4)", "KL and loss", headline=True
     ),
     Metric(
@@ -356,13 +370,25 @@ METRIC_REGISTRY: tuple[Metric, ...] = (
     ),
 )
 RM_PREFIX = "rm/"  # the reward model's metrics: recorded only with ``reward: model``
-FAMILY = "<name>"  # a registry name ending so stands for a family of metrics: reward/<name> is reward/length, ...
+FAMILY = re.compile(r"<\w+>$")  # a registry name ending so stands for a family: reward/<name> is reward/length, ...
+
+
+def family_prefix(name: str) -> str | None:
+    """The prefix a family's metrics share ('reward/<name>' -> 'reward/', 'eval/pass@<k>' -> 'eval/pass@'); None for
+    a name that is not a family.
+
+    >>> family_prefix("reward/<name>"), family_prefix("eval/pass@<k>"), family_prefix("eval/accuracy")
+    ('reward/', 'eval/pass@', None)
+    """
+    found = FAMILY.search(name)
+    return name[: found.start()] if found else None
+
 
 # what every evaluation records (step 0 and the evaluation steps): the run's accuracy, both rules' and the format's
 EVAL_METRICS = ("eval/accuracy", "eval/accuracy_strict", "eval/accuracy_flexible", "eval/format")
 # name -> meaning: the metrics of every training step (EVAL_METRICS and ``time/eval`` on evaluation steps)
 METRICS: dict[str, str] = {
-    m.name: m.meaning for m in METRIC_REGISTRY if not m.name.startswith(RM_PREFIX) and not m.name.endswith(FAMILY)
+    m.name: m.meaning for m in METRIC_REGISTRY if not m.name.startswith(RM_PREFIX) and family_prefix(m.name) is None
 }
 # name -> meaning: the reward model's (re)trainings, on the steps described above
 RM_METRICS: dict[str, str] = {m.name: m.meaning for m in METRIC_REGISTRY if m.name.startswith(RM_PREFIX)}

@@ -164,6 +164,15 @@ OVERLONG = Applies(
     lambda v: "is only used with overlong_penalty > 0; leave it out or set a penalty",
 )
 
+EVALUATING = Applies(
+    lambda v: int(v["eval_every"]) > 0,
+    lambda v: "is only used when the run evaluates, but eval_every is 0; set eval_every or leave it out",
+)
+SAMPLED_EVAL = Applies(
+    lambda v: int(v["eval_every"]) > 0 and int(v["eval_samples"]) > 0,
+    lambda v: "is only used with eval_samples > 0 (and eval_every > 0); set eval_samples or leave it out",
+)
+
 SEVERAL_PROCESSES = Applies(
     lambda v: int(v["devices"]) > 1,
     lambda v: "shares the policy out across the run's processes, but devices is 1; set devices to 2 or more",

@@ -1,6 +1,11 @@
 """The held-out evaluation: greedy outputs to the held-out questions (``evaluate``), scored under both answer rules
 with the share stating an answer in the strict form (``eval_scores``: EVAL_METRICS), and its log line
 (``eval_summary``); ``heldout_metrics`` runs it on each process's share of the questions and adds their counts.
+
+With ``eval_samples`` K > 0, ``sampled_sums`` also samples K outputs per question at ``eval_temperature`` and scores
+them as pass@k and maj@k (grpo_engine.rewards.sampled_eval). Its sampling draws from a random stream of its own,
+seeded by the run's seed and the step (``eval_seed``), so a sampled evaluation leaves the training's stream as it was:
+the same spec trains the same steps with or without it, and a resumed run evaluates as the straight one did.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ import torch
 
 from grpo_engine.report.recorder import EVAL_METRICS
 from grpo_engine.rewards.rewards import outcome_reward
+from grpo_engine.rewards.sampled_eval import read_outputs, sampled_sums
 from grpo_engine.rollout.outputs import completion_texts, encode_prompts
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
@@ -33,14 +39,55 @@ def evaluate(
     return eval_scores(texts, [e["answer"] for e in examples], match)
 
 
-def heldout_metrics(learner: Learner, heldout: list[dict]) -> dict[str, float]:
-    """Every process calls it: the held-out evaluation's EVAL_METRICS for ``learner``'s policy. Each process evaluates
-    every n-th question, and the shares are of all the held-out questions (each process's counts summed)."""
+@torch.no_grad()
+def sampled_evaluation(policy, tokenizer, prompt, examples: list[dict], *, spec, device, seed: int) -> dict[str, float]:
+    """The sampled evaluation of ``examples``: ``spec.eval_samples`` outputs each at ``spec.eval_temperature``, drawn
+    from a random stream seeded with ``seed`` (the caller's stream untouched); eval/pass@k and eval/maj@k summed over
+    the questions (sampled_eval.sampled_sums)."""
+    policy.eval()
+    k, readings = spec.eval_samples, []
+    per_chunk = max(1, EVAL_BATCH // k)  # questions per batch: at most EVAL_BATCH sampled rows at once
+    devices = [device] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        for i in range(0, len(examples), per_chunk):
+            chunk = examples[i : i + per_chunk]
+            prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
+            comps = generate(
+                policy,
+                tokenizer,
+                prompts,
+                repeat=k,
+                max_new_tokens=spec.max_new_tokens,
+                greedy=False,
+                temperature=spec.eval_temperature,
+            )
+            texts = completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
+            for j, example in enumerate(chunk):
+                readings.append(read_outputs(texts[j * k : (j + 1) * k], example["answer"], spec.answer_match))
+    return sampled_sums(readings, k)
+
+
+def eval_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of the sampled evaluation at ``step`` on process ``rank``: a stream of its own per run, step and
+    process.
+
+    >>> eval_seed(0, 0, 0), eval_seed(0, 10, 0), eval_seed(1, 0, 0), eval_seed(0, 0, 1)
+    (1009003027, 1009013117, 2018006054, 1009003028)
+    """
+    return ((seed + 1) * 1_000_003 + step) * 1_009 + rank  # a process's rank is below 1,009
+
+
+def heldout_metrics(learner: Learner, heldout: list[dict], step: int) -> dict[str, float]:
+    """Every process calls it: the held-out evaluation's EVAL_METRICS for ``learner``'s policy at ``step`` and, with
+    ``eval_samples``, its pass@k and maj@k. Each process evaluates every n-th question, and the shares are of all
+    the held-out questions (each process's counts summed)."""
     procs, spec = learner.procs, learner.spec
     mine = heldout[procs.rank :: procs.n]
     with learner.gathered():
+        policy = learner.unwrapped()
         shares = evaluate(
-            learner.unwrapped(),
+            policy,
             learner.tokenizer,
             learner.prompt,
             mine,
@@ -48,8 +95,16 @@ def heldout_metrics(learner: Learner, heldout: list[dict]) -> dict[str, float]:
             device=learner.dev,
             match=spec.answer_match,
         )
+        sampled = {}
+        if spec.eval_samples:
+            seed = eval_seed(spec.seed, step, procs.rank)
+            sampled = sampled_evaluation(
+                policy, learner.tokenizer, learner.prompt, mine, spec=spec, device=learner.dev, seed=seed
+            )
     counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
-    return {k: c / max(1, len(heldout)) for k, c in zip(EVAL_METRICS, counts, strict=True)}
+    metrics = {k: c / max(1, len(heldout)) for k, c in zip(EVAL_METRICS, counts, strict=True)}
+    sums = procs.sum(list(sampled.values()))
+    return metrics | {k: total / max(1, len(heldout)) for k, total in zip(sampled, sums, strict=True)}
 
 
 def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> dict[str, float]:
@@ -88,7 +143,13 @@ def eval_summary(metrics: dict[str, float]) -> str:
     ...               "eval/format": 0.5})
     'eval/accuracy 0.500 (strict 0.250, flexible 0.500, format 0.500)'
     """
-    return (
+    line = (
         f"eval/accuracy {metrics['eval/accuracy']:.3f} (strict {metrics['eval/accuracy_strict']:.3f}, "
         f"flexible {metrics['eval/accuracy_flexible']:.3f}, format {metrics['eval/format']:.3f})"
     )
+    ks = sorted(int(name.removeprefix("eval/pass@")) for name in metrics if name.startswith("eval/pass@"))
+    if ks:  # the sampled evaluation's widest K
+        line += (
+            f", pass@{ks[-1]} {metrics[f'eval/pass@{ks[-1]}']:.3f}, maj@{ks[-1]} {metrics[f'eval/maj@{ks[-1]}']:.3f}"
+        )
+    return line

@@ -191,7 +191,7 @@ class TrainingRun:
             )
         if self.spec.eval_every:
             self.recorder.phase("evaluating")
-            metrics.update(heldout_metrics(self.learner, self.heldout))
+            metrics.update(heldout_metrics(self.learner, self.heldout, 0))
             self.recorder.log(f"step 0: {eval_summary(metrics)}")
         if metrics:
             self.recorder.step(0, 0, metrics)
@@ -217,7 +217,7 @@ class TrainingRun:
         if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
             t_eval = time.time()
             self.recorder.phase("evaluating")
-            metrics.update(heldout_metrics(self.learner, self.heldout))
+            metrics.update(heldout_metrics(self.learner, self.heldout, step))
             metrics["time/eval"] = time.time() - t_eval
         # RM refresh (Algorithm 1) at the end of every iteration but the last, after which nothing uses the RM
         if self.rm is not None and step == iteration * spec.steps_per_iteration and iteration < spec.iterations:

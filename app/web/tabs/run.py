@@ -3,8 +3,9 @@ metrics it recorded (smoothed, a chosen few or all), where the gradient comes fr
 right, all wrong or mixed; a click on a bar opens those groups in the Groups tab), the reward model's refreshes,
 cancel, exports, "Launch again" (the Launch form filled from its config, under a new name), its config and its
 log (which follows its newest lines); redrawn when the run changes and on every tick, where anything new was
-recorded. Buttons that do not apply to the run (Cancel once it finished, the trained policy before it completed,
-the LoRA adapter of a run without one) are disabled or hidden. "Trained policy" downloads it in the dtype the model
+recorded. With eval_samples, Pass@K and Maj@K against K at two evaluations (app.web.tabs.run_eval). Buttons that
+do not apply to the run (Cancel once it finished, the trained policy before it completed, the LoRA adapter of a
+run without one) are disabled or hidden. "Trained policy" downloads it in the dtype the model
 came in (bf16 for most hub models), "Trained policy (fp32)" as it trained (app.service.exports)."""
 
 import re
@@ -15,6 +16,7 @@ from app.core.run_status import ACTIVE_STATUSES, RunStatus
 from app.service import api, exports
 from app.service.health import training_rows
 from app.web.tabs.launch import LaunchForm, form_values
+from app.web.tabs.run_eval import build_eval_curves
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, call_api, error_html
 from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, metrics_figure, recorded_metrics
 from app.web.views.diagnose import gradient_chart_html
@@ -53,6 +55,7 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         shared.gradient_chart.render()
         smoothing, picked = _chart_controls()
         charts = gr.Plot(show_label=False, elem_id="run-charts")
+        build_eval_curves(shared.run_select, charts)  # Pass@K and Maj@K of two evaluations, for eval_samples > 0
         rm_table = gr.Dataframe(
             rm_refresh_frame([]),
             interactive=False,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from grpo_engine.report.recorder import FAMILY, METRIC_REGISTRY
+from grpo_engine.report.recorder import METRIC_REGISTRY, family_prefix
 
 # The Run tab's panels: (title, metric names), in registry order. A recorded metric in no panel goes to "other".
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
@@ -94,13 +94,17 @@ def rm_refresh_steps(metrics: list[dict]) -> list[int]:
 
 
 def expand_families(keys: tuple[str, ...], recorded: set[str]) -> tuple[str, ...]:
-    """A panel's metric names with each family (a name ending in ``<name>``, e.g. ``reward/<name>``) replaced by the
-    recorded metrics it stands for, sorted: ('reward_mean', 'reward/<name>') with reward/length recorded gives
-    ('reward_mean', 'reward/length')."""
+    """A panel's metric names with each family (a name ending in ``<...>``, e.g. ``reward/<name>``) replaced by the
+    recorded metrics it stands for, sorted (numbers as numbers: eval/pass@2 before eval/pass@16): ('reward_mean',
+    'reward/<name>') with reward/length recorded gives ('reward_mean', 'reward/length')."""
     out: list[str] = []
     for key in keys:
-        prefix = key[: -len(FAMILY)] if key.endswith(FAMILY) else None
-        out += sorted(k for k in recorded if k.startswith(prefix)) if prefix else [key]
+        prefix = family_prefix(key)
+        if prefix is None:
+            out.append(key)
+            continue
+        members = [k for k in recorded if k.startswith(prefix)]
+        out += sorted(members, key=lambda k: (int(k[len(prefix) :]) if k[len(prefix) :].isdigit() else -1, k))
     return tuple(out)
 
 

@@ -58,6 +58,8 @@ DECIDING = (
     "skip_zero_spread",
     "overlong_penalty",
     "devices",
+    "eval_every",
+    "eval_samples",
 )
 
 

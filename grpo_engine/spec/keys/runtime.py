@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_engine.spec.applicability import SEVERAL_PROCESSES
+from grpo_engine.spec.applicability import EVALUATING, SAMPLED_EVAL, SEVERAL_PROCESSES
 from grpo_engine.spec.keys.field import key
 from grpo_engine.spec.words import RUNTIME
 
@@ -118,6 +118,29 @@ class RuntimeKeys:
         section=RUNTIME,
         fold=True,
         label="Evaluate every",
+    )
+    eval_samples: int = key(
+        0,
+        "Besides the greedy output, sample this many outputs (K) per held-out question at each evaluation and record "
+        "pass@k and maj@k for k = 1, 2, 4, ... up to K (DeepSeekMath's Figure 7: RL raises Maj@K, not Pass@K). "
+        "0 = greedy only. Costs K times the greedy evaluation's sampling.",
+        min=0,
+        max=64,
+        section=RUNTIME,
+        fold=True,
+        label="Sampled outputs per held-out question",
+        applies=EVALUATING,
+    )
+    eval_temperature: float = key(
+        0.7,
+        "Sampling temperature of the evaluation's K sampled outputs (eval_samples).",
+        min=0.0,
+        max=10.0,
+        min_exclusive=True,
+        section=RUNTIME,
+        fold=True,
+        label="Evaluation temperature",
+        applies=SAMPLED_EVAL,
     )
     checkpoint_every: int = key(
         10,

@@ -104,7 +104,17 @@ OTHER = {
     "max_resample": 3,
     "overlong_buffer": 16,
     "sharding": "fsdp",
+    "eval_samples": 4,
+    "eval_temperature": 1.0,
 }
+# the keys deciding whether others apply that are not looped over one by one: each choice varies one of them
+VARIED = (
+    {"overlong_penalty": 0.0, "devices": 1, "eval_every": 10, "eval_samples": 0},
+    {"overlong_penalty": 0.5, "devices": 1, "eval_every": 10, "eval_samples": 0},
+    {"overlong_penalty": 0.0, "devices": 2, "eval_every": 10, "eval_samples": 0},
+    {"overlong_penalty": 0.0, "devices": 1, "eval_every": 0, "eval_samples": 0},
+    {"overlong_penalty": 0.0, "devices": 1, "eval_every": 10, "eval_samples": 4},
+)
 DEFAULT = {f.name: f.default for f in FIELDS}
 
 
@@ -132,7 +142,7 @@ def test_the_form_shows_a_key_exactly_when_launch_accepts_it(dataset, supervisio
     for rewards in ([], named):
         for step_labels in ("auto", "rollouts", "arithmetic"):
             for skip_zero_spread in (False, True):
-                for overlong_penalty, devices in ((0.0, 1), (0.5, 1), (0.0, 2)):
+                for varied in VARIED:
                     spec = {
                         "dataset": dataset,
                         "supervision": supervision,
@@ -140,8 +150,7 @@ def test_the_form_shows_a_key_exactly_when_launch_accepts_it(dataset, supervisio
                         "rewards": rewards,
                         "step_labels": step_labels,
                         "skip_zero_spread": skip_zero_spread,
-                        "overlong_penalty": overlong_penalty,
-                        "devices": devices,
+                        **varied,
                     }
                     form = {**spec, "rewards": json.dumps(rewards)}  # the form's box holds the JSON list
                     try:

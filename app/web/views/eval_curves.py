@@ -1,0 +1,82 @@
+"""DeepSeekMath's Figure 7 for one run: Pass@K and Maj@K against K (log scale) at two of its evaluations.
+
+A run with ``eval_samples`` K records, at each evaluation, ``eval/pass@k`` and ``eval/maj@k`` for k = 1, 2, 4, ... up
+to K (grpo_engine.rewards.sampled_eval). :func:`evaluations` lists the steps that recorded them; :func:`curves_figure`
+draws the two curves of two of those steps, by default the first (before training) and the latest, so that what RL
+changed reads as in the paper: Maj@K rising while Pass@K stays is a more robust output distribution, not a more
+capable model. Pure functions of metric rows (app.service.api.get_metrics): no store, no Gradio.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+PASS, MAJ = "eval/pass@", "eval/maj@"
+COLOURS = ("#9ca3af", "#2563eb")  # the earlier evaluation grey, the later one blue
+NO_CURVES = "No sampled evaluation: launch with eval_samples > 0 to record Pass@K and Maj@K."
+
+
+def evaluations(metrics: list[dict]) -> list[int]:
+    """The steps whose metrics hold a sampled evaluation (eval/pass@k), in order.
+
+    >>> evaluations([{"step": 0, "eval/pass@1": 0.2}, {"step": 1, "loss": 0.1}, {"step": 5, "eval/pass@1": 0.3}])
+    [0, 5]
+    """
+    return [row["step"] for row in metrics if any(name.startswith(PASS) for name in row)]
+
+
+def curve(row: dict, prefix: str) -> tuple[list[int], list[float]]:
+    """One evaluation's curve: the k it recorded under ``prefix`` (PASS or MAJ), ascending, and their values.
+
+    >>> curve({"step": 3, "eval/pass@4": 0.6, "eval/pass@1": 0.3, "eval/pass@2": 0.45, "eval/maj@1": 0.3}, PASS)
+    ([1, 2, 4], [0.3, 0.45, 0.6])
+    """
+    ks = sorted(int(name.removeprefix(prefix)) for name in row if name.startswith(prefix))
+    return ks, [row[f"{prefix}{k}"] for k in ks]
+
+
+def default_pair(steps: list[int]) -> tuple[int | None, int | None]:
+    """The evaluations shown before the user picks: the first and the latest (one evaluation: it alone).
+
+    >>> default_pair([0, 10, 20]), default_pair([0]), default_pair([])
+    ((0, 20), (0, None), (None, None))
+    """
+    if not steps:
+        return None, None
+    return steps[0], (steps[-1] if len(steps) > 1 else None)
+
+
+def curves_figure(metrics: list[dict], first: int | None, second: int | None) -> go.Figure:
+    """Pass@K (solid) and Maj@K (dashed) against K on a log-2 axis for the evaluations at steps ``first`` and
+    ``second`` (either may be None), each evaluation a colour, shares on a fixed 0 to 1 axis."""
+    rows = {row["step"]: row for row in metrics if row["step"] in evaluations(metrics)}
+    fig = go.Figure()
+    ticks: set[int] = set()
+    for colour, step in zip(COLOURS, [first, second], strict=True):
+        if step is None or step not in rows:
+            continue
+        for prefix, name, dash in ((PASS, "Pass@K", "solid"), (MAJ, "Maj@K", "dash")):
+            ks, values = curve(rows[step], prefix)
+            ticks.update(ks)
+            fig.add_trace(
+                go.Scatter(
+                    x=ks,
+                    y=values,
+                    mode="lines+markers",
+                    name=f"{name}, step {step}",
+                    line={"color": colour, "dash": dash, "width": 2.5},
+                    hovertemplate=f"{name} at step {step}: K %{{x}}, %{{y:.3f}}<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        height=360,
+        margin={"l": 60, "r": 20, "t": 40, "b": 50},
+        title={"text": "Held-out Pass@K and Maj@K (DeepSeekMath, Figure 7)", "font": {"size": 14}},
+        legend={"orientation": "v", "x": 1.02, "y": 1},
+        template="plotly_white",
+    )
+    fig.update_xaxes(type="log", title_text="K (sampled outputs per question)", tickvals=sorted(ticks))
+    fig.update_yaxes(range=[0, 1.02], title_text="share of held-out questions")
+    if not fig.data:
+        fig.add_annotation(text=NO_CURVES, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig

@@ -1,0 +1,79 @@
+"""The Run tab's sampled-evaluation chart in a real browser (Chromium through Playwright), at 1280 x 900 and 1600 x
+1000: a run with eval_samples shows Pass@K and Maj@K against K for its first and latest evaluation, picking another
+evaluation redraws it, and a run without a sampled evaluation shows no such chart.
+
+The server runs without a worker; the runs' metrics are written into its store from this process, the way a worker
+writes them. Screenshots: test-artifacts/eval-curves-WIDTH.png.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from app import store
+from app.store.db import make_engine, session_scope, upgrade_database
+from grpo_engine.spec.config import validate_spec
+from tests.support.servers import ROOT, browser_page, running_server, server_env
+
+KS = (1, 2, 4, 8)
+EVALUATIONS = {  # step -> (pass@k, maj@k) for k in KS: Figure 7's shape, Maj@K rising after RL while Pass@K stays
+    0: ((0.20, 0.33, 0.48, 0.62), (0.20, 0.20, 0.27, 0.31)),
+    4: ((0.31, 0.42, 0.53, 0.63), (0.31, 0.31, 0.40, 0.46)),
+    8: ((0.38, 0.47, 0.56, 0.64), (0.38, 0.38, 0.49, 0.55)),
+}
+
+
+def _record(url: str, name: str, spec: dict, sampled: bool) -> int:
+    with session_scope(url) as s:
+        run_id = store.create_run(s, validate_spec({**spec, "name": name}).to_dict(), name)
+        for step in range(9):
+            metrics = {"reward_mean": 0.3 + step / 40, "loss": 0.1}
+            if step in EVALUATIONS:
+                passes, majs = EVALUATIONS[step]
+                metrics["eval/accuracy"] = passes[0]
+                if sampled:
+                    metrics |= {f"eval/pass@{k}": v for k, v in zip(KS, passes, strict=True)}
+                    metrics |= {f"eval/maj@{k}": v for k, v in zip(KS, majs, strict=True)}
+            store.record_step(s, run_id, step, 1, metrics)
+    return run_id
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_run_tab_draws_pass_and_maj_at_k_for_two_evaluations(tmp_path):
+    env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
+    url_db = env["GRPO_DATABASE_URL"]
+    upgrade_database(url_db)
+    _record(url_db, "greedy only", {"steps_per_iteration": 8, "eval_every": 4}, sampled=False)
+    _record(url_db, "sampled eval", {"steps_per_iteration": 8, "eval_every": 4, "eval_samples": 8}, sampled=True)
+    make_engine(url_db).dispose()
+    artifacts = ROOT / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    with running_server(tmp_path, env) as (url, _, _), browser_page() as page:
+        page.goto(url)
+        page.locator("#tab-run-button").click()
+        expect(page.locator("#run-charts .js-plotly-plot")).to_be_visible(timeout=30_000)  # the newest run, picked
+        box = page.locator("#eval-curves")
+        expect(box).to_be_visible()
+        expect(page.locator("#eval-first input")).to_have_value("step 0 (before training)")
+        expect(page.locator("#eval-second input")).to_have_value("step 8")
+        legend = page.locator("#eval-curves-plot .legendtext")
+        expect(legend).to_have_text(["Pass@K, step 0", "Maj@K, step 0", "Pass@K, step 8", "Maj@K, step 8"])
+        for width, height in ((1280, 900), (1600, 1000)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_timeout(400)
+            assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing overflows sideways
+            plot = page.locator("#eval-curves-plot .main-svg").first.bounding_box()
+            frame = box.bounding_box()
+            assert frame["x"] <= plot["x"] and plot["x"] + plot["width"] <= frame["x"] + frame["width"] + 1
+            box.scroll_into_view_if_needed()
+            page.screenshot(path=str(artifacts / f"eval-curves-{width}.png"))
+
+        page.locator("#eval-second input").click()  # another evaluation picked: the chart follows it
+        page.get_by_role("option", name="step 4", exact=True).click()
+        expect(legend).to_have_text(["Pass@K, step 0", "Maj@K, step 0", "Pass@K, step 4", "Maj@K, step 4"])
+
+        page.locator("#run-select input").click()  # a run without a sampled evaluation: no such chart
+        page.get_by_role("option", name="greedy only").first.click()
+        expect(box).to_be_hidden()

@@ -1,0 +1,76 @@
+"""The sampled evaluation (eval_samples, eval_temperature) in short real runs of the built-in model: pass@k and maj@k
+recorded at every evaluation, their relations, and the training left exactly as it is without them (the evaluation
+samples from a random stream of its own); the keys' refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.rewards.sampled_eval import ks_up_to
+from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.train.evaluation import eval_summary
+from grpo_engine.train.trainer import train
+
+BASE = dict(steps_per_iteration=2, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
+K = 6
+
+
+def run(cache_dir, **overrides) -> MemoryRecorder:
+    recorder = MemoryRecorder()
+    assert train(validate_spec({**BASE, **overrides}), recorder, cache_dir, device="cpu").status == "completed"
+    return recorder
+
+
+@pytest.fixture(scope="module")
+def sampled(grpo_cache_dir):
+    return run(grpo_cache_dir, eval_samples=K, eval_temperature=1.0)
+
+
+def test_every_evaluation_records_pass_and_maj_at_each_k(sampled):
+    evaluations = [m for m in sampled.metrics if "eval/accuracy" in m]
+    assert [m["step"] for m in evaluations] == [0, 2]
+    for m in evaluations:
+        assert sorted(k for k in m if k.startswith(("eval/pass@", "eval/maj@"))) == sorted(
+            [f"eval/pass@{k}" for k in ks_up_to(K)] + [f"eval/maj@{k}" for k in ks_up_to(K)]
+        )
+        passes = [m[f"eval/pass@{k}"] for k in ks_up_to(K)]  # [1, 2, 4, 6]
+        assert all(0.0 <= v <= 1.0 for v in passes) and passes == sorted(passes)  # more tries never pass less
+        assert all(0.0 <= m[f"eval/maj@{k}"] <= m[f"eval/pass@{K}"] for k in ks_up_to(K))  # a vote needs a right one
+    assert any(f"pass@{K}" in line for line in sampled.messages)  # the log line carries the widest K
+
+
+def test_sampled_evaluation_leaves_the_training_as_it_is(sampled, grpo_cache_dir):
+    greedy_only = run(grpo_cache_dir)
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith(("eval/pass@", "eval/maj@", "time/"))}  # noqa: E731
+    assert [strip(m) for m in sampled.metrics] == [strip(m) for m in greedy_only.metrics]
+    assert {s: [g.to_dict() for g in gs] for s, gs in sampled.group_log.items()} == {
+        s: [g.to_dict() for g in gs] for s, gs in greedy_only.group_log.items()
+    }
+
+
+def test_the_same_spec_evaluates_the_same(sampled, grpo_cache_dir):
+    again = run(grpo_cache_dir, eval_samples=K, eval_temperature=1.0)
+    pick = lambda rec: [{k: v for k, v in m.items() if k.startswith("eval/")} for m in rec.metrics]  # noqa: E731
+    assert pick(again) == pick(sampled)
+
+
+def test_the_summary_line_names_the_widest_k():
+    metrics = {"eval/accuracy": 0.5, "eval/accuracy_strict": 0.25, "eval/accuracy_flexible": 0.5, "eval/format": 0.5}
+    assert eval_summary({**metrics, "eval/pass@1": 0.4, "eval/pass@8": 0.9, "eval/maj@1": 0.4, "eval/maj@8": 0.6}) == (
+        "eval/accuracy 0.500 (strict 0.250, flexible 0.500, format 0.500), pass@8 0.900, maj@8 0.600"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"eval_every": 0, "eval_samples": 4}, "eval_samples: is only used when the run evaluates"),
+        ({"eval_temperature": 0.5}, "eval_temperature: is only used with eval_samples > 0"),
+        ({"eval_samples": 65}, "eval_samples: must be at most 64"),
+        ({"eval_samples": 4, "eval_temperature": 0}, "eval_temperature"),
+    ],
+)
+def test_the_keys_refusals_name_them(spec, words):
+    with pytest.raises(SpecError, match=words):
+        validate_spec(spec)
