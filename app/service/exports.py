@@ -165,6 +165,8 @@ def _export_policy(run: dict, kind: str, dtype: str, out_dir: Path) -> str:
     run_id = run["run_id"]
     if kind == "adapter" and not run["config"].get("lora_rank"):
         raise ApiError(f"run {run_id} trained every weight (lora_rank 0): it has no adapter; export 'model'")
+    if run["config"].get("steps_per_iteration") == 0:
+        raise ApiError(f"run {run_id} only evaluated its model (steps_per_iteration 0): it trained no policy")
     final = get_settings().run_dir(run_id) / "final"
     source = final / kind
     if not source.is_dir():

@@ -53,6 +53,8 @@ def check_spec(spec: RunSpec) -> None:
         if any(c.isspace() for c in getattr(spec, name)):
             raise SpecError(name, f"must be a Hugging Face model id or a local directory, got {getattr(spec, name)!r}")
     _check_lengths(spec)
+    if spec.evaluates_only:
+        _check_evaluation_only(spec)
     check_prompt_keys(spec.to_dict())
     check_optimizer(spec.optimizer)
 
@@ -64,6 +66,27 @@ def check_applicability(spec: RunSpec) -> None:
     for f in FIELDS:
         if f.applies is not None and values[f.name] != DEFAULTS[f.name] and not f.applies(values):
             raise SpecError(f.name, f.applies.refusal(values))
+
+
+def _check_evaluation_only(spec: RunSpec) -> None:
+    """Refuse, naming the key, what an evaluation-only run (steps_per_iteration 0) cannot do: evaluate without
+    eval_every, or train a reward model nothing would use."""
+    if not spec.eval_every:
+        raise SpecError(
+            "eval_every",
+            "must be more than 0 when steps_per_iteration is 0: such a run only evaluates its model (once, at step 0)",
+        )
+    if spec.iterations > 1:
+        raise SpecError(
+            "iterations",
+            f"must be 1 when steps_per_iteration is 0 (evaluation only: nothing to iterate), got {spec.iterations}",
+        )
+    if spec.reward == "model":
+        raise SpecError(
+            "reward",
+            "'model' trains a reward model for the training steps, but steps_per_iteration is 0 (evaluation only): "
+            "use 'rule'",
+        )
 
 
 def _check_sharding(spec: RunSpec) -> None:
@@ -85,7 +108,7 @@ def _check_lengths(spec: RunSpec) -> None:
             f"must be less than max_new_tokens {spec.max_new_tokens} (the penalty ramps down over the last "
             f"overlong_buffer tokens before it), got {spec.overlong_buffer}",
         )
-    if spec.lr_warmup_steps >= spec.total_steps:
+    if spec.lr_warmup_steps and spec.lr_warmup_steps >= spec.total_steps:
         raise SpecError(
             "lr_warmup_steps",
             f"must be less than the run's {spec.total_steps:,} steps (iterations x steps_per_iteration), got "

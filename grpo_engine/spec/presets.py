@@ -15,9 +15,16 @@ from __future__ import annotations
 GSM8K_INSTRUCTION = '{question}\nLet\'s think step by step and output the final answer after "####".'
 
 WORD_PROBLEMS_CPU = "Small instruct model on word problems (CPU)"
+EVALUATE = "Evaluate a model (no training)"
 
 PRESETS: dict[str, dict] = {
     "Built-in demo (CPU, minutes)": {},
+    EVALUATE: {  # the model's baseline on its held-out questions: greedy accuracy, Pass@K and Maj@K, nothing trained
+        "name": "evaluate",
+        "steps_per_iteration": 0,
+        "eval_every": 1,
+        "eval_samples": 8,
+    },
     WORD_PROBLEMS_CPU: {
         "name": "smollm2-word-problems",
         "model": "HuggingFaceTB/SmolLM2-135M-Instruct",

@@ -33,6 +33,12 @@ class RunSpec(RuntimeKeys, RewardKeys, AlgorithmKeys, ModelAndDataKeys):
         return self.iterations * self.steps_per_iteration
 
     @property
+    def evaluates_only(self) -> bool:
+        """``steps_per_iteration`` 0: the run evaluates its model once and trains nothing (no reference, no saved
+        policy)."""
+        return self.steps_per_iteration == 0
+
+    @property
     def step_checker(self) -> str:
         """What labels steps: 'builtin', 'arithmetic' or 'rollouts' (``step_labels`` 'auto' chosen by the dataset)."""
         return step_checker(self.to_dict())

@@ -157,8 +157,9 @@ def load_learner(spec: RunSpec, recorder: Recorder, cache_dir: Path, device: str
     if spec.lora_rank > 0:
         policy = wrap_lora(policy, spec.lora_rank)
     check_memory(policy, spec, bf16, dev, recorder.log)
-    if spec.lora_rank > 0 or spec.kl_coef == 0:
-        reference = None  # LoRA: the base model with the adapter disabled; kl_coef 0: no KL term, no reference
+    if spec.lora_rank > 0 or spec.kl_coef == 0 or spec.evaluates_only:
+        # LoRA: the base model with the adapter disabled; kl_coef 0: no KL term; evaluation only: no step to compare
+        reference = None
     else:  # frozen: in bf16 under bf16 autocast, where its forward passes run in bf16 anyway
         recorder.phase("loading reference model")
         reference = copy.deepcopy(policy).eval().requires_grad_(False).to(torch.bfloat16 if bf16 else torch.float32)

@@ -103,7 +103,8 @@ def _train(run: TrainingRun, spec: RunSpec, recorder: Recorder, t_load: float) -
     try:
         if run.step == 0:
             run.before_training()
-        run.training_phase()
+        if not spec.evaluates_only:
+            run.training_phase()
         for iteration in range(start_iteration, spec.iterations + 1):
             if (
                 iteration > 1 and run.step == (iteration - 1) * spec.steps_per_iteration
@@ -195,6 +196,8 @@ class TrainingRun:
             self.recorder.log(f"step 0: {eval_summary(metrics)}")
         if metrics:
             self.recorder.step(0, 0, metrics)
+        if self.spec.evaluates_only:
+            self.metrics = metrics  # the run's result: its only evaluation
 
     def next_step(self, iteration: int) -> None:
         """One GRPO step on B fresh questions, then what falls due after it: recording the groups, evaluation,
@@ -285,9 +288,14 @@ class TrainingRun:
         self.recorder.log(f"peak {where} per process while {phase}: " + ", ".join(f"{p / 1e9:.2f} GB" for p in peaks))
 
     def finish(self) -> TrainResult:
-        """Save the trained policy for download (step checkpoints are no longer needed) and end the run."""
-        self.recorder.log(f"finished {self.step} steps")
+        """Save the trained policy for download (step checkpoints are no longer needed) and end the run; an
+        evaluation-only run trained nothing and saves nothing."""
         learner = self.learner
+        if self.spec.evaluates_only:
+            self.recorder.log("evaluated the model; nothing trained (steps_per_iteration 0), no policy saved")
+            self.log_peak_memory("evaluating", learner.dev)
+            return TrainResult(TrainStatus.COMPLETED, self.step, self.metrics)
+        self.recorder.log(f"finished {self.step} steps")
         self.log_peak_memory("training", learner.dev)
         # a sharded policy is gathered whole onto the main process (every process takes part) and saved from there
         weights = full_state_dict(learner.unwrapped()) if self.checkpoint_dir is not None and learner.sharded else None

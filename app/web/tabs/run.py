@@ -158,17 +158,19 @@ def _relaunch(run_id):
 
 def _button_states(run: dict | None) -> tuple:
     """Cancel, "Trained policy", "Trained policy (fp32)" and "LoRA adapter" for ``run``: Cancel while it is queued
-    or running and not yet asked to stop; the policy (both) once it completed; the adapter only for LoRA runs
-    (hidden otherwise), once completed."""
+    or running and not yet asked to stop; the policy (both) once it completed, unless it only evaluated; the adapter
+    only for LoRA runs (hidden otherwise), once completed."""
     if run is None:
         return tuple(gr.Button(interactive=False) for _ in range(4))
-    status, lora = run["status"], (run.get("config") or {}).get("lora_rank", 0) > 0
+    config = run.get("config") or {}
+    status, lora = run["status"], config.get("lora_rank", 0) > 0
+    trained = status == RunStatus.COMPLETED and config.get("steps_per_iteration") != 0
     can_cancel = status in ACTIVE_STATUSES and not run.get("cancel_requested")
     return (
         gr.Button(interactive=can_cancel),
-        gr.Button(interactive=status == RunStatus.COMPLETED),
-        gr.Button(interactive=status == RunStatus.COMPLETED),
-        gr.Button(interactive=status == RunStatus.COMPLETED and lora, visible=lora),
+        gr.Button(interactive=trained),
+        gr.Button(interactive=trained),
+        gr.Button(interactive=trained and lora, visible=lora),
     )
 
 

@@ -62,7 +62,7 @@ def progress_html(run: dict, now: datetime | None = None, metrics: list[dict] | 
     failed run."""
     now = now or datetime.now(timezone.utc)
     status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
-    pct = 100.0 * step / total if total else 0.0
+    pct = 100.0 * step / total if total else (100.0 if status == RunStatus.COMPLETED else 0.0)  # 0 steps: evaluation
     error = f'<pre class="run-error">{html.escape(run["error"])}</pre>' if run.get("error") else ""
     phase = run.get("phase") if status == RunStatus.RUNNING else None
     return (
@@ -97,8 +97,11 @@ def _progress_parts(run: dict, now: datetime, metrics: list[dict]) -> list[str]:
     duration (once finished)."""
     status, step, total = run["status"], run["step"] or 0, run["total_steps"] or 0
     started, finished = parse_time(run.get("started_at")), parse_time(run.get("finished_at"))
-    parts = [f"step {step} / {total}", f"{100.0 * step / total if total else 0.0:.0f}%"]
     config = run.get("config") or {}
+    if config.get("steps_per_iteration") == 0:
+        parts = ["evaluation only (steps_per_iteration 0)"]
+    else:
+        parts = [f"step {step} / {total}", f"{100.0 * step / total if total else 0.0:.0f}%"]
     iterations, per_iteration = config.get("iterations") or 1, config.get("steps_per_iteration") or total
     if iterations > 1 and per_iteration:
         iteration = min(iterations, max(1, -(-step // per_iteration)))  # the iteration of the current step

@@ -113,7 +113,9 @@ def _row(run: dict, now: datetime, selected: int | None) -> str:
         _status_cell(run),
         f'<span title="{html.escape(run["model"])}">{html.escape(short_path(run["model"]))}</span>',
         f'<span title="{html.escape(run["dataset"])}">{html.escape(uploaded_name(run["dataset"]))}</span>',
-        f"{run['step']}/{run['total_steps']}",
+        f"{run['step']}/{run['total_steps']}"
+        if run["total_steps"]
+        else '<span title="steps_per_iteration 0">eval only</span>',
         _number(headline.get("reward_mean")),
         _number(headline.get("correct_frac"), percent=True),
         _number(headline.get("eval/accuracy"), percent=True),

@@ -36,8 +36,9 @@ class AlgorithmKeys:
     )
     steps_per_iteration: int = key(
         200,
-        "M: GRPO steps per iteration (total steps = I x M).",
-        min=1,
+        "M: GRPO steps per iteration (total steps = I x M). 0 evaluates the model once and trains nothing: its "
+        "baseline on the held-out questions (eval_every > 0; eval_samples for Pass@K and Maj@K).",
+        min=0,
         max=1_000_000,
         section=ALGORITHM,
         label="Steps per iteration M",

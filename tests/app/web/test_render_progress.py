@@ -99,6 +99,7 @@ def test_the_header_shows_the_latest_key_numbers_in_one_line():
         ({"status": "completed", "config": {"lora_rank": 8}}, False, True, True, True),
         ({"status": "cancelled", "config": {"lora_rank": 8}}, False, False, False, True),
         ({"status": "failed", "config": {}}, False, False, False, False),
+        ({"status": "completed", "config": {"lora_rank": 0, "steps_per_iteration": 0}}, False, False, False, False),
     ],
 )
 def test_buttons_apply_by_the_runs_state_and_config(run, cancel, model, adapter, adapter_shown):
@@ -236,3 +237,21 @@ def test_each_card_shows_the_verifiers_reading():
     assert ">3</code> · by strict ####" in cards[1]
     assert "verifier read no final answer (rule: none)" in cards[2]
     assert "&lt;b&gt;" + "9" * 77 + "…</code> · by strict \\boxed{}" in cards[3] and "<b>9" not in cards[3]
+
+
+def test_an_evaluation_only_run_says_so_and_fills_its_bar_when_done():
+    from app.web.views.runs import runs_table_html
+
+    run = {
+        **RUNNING,
+        "status": "completed",
+        "total_steps": 0,
+        "config": {"steps_per_iteration": 0},
+        "finished_at": "2025-01-01T00:01:00+00:00",
+    }
+    page = progress_html(run, NOW, [])
+    assert "evaluation only (steps_per_iteration 0)" in page and "step 0 / 0" not in page
+    assert 'style="width:100.0%"' in page and "ran 1m" in page
+    assert 'style="width:0.0%"' in progress_html({**run, "status": "running"}, NOW, [])
+    listed = {**run, "model": "builtin-arith", "dataset": "builtin-arith", "created_at": None, "tags": [], "notes": ""}
+    assert "eval only" in runs_table_html([listed], [listed], now=NOW)
