@@ -1,7 +1,7 @@
 """Evaluation-only runs end to end (`grpo-dashboard serve` with its embedded worker, driven through gradio_client):
 the preset "Evaluate a model (no training)" from /list_presets evaluates the built-in model once, greedy and sampled,
-and completes with nothing trained; its trained policy is refused by name. And in the engine: what such a run
-records, loads and saves, and the run spec's refusals."""
+and completes with nothing trained; its trained policy is refused by name. (The engine's side:
+tests/engine/train/test_sampled_evaluation.py.)"""
 
 from __future__ import annotations
 
@@ -9,50 +9,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from grpo_engine.report.recorder import EVAL_METRICS, MemoryRecorder
-from grpo_engine.rewards.sampled_eval import ks_up_to
-from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.spec.presets import EVALUATE
-from grpo_engine.train.trainer import train
 from tests.support.servers import clean_env, start_server, wait_finished
-
-
-class PhaseRecorder(MemoryRecorder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.phases: list[str] = []
-
-    def phase(self, name: str, done: int | None = None, total: int | None = None) -> None:
-        self.phases.append(name)
-
-
-def test_an_evaluation_only_run_evaluates_once_and_saves_nothing(grpo_cache_dir, tmp_path):
-    recorder = PhaseRecorder()
-    spec = validate_spec({"steps_per_iteration": 0, "eval_samples": 4, "max_new_tokens": 24})
-    result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
-    assert (result.status, result.step, recorder.total_steps) == ("completed", 0, 0)
-    [evaluation] = recorder.metrics
-    assert evaluation["step"] == 0 and set(EVAL_METRICS) <= set(evaluation)
-    assert {f"eval/pass@{k}" for k in ks_up_to(4)} <= set(evaluation)
-    assert {"step": 0, "iteration": 0, **result.metrics} == evaluation
-    assert not (tmp_path / "run" / "final").exists()  # nothing trained, nothing saved
-    assert any("nothing trained" in line for line in recorder.messages)
-    assert "evaluating" in recorder.phases and "training" not in recorder.phases
-
-
-@pytest.mark.parametrize(
-    ("spec", "key", "words"),
-    [
-        ({"eval_every": 0}, "eval_every", "must be more than 0 when steps_per_iteration is 0"),
-        ({"iterations": 2}, "iterations", "must be 1 when steps_per_iteration is 0"),
-        ({"reward": "model"}, "reward", "'model' trains a reward model"),
-    ],
-)
-def test_an_evaluation_only_spec_refuses_what_it_cannot_do(spec, key, words):
-    with pytest.raises(SpecError, match=words) as refused:
-        validate_spec({"steps_per_iteration": 0, **spec})
-    assert refused.value.key == key
-    assert validate_spec({"steps_per_iteration": 0, "lr_warmup_steps": 0}).total_steps == 0
 
 
 @pytest.mark.slow

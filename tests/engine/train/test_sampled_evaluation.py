@@ -1,12 +1,13 @@
 """The sampled evaluation (eval_samples, eval_temperature) in short real runs of the built-in model: pass@k and maj@k
 recorded at every evaluation, their relations, and the training left exactly as it is without them (the evaluation
-samples from a random stream of its own); the keys' refusals."""
+samples from a random stream of its own); the keys' refusals. And evaluation-only runs (steps_per_iteration 0): what
+they record, load and save, and what their spec refuses."""
 
 from __future__ import annotations
 
 import pytest
 
-from grpo_engine.report.recorder import MemoryRecorder
+from grpo_engine.report.recorder import EVAL_METRICS, MemoryRecorder
 from grpo_engine.rewards.sampled_eval import ks_up_to
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.train.evaluation import eval_summary
@@ -74,3 +75,41 @@ def test_the_summary_line_names_the_widest_k():
 def test_the_keys_refusals_name_them(spec, words):
     with pytest.raises(SpecError, match=words):
         validate_spec(spec)
+
+
+class PhaseRecorder(MemoryRecorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.phases: list[str] = []
+
+    def phase(self, name: str, done: int | None = None, total: int | None = None) -> None:
+        self.phases.append(name)
+
+
+def test_an_evaluation_only_run_evaluates_once_and_saves_nothing(grpo_cache_dir, tmp_path):
+    recorder = PhaseRecorder()
+    spec = validate_spec({"steps_per_iteration": 0, "eval_samples": 4, "max_new_tokens": 24})
+    result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
+    assert (result.status, result.step, recorder.total_steps) == ("completed", 0, 0)
+    [evaluation] = recorder.metrics
+    assert evaluation["step"] == 0 and set(EVAL_METRICS) <= set(evaluation)
+    assert {f"eval/pass@{k}" for k in ks_up_to(4)} <= set(evaluation)
+    assert {"step": 0, "iteration": 0, **result.metrics} == evaluation
+    assert not (tmp_path / "run" / "final").exists()  # nothing trained, nothing saved
+    assert any("nothing trained" in line for line in recorder.messages)
+    assert "evaluating" in recorder.phases and "training" not in recorder.phases
+
+
+@pytest.mark.parametrize(
+    ("spec", "key", "words"),
+    [
+        ({"eval_every": 0}, "eval_every", "must be more than 0 when steps_per_iteration is 0"),
+        ({"iterations": 2}, "iterations", "must be 1 when steps_per_iteration is 0"),
+        ({"reward": "model"}, "reward", "'model' trains a reward model"),
+    ],
+)
+def test_an_evaluation_only_spec_refuses_what_it_cannot_do(spec, key, words):
+    with pytest.raises(SpecError, match=words) as refused:
+        validate_spec({"steps_per_iteration": 0, **spec})
+    assert refused.value.key == key
+    assert validate_spec({"steps_per_iteration": 0, "lr_warmup_steps": 0}).total_steps == 0
