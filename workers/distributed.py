@@ -40,6 +40,7 @@ import traceback
 from pathlib import Path
 
 from app import store
+from app.core.admission import model_to_load
 from app.core.settings import get_settings
 from app.store.db import session_scope
 from grpo_engine.report.recorder import Recorder, TrainResult, TrainStatus
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         recorder = MainProcessRecorder(args.run_id, args.worker, args.control_dir / "stop", args.parent_pid)
     try:
         try:
-            spec = validate_spec(config)
+            spec = model_to_load(validate_spec(config), settings)  # run:<id>: that run's trained policy
             mirror = with_trackers(recorder, args.run_id, spec) if rank == 0 else contextlib.nullcontext(recorder)
             with mirror as reporting:  # report_to: the main process mirrors what it records; closed however train ends
                 result = train(

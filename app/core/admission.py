@@ -13,13 +13,15 @@ GRPO_HUB_CHECK_SECONDS). Each refusal is a SpecError that names the key. Pure Py
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from app.core.paths import check_custom_rewards, check_spec_paths
 from app.core.settings import Settings
-from grpo_engine.spec.config import RunSpec, check_budget, validate_spec
+from grpo_engine.spec.config import RunSpec, SpecError, check_budget, validate_spec
 from grpo_engine.spec.hub import check_hub_ids
+from grpo_engine.spec.words import run_model_id
 
 
 def admit(spec: Any, settings: Settings, placement: Callable[[dict], None] | None = None) -> RunSpec:
@@ -33,3 +35,21 @@ def admit(spec: Any, settings: Settings, placement: Callable[[dict], None] | Non
         placement(config)
     check_hub_ids(config, settings.hub_check_seconds)
     return validated
+
+
+def model_to_load(spec: RunSpec, settings: Settings) -> RunSpec:
+    """The spec as the engine loads it on this worker: ``model: run:<id>`` (an earlier run's trained policy, which
+    launch checked against the store: app.service.run_models) replaced by that policy's directory under this
+    machine's checkpoint directory; a spec naming no run as it is. SpecError naming ``model`` where the directory is
+    not there."""
+    run_id = run_model_id(spec.model)
+    if run_id is None:
+        return spec
+    folder = settings.trained_policy_dir(run_id)
+    if not (folder / "config.json").is_file():
+        raise SpecError(
+            "model",
+            f"run:{run_id}: its trained policy is not in this worker's checkpoint directory ({folder}); "
+            "GRPO_CHECKPOINT_DIR must be a directory the workers and the dashboard share",
+        )
+    return dataclasses.replace(spec, model=str(folder))

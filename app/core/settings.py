@@ -115,6 +115,11 @@ class Settings:
         policy (``final/``)."""
         return self.checkpoint_dir / f"run-{run_id}"
 
+    def trained_policy_dir(self, run_id: int) -> Path:
+        """A completed run's trained policy as a Hugging Face model directory (LoRA merged): what ``model:
+        run:<id>`` loads and the "Trained policy" download zips."""
+        return self.run_dir(run_id) / "final" / "model"
+
     @property
     def uploads_dir(self) -> Path:
         """Where uploaded dataset files are stored."""

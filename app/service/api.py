@@ -22,6 +22,7 @@ from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 from app.service.placement import check_placement
 from app.service.run_health import run_warnings
+from app.service.run_models import check_run_model
 from app.service.step_detail import step_details
 from app.store.db import session_scope
 from grpo_engine.spec.config import SpecError, shown, validate_spec
@@ -101,6 +102,7 @@ def launch_run(spec: dict | str | None) -> dict:
     settings = get_settings()
     try:
         config = admit(spec, settings, placement=check_placement).to_dict()
+        check_run_model(config)  # run:<id>: an earlier run's trained policy, still there
     except SpecError as e:
         raise ApiError(str(e), key=e.key) from None
     config["name"] = config["name"] or store.default_run_name(config["model"])

@@ -17,6 +17,7 @@ from app.core.models_folder import list_models as list_models_in
 from app.core.paths import is_local_path, resolve_inside, spec_fields
 from app.core.settings import get_settings
 from app.service.api import ApiError
+from app.service.run_models import trained_runs
 from grpo_engine.data.data import FIELDS, check_dataset_file, load_dataset
 from grpo_engine.spec.config import BUILTIN_DATASETS, MAX_TEXT, SpecError
 from grpo_engine.spec.hub import cached_models
@@ -136,11 +137,17 @@ def upload_model(file: Any, remove_source: bool = False) -> dict:
 
 
 def list_models() -> dict:
-    """What the Launch form's model field offers: ``{models_folder, local, hub}``: ``local`` the models folder's
-    models (app.core.models_folder.list_models: ``{name, model, kind, size}``, kind 'directory' or 'gguf'), ``hub``
-    the model ids in this machine's Hugging Face cache (grpo_engine.spec.hub.cached_models)."""
+    """What the Launch form's model field offers: ``{models_folder, local, runs, hub}``: ``local`` the models folder's
+    models (app.core.models_folder.list_models: ``{name, model, kind, size}``, kind 'directory' or 'gguf'), ``runs``
+    the completed runs whose trained policy a run can start from (app.service.run_models.trained_runs: ``{model:
+    'run:<id>', name}``), ``hub`` the model ids in this machine's Hugging Face cache (grpo_engine.spec.hub)."""
     folder = get_settings().models_dir
-    return {"models_folder": str(folder), "local": list_models_in(folder), "hub": cached_models()}
+    return {
+        "models_folder": str(folder),
+        "local": list_models_in(folder),
+        "runs": trained_runs(),
+        "hub": cached_models(),
+    }
 
 
 def _store_upload(source: Path, name: str, settings) -> dict:

@@ -144,9 +144,10 @@ def upload_model(file: gr.FileData) -> dict:
 
 
 def list_models() -> dict:
-    """What the Launch form's model field offers: {models_folder, local, hub}: local the models folder's models,
-    each {name, model (its path, for a run spec's model), kind: 'directory' or 'gguf', size in bytes}; hub the
-    model ids in the server's Hugging Face cache."""
+    """What the Launch form's model field offers: {models_folder, local, runs, hub}: local the models folder's models,
+    each {name, model (its path, for a run spec's model), kind: 'directory' or 'gguf', size in bytes}; runs the newest
+    completed runs whose trained policy a run may start from, each {model: 'run:<id>', name}; hub the model ids in
+    the server's Hugging Face cache."""
     return call_api(datasets.list_models)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from grpo_engine.rewards.reward_functions import check_rewards_apply
 from grpo_engine.spec.one_key import check_optimizer, check_prompt_keys
 from grpo_engine.spec.run_spec import DEFAULTS, FIELDS, RunSpec
-from grpo_engine.spec.words import BUILTIN_DATASET, SpecError, shown
+from grpo_engine.spec.words import BUILTIN_DATASET, RUN_MODEL_PREFIX, SpecError, run_model_id, shown
 
 MAX_TOTAL_STEPS = 1_000_000  # iterations x steps_per_iteration
 RM_TOKEN_FACTOR = 8  # a reward model's (re)training may sample this many steps' worth of tokens
@@ -49,6 +49,7 @@ def check_spec(spec: RunSpec) -> None:
             "steps_per_iteration",
             f"iterations x steps_per_iteration = {spec.total_steps:,} steps, more than {MAX_TOTAL_STEPS:,}",
         )
+    _check_run_models(spec)
     for name in ("reward_model", "label_completer"):
         if any(c.isspace() for c in getattr(spec, name)):
             raise SpecError(name, f"must be a Hugging Face model id or a local directory, got {getattr(spec, name)!r}")
@@ -66,6 +67,20 @@ def check_applicability(spec: RunSpec) -> None:
     for f in FIELDS:
         if f.applies is not None and values[f.name] != DEFAULTS[f.name] and not f.applies(values):
             raise SpecError(f.name, f.applies.refusal(values))
+
+
+def _check_run_models(spec: RunSpec) -> None:
+    """Refuse, naming the key, a malformed ``run:<id>`` model, and one where only ``model`` may name a run. (Whether
+    the run exists and has a trained policy is launch's check, against the store: app.service.run_models.)"""
+    if spec.model.strip().startswith(RUN_MODEL_PREFIX) and run_model_id(spec.model) is None:
+        raise SpecError(
+            "model", f"'run:<id>' names a run's trained policy by the run's number, got {shown(spec.model)}"
+        )
+    for name in ("reward_model", "label_completer"):
+        if getattr(spec, name).strip().startswith(RUN_MODEL_PREFIX):
+            raise SpecError(
+                name, f"only model may name a run's trained policy (run:<id>), got {shown(getattr(spec, name))}"
+            )
 
 
 def _check_evaluation_only(spec: RunSpec) -> None:

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from grpo_engine.spec.config import BUILTIN_DATASETS, BUILTIN_MODEL, SpecError, is_local_path
+from grpo_engine.spec.words import run_model_id
 
 HUB_KEYS = (
     ("model", "model"),
@@ -44,7 +45,13 @@ def hub_ids(config: dict) -> list[tuple[str, str, str]]:
     found = []
     for key, kind in HUB_KEYS:
         value = (config.get(key) or "").strip()
-        if value and value != BUILTIN_MODEL and value not in BUILTIN_DATASETS and not is_local_path(value):
+        if (
+            value
+            and value != BUILTIN_MODEL
+            and value not in BUILTIN_DATASETS
+            and not is_local_path(value)
+            and run_model_id(value) is None  # an earlier run's policy (run:<id>)
+        ):
             found.append((key, value, kind))
     return found
 

@@ -6,6 +6,7 @@ the spec reads these.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MAX_TEXT = 4096  # the longest text value a key takes (paths, ids, field names); ``name`` takes 200
@@ -13,6 +14,7 @@ BUILTIN_MODEL = "builtin-arith"  # the built-in tiny model (grpo_engine.model.mo
 BUILTIN_DATASET = "builtin-arith"  # the built-in arithmetic questions (grpo_engine.data.builtin_task)
 BUILTIN_WORD_PROBLEMS = "builtin-word-problems"  # generated word problems (grpo_engine.data.word_problems)
 BUILTIN_DATASETS = (BUILTIN_DATASET, BUILTIN_WORD_PROBLEMS)  # the datasets a run reads without a file or a download
+RUN_MODEL_PREFIX = "run:"  # ``model: run:<id>``: the trained policy of an earlier run of this dashboard
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files grpo_engine.data.data reads
 
 # The Launch form's sections, in its order; each key names its own (grpo_engine/spec/keys/, a module a section).
@@ -37,3 +39,13 @@ def shown(value: Any) -> str:
     """A value in an error message: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def run_model_id(value: str) -> int | None:
+    """The run whose trained policy ``value`` names as a model (``run:<id>``), else None.
+
+    >>> run_model_id("run:12"), run_model_id("HuggingFaceTB/SmolLM2-135M-Instruct"), run_model_id("run:x")
+    (12, None, None)
+    """
+    found = re.fullmatch(rf"{RUN_MODEL_PREFIX}(\d+)", value.strip())
+    return int(found.group(1)) if found else None

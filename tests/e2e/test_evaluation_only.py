@@ -1,6 +1,8 @@
-"""Evaluation-only runs end to end (`grpo-dashboard serve` with its embedded worker, driven through gradio_client):
-the preset "Evaluate a model (no training)" from /list_presets evaluates the built-in model once, greedy and sampled,
-and completes with nothing trained; its trained policy is refused by name. (The engine's side:
+"""Evaluation-only runs and runs as models end to end (`grpo-dashboard serve` with its embedded worker, driven through
+gradio_client): the preset "Evaluate a model (no training)" from /list_presets evaluates the built-in model once,
+greedy and sampled, and completes with nothing trained (its trained policy is refused by name); a completed run's
+trained policy, ``model: run:<id>``, is offered by /list_models and evaluated to the accuracy its run ended with; a
+run that does not exist or trained nothing is refused, naming ``model``. (The engine's side:
 tests/engine/train/test_sampled_evaluation.py.)"""
 
 from __future__ import annotations
@@ -12,24 +14,52 @@ from gradio_client.exceptions import AppError
 from grpo_engine.spec.presets import EVALUATE
 from tests.support.servers import clean_env, start_server, wait_finished
 
+pytestmark = pytest.mark.slow
+SHORT = {"steps_per_iteration": 2, "batch_size": 2, "group_size": 4, "eval_every": 2, "max_new_tokens": 24}
 
-@pytest.mark.slow
-def test_the_evaluate_preset_runs_through_the_dashboard(tmp_path, grpo_cache_dir):
-    server, url = start_server(tmp_path / "data", clean_env(grpo_cache_dir))
-    worker_log = tmp_path / "data" / "worker.log"
-    logs = lambda: f"{server.log()}\n--- worker ---\n{worker_log.read_text(errors='replace')}"  # noqa: E731
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory, grpo_cache_dir):
+    data = tmp_path_factory.mktemp("evaluation") / "data"
+    server, url = start_server(data, clean_env(grpo_cache_dir))
+    logs = lambda: f"{server.log()}\n--- worker ---\n{(data / 'worker.log').read_text(errors='replace')}"  # noqa: E731
     try:
-        client = Client(url, verbose=False)
-        (preset,) = [p for p in client.predict(api_name="/list_presets") if p["name"] == EVALUATE]
-        spec = {**preset["spec"], "eval_samples": 2, "max_new_tokens": 24}  # the preset's K 8: 1,600 outputs here
-        run_id = client.predict(spec, api_name="/launch_run")["run_id"]
-        run = wait_finished(client, run_id, logs)
-        assert run["status"] == "completed", f"{run['error']}\n{logs()}"
-        assert (run["step"], run["total_steps"]) == (0, 0)
-        [evaluation] = client.predict(run_id, api_name="/get_metrics")
-        assert evaluation["step"] == 0 and 0.0 <= evaluation["eval/pass@2"] <= 1.0
-        assert evaluation["eval/pass@1"] <= evaluation["eval/pass@2"]
-        with pytest.raises(AppError, match="only evaluated its model"):
-            client.predict(run_id, "model", api_name="/export_run")
+        yield Client(url, verbose=False), logs
     finally:
         server.stop()
+
+
+def finished(client, logs, spec: dict) -> tuple[int, dict]:
+    run_id = client.predict(spec, api_name="/launch_run")["run_id"]
+    run = wait_finished(client, run_id, logs)
+    assert run["status"] == "completed", f"{run['error']}\n{logs()}"
+    return run_id, run
+
+
+def test_the_evaluate_preset_runs_through_the_dashboard(dashboard):
+    client, logs = dashboard
+    (preset,) = [p for p in client.predict(api_name="/list_presets") if p["name"] == EVALUATE]
+    spec = {**preset["spec"], "eval_samples": 2, "max_new_tokens": 24}  # the preset's K 8: 1,600 outputs here
+    run_id, run = finished(client, logs, spec)
+    assert (run["step"], run["total_steps"]) == (0, 0)
+    [evaluation] = client.predict(run_id, api_name="/get_metrics")
+    assert evaluation["step"] == 0 and 0.0 <= evaluation["eval/pass@1"] <= evaluation["eval/pass@2"] <= 1.0
+    with pytest.raises(AppError, match="only evaluated its model"):
+        client.predict(run_id, "model", api_name="/export_run")
+    with pytest.raises(AppError, match=f"model: run:{run_id} names run {run_id}, which only evaluated its model"):
+        client.predict({"model": f"run:{run_id}"}, api_name="/launch_run")
+
+
+def test_a_runs_trained_policy_is_a_model_for_the_next_run(dashboard):
+    client, logs = dashboard
+    trained, _ = finished(client, logs, {**SHORT, "name": "trained"})
+    assert {"model": f"run:{trained}", "name": "trained"} in client.predict(api_name="/list_models")["runs"]
+    again, run = finished(client, logs, {"model": f"run:{trained}", "steps_per_iteration": 0, "max_new_tokens": 24})
+    assert run["config"]["model"] == f"run:{trained}"  # the config keeps the run it started from
+    last = [m for m in client.predict(trained, api_name="/get_metrics") if "eval/accuracy" in m][-1]
+    [evaluation] = client.predict(again, api_name="/get_metrics")
+    assert evaluation["eval/accuracy"] == last["eval/accuracy"]  # the same weights, the same greedy answers
+    with pytest.raises(AppError, match="model: run:99999 names run 99999, which does not exist"):
+        client.predict({"model": "run:99999"}, api_name="/launch_run")
+    with pytest.raises(AppError, match="model: 'run:<id>' names a run's trained policy by the run's number"):
+        client.predict({"model": "run:latest"}, api_name="/launch_run")

@@ -20,6 +20,7 @@ from gradio_client.exceptions import AppError
 from app.core.paths import check_spec_paths
 from app.core.settings import get_settings
 from app.service import api, datasets, previews
+from app.store.db import upgrade_database
 from grpo_engine.spec.config import SpecError
 from grpo_engine.spec.gguf_header import converted_dir
 from tests.support.files import fake_model_dir, write_gguf
@@ -80,10 +81,14 @@ def everything_in(folder: Path) -> list[str]:
 
 @pytest.fixture
 def models_env(settings_env, monkeypatch):
-    """Settings with a small model cap and GRPO_PATH_ROOTS naming another directory; returns the models folder."""
+    """Settings with a small model cap and GRPO_PATH_ROOTS naming another directory, and the data dir's store
+    migrated (the model field also offers completed runs); returns the models folder."""
     monkeypatch.setenv("GRPO_MAX_MODEL_UPLOAD_MB", str(CAP_MB))
     monkeypatch.setenv("GRPO_PATH_ROOTS", str(settings_env / "elsewhere"))
-    return get_settings().models_dir
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade_database(settings.database_url)
+    return settings.models_dir
 
 
 # ---- the models folder is a root -----------------------------------------------------------------------
@@ -146,6 +151,7 @@ def test_a_zipped_model_directory_and_a_gguf_file_are_stored_and_listed(models_e
         (again["name"], "directory"),
     ]
     assert {e["name"]: e["size"] for e in listing["local"]}["my_model"] == stored["size"] > 1000
+    assert listing["runs"] == []  # no run completed in this store
     check_spec_paths({"model": stored["model"]}, get_settings().path_roots)  # a run may name it
 
 

@@ -234,3 +234,16 @@ def test_8bit_adamw_is_refused_naming_optimizer_where_bitsandbytes_is_missing(mo
         validate_spec({"optimizer": "adamw_8bit"})
     assert e.value.key == "optimizer"
     assert validate_spec({"optimizer": "adamw"}).optimizer == "adamw"
+
+
+def test_a_run_as_a_model_is_named_by_its_number_and_only_as_the_policy():
+    from grpo_engine.spec.hub import hub_ids
+
+    spec = validate_spec({"model": "run:12"})
+    assert spec.model == "run:12" and hub_ids(spec.to_dict()) == []  # not a Hub id to ask the Hub about
+    with pytest.raises(SpecError, match="'run:<id>' names a run's trained policy by the run's number") as refused:
+        validate_spec({"model": "run:last"})
+    assert refused.value.key == "model"
+    with pytest.raises(SpecError, match="only model may name a run's trained policy") as refused:
+        validate_spec({"label_completer": "run:3", "supervision": "process", "step_labels": "rollouts"})
+    assert refused.value.key == "label_completer"
