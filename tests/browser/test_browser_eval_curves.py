@@ -1,9 +1,10 @@
 """The Run tab's sampled-evaluation chart in a real browser (Chromium through Playwright), at 1280 x 900 and 1600 x
 1000: a run with eval_samples shows Pass@K and Maj@K against K for its first and latest evaluation, picking another
-evaluation redraws it, and a run without a sampled evaluation shows no such chart.
+evaluation redraws it, a run without a sampled evaluation shows no such chart, and an evaluation-only run
+(steps_per_iteration 0) says so and offers no trained policy.
 
 The server runs without a worker; the runs' metrics are written into its store from this process, the way a worker
-writes them. Screenshots: test-artifacts/eval-curves-WIDTH.png.
+writes them. Screenshots: test-artifacts/eval-curves-WIDTH.png, eval-only-1280.png.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ EVALUATIONS = {  # step -> (pass@k, maj@k) for k in KS: Figure 7's shape, Maj@K 
 }
 
 
-def _record(url: str, name: str, spec: dict, sampled: bool) -> int:
+def _record(url: str, name: str, spec: dict, sampled: bool, steps: int = 9) -> int:
     with session_scope(url) as s:
         run_id = store.create_run(s, validate_spec({**spec, "name": name}).to_dict(), name)
-        for step in range(9):
+        for step in range(steps):
             metrics = {"reward_mean": 0.3 + step / 40, "loss": 0.1}
             if step in EVALUATIONS:
                 passes, majs = EVALUATIONS[step]
@@ -45,6 +46,10 @@ def test_the_run_tab_draws_pass_and_maj_at_k_for_two_evaluations(tmp_path):
     env = server_env(tmp_path, GRPO_EMBEDDED_WORKER="0")
     url_db = env["GRPO_DATABASE_URL"]
     upgrade_database(url_db)
+    evaluate = {"steps_per_iteration": 0, "eval_every": 1, "eval_samples": 8}
+    baseline = _record(url_db, "baseline", evaluate, sampled=True, steps=1)
+    with session_scope(url_db) as s:
+        store.finish_run(s, baseline, "completed")
     _record(url_db, "greedy only", {"steps_per_iteration": 8, "eval_every": 4}, sampled=False)
     _record(url_db, "sampled eval", {"steps_per_iteration": 8, "eval_every": 4, "eval_samples": 8}, sampled=True)
     make_engine(url_db).dispose()
@@ -77,3 +82,13 @@ def test_the_run_tab_draws_pass_and_maj_at_k_for_two_evaluations(tmp_path):
         page.locator("#run-select input").click()  # a run without a sampled evaluation: no such chart
         page.get_by_role("option", name="greedy only").first.click()
         expect(box).to_be_hidden()
+
+        page.locator("#run-select input").click()  # the evaluation-only run: one evaluation, nothing trained
+        page.get_by_role("option", name="baseline").first.click()
+        expect(page.locator("#run-progress")).to_contain_text("evaluation only (steps_per_iteration 0)")
+        expect(page.locator("#eval-first input")).to_have_value("step 0 (before training)")
+        expect(legend).to_have_text(["Pass@K, step 0", "Maj@K, step 0"])
+        expect(page.locator("#export-model")).to_be_disabled()
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.locator("#run-progress").scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts / "eval-only-1280.png"))

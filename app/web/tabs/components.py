@@ -2,9 +2,10 @@
 a component's value when the browser sends it, and the server may have moved the component's choices or bounds
 since; Gradio refuses such an event with an error in the server's log, and the event is lost.
 
-The run pickers: when a run is deleted, the Runs tab's refresh can take it out of the choices before an event sent
-earlier (a tick's redraw) is run. A :class:`RunPicker` hands that listener no pick instead (None; the run left out of a
-multiselect's list), which every listener already handles, and the refresh moves the picker itself.
+The pickers (of runs, of a run's evaluations): when a run is deleted, the Runs tab's refresh can take it out of the
+choices before an event sent earlier (a tick's redraw) is run, and another run picked gives the evaluation pickers
+other steps. A :class:`Picker` hands that listener no pick instead (None; the value left out of a multiselect's list),
+which every listener already handles, and the refresh moves the picker itself.
 
 A subclass rather than a wrapper: Gradio rebuilds a component from its class when an event updates its props (new
 choices or bounds), so only the class carries the behaviour through. Gradio writes a type stub (``components.pyi``) beside
@@ -14,8 +15,9 @@ the module of every component class it sees defined; the stub is generated, so g
 import gradio as gr
 
 
-class RunPicker(gr.Dropdown):
-    """gr.Dropdown whose listeners get no pick, rather than a refusal, for a value no longer among its choices."""
+class Picker(gr.Dropdown):
+    """gr.Dropdown whose listeners get no pick, rather than a refusal, for a value no longer among its choices (the
+    run pickers, the Run tab's evaluation pickers)."""
 
     is_template = True  # the page draws it with gr.Dropdown's own component
 

@@ -225,7 +225,9 @@ def _show_run(run_id, seen, smoothing, picked):
         if same_run and seen[5:] == [recorded]
         else gr.Dropdown(recorded, value=[v for v in picked or [] if v in recorded] if same_run else [])
     )
-    head = (progress_html(run, metrics=metrics), health_html(run["warnings"], len(training_rows(metrics))))
+    evaluation_only = run["config"].get("steps_per_iteration") == 0
+    health = health_html(run["warnings"], len(training_rows(metrics)), evaluation_only=evaluation_only)
+    head = (progress_html(run, metrics=metrics), health)
     if seen is not None and key == list(seen):
         return *head, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), seen, picker, *_button_states(run)
     refreshes = rm_refresh_frame(metrics)

@@ -7,6 +7,7 @@ picks another."""
 import gradio as gr
 
 from app.service import api
+from app.web.tabs.components import Picker
 from app.web.tabs.shared import QUIET, attempt
 from app.web.views.eval_curves import curves_figure, default_pair, evaluations
 
@@ -16,8 +17,8 @@ def build_eval_curves(run_select: gr.Dropdown, charts: gr.Plot) -> None:
     pickers."""
     with gr.Column(visible=False, elem_id="eval-curves") as box:
         with gr.Row():
-            first = gr.Dropdown([], label="Earlier evaluation", elem_id="eval-first", scale=1)
-            second = gr.Dropdown([], label="Later evaluation", elem_id="eval-second", scale=1)
+            first = Picker([], label="Earlier evaluation", elem_id="eval-first", scale=1)
+            second = Picker([], label="Later evaluation", elem_id="eval-second", scale=1)
         plot = gr.Plot(show_label=False, elem_id="eval-curves-plot")
     seen = gr.State(None)  # [run_id, the evaluations' steps] last drawn
     charts.change(
@@ -52,8 +53,8 @@ def _show(run_id, seen, first, second):
         b = b if second is None or (shown and second == shown[-1]) or second not in steps else second
     return (
         gr.Column(visible=True),
-        gr.Dropdown(_choices(steps), value=a),
-        gr.Dropdown(_choices(steps), value=b),
+        Picker(_choices(steps), value=a),
+        Picker(_choices(steps), value=b),
         curves_figure(metrics, a, b),
         [run_id, steps],
     )

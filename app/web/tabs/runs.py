@@ -10,7 +10,7 @@ import gradio as gr
 
 from app.core.run_status import RunStatus
 from app.service import api, manage_api
-from app.web.tabs.components import RunPicker
+from app.web.tabs.components import Picker
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, error_html, fold
 from app.web.views.runs import STATUS_FILTERS, matches, run_choices, runs_table_html
 
@@ -105,7 +105,7 @@ def _build_manage() -> Manage:
     Delete, the delete confirmation and a message line."""
     with fold("Manage a run", elem_id="runs-manage"):  # drawn with the tab: a Manage click's run lands in its picker
         with gr.Row(equal_height=True):
-            select = RunPicker([], value=None, label="Run", elem_id="manage-run", scale=2)
+            select = Picker([], value=None, label="Run", elem_id="manage-run", scale=2)
             name = gr.Textbox(label="Name", max_length=manage_api.NAME_MAX, elem_id="manage-name", scale=2)
             tags = gr.Textbox(
                 label="Tags (comma-separated)", placeholder="baseline, lr-sweep", elem_id="manage-tags", scale=2

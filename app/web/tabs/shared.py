@@ -30,7 +30,7 @@ import gradio as gr
 from app.core import auth
 from app.core.run_status import ACTIVE_STATUSES
 from app.service import api
-from app.web.tabs.components import RunPicker
+from app.web.tabs.components import Picker
 from app.web.views.diagnose import CHART_CLICK_JS
 
 REFRESH_SECONDS = 2.0  # the timer's period while a run is queued or running
@@ -127,9 +127,9 @@ def make_shared(demo: gr.Blocks, tabs: gr.Tabs) -> Shared:
         tabs=tabs,
         timer=gr.Timer(REFRESH_SECONDS, render=False),
         store_seen=gr.State(None, render=False),
-        run_select=RunPicker([], value=None, label="Run", elem_id="run-select", render=False),
-        groups_run_select=RunPicker([], value=None, label="Run", elem_id="groups-run-select", render=False),
-        compare_select=RunPicker([], value=[], multiselect=True, label="Runs", elem_id="compare-runs", render=False),
+        run_select=Picker([], value=None, label="Run", elem_id="run-select", render=False),
+        groups_run_select=Picker([], value=None, label="Run", elem_id="groups-run-select", render=False),
+        compare_select=Picker([], value=[], multiselect=True, label="Runs", elem_id="compare-runs", render=False),
         gradient_chart=gr.HTML(elem_id="gradient-chart", js_on_load=CHART_CLICK_JS, render=False),
     )
 

@@ -257,17 +257,20 @@ def upload_preview_html(result: dict, uploaded: bool = True) -> str:
     )
 
 
-def health_html(warnings: list[dict], steps: int | None = None) -> str:
+def health_html(warnings: list[dict], steps: int | None = None, *, evaluation_only: bool = False) -> str:
     """The Run tab's health badge: "⚠ n warnings" unfolding into each warning (app.service.health: its title, message
     and the steps of its evidence; a click on one draws the metrics that show it, ``data-rule``); without any,
     by the run's ``steps`` of training recorded (None: not counted): "too few steps yet" before the first rule
-    can fire (MIN_STEPS_RECENT), "no warnings so far" before every rule can (MIN_STEPS), else "no warnings".
+    can fire (MIN_STEPS_RECENT), "no warnings so far" before every rule can (MIN_STEPS), else "no warnings"; an
+    ``evaluation_only`` run (steps_per_iteration 0) has no training to judge.
 
     >>> health_html([])
     '<div class="health ok" data-warnings="0">✓ health: no warnings</div>'
     >>> health_html([], 2)
     '<div class="health wait" data-warnings="0" data-state="too-few">… health: too few steps yet (2 training steps; the first rules read 5, the others 10)</div>'
     """
+    if evaluation_only:
+        return '<div class="health ok" data-warnings="0" data-state="no-training">health: evaluation only, no training to judge</div>'
     if not warnings:
         if steps is not None and steps < MIN_STEPS_RECENT:
             return (

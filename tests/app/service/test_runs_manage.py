@@ -383,10 +383,10 @@ def test_an_event_that_read_a_deleted_run_from_a_picker_reaches_its_listener_as_
     """The refresh after a delete took run 2 out of the choices before a tick sent with run 2 picked was run: the
     run pickers hand that tick's listeners None (or the list without run 2) where gr.Dropdown refuses the event,
     and the page still draws them with gr.Dropdown's component."""
-    from app.web.tabs.components import RunPicker
+    from app.web.tabs.components import Picker
 
-    single = RunPicker([("#1 older (completed)", 1)], value=1)
-    several = RunPicker([("#1 older (completed)", 1)], value=[1], multiselect=True)
+    single = Picker([("#1 older (completed)", 1)], value=1)
+    several = Picker([("#1 older (completed)", 1)], value=[1], multiselect=True)
     assert (single.preprocess(2), single.preprocess(1), single.preprocess(None)) == (None, 1, None)
     assert several.preprocess([1, 2]) == [1] and several.preprocess([2]) == []
     assert single.get_block_name() == several.get_block_name() == "dropdown"
