@@ -12,7 +12,7 @@ import threading
 
 from tqdm import tqdm
 
-from grpo_engine.report.recorder import METRIC_REGISTRY
+from grpo_engine.report.metrics import METRIC_REGISTRY
 from workers.recorder import DBRecorder
 
 PROGRESS_METRICS = tuple(m.name for m in METRIC_REGISTRY if m.headline)  # shown next to `train`'s progress bar

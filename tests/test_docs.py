@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.core import reference_docs
-from grpo_engine.report.recorder import METRIC_REGISTRY
+from grpo_engine.report.metrics import METRIC_REGISTRY
 from grpo_engine.spec.config import FIELDS
 from tests.support.servers import ROOT
 from tests.test_layers import APP_FOLDERS, ENGINE_ROOMS, PACKAGES, WEB_FOLDERS

@@ -1,4 +1,4 @@
-"""Metric names come from one place, grpo_engine.report.recorder.METRIC_REGISTRY: every string in the web app, the
+"""Metric names come from one place, grpo_engine.report.metrics.METRIC_REGISTRY: every string in the web app, the
 store, the workers and the CLI that reads as a metric under one of the registry's prefixes (``eval/``, ``groups/``,
 ``rm/``, ...) is a registered metric, a prefix the registry uses, or a member of a registered family
 (``reward/<name>``). A misspelt prefixed metric in a chart, a health rule or a table fails here, not as an empty
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from grpo_engine.report.recorder import METRIC_REGISTRY, family_prefix
+from grpo_engine.report.metrics import METRIC_REGISTRY, family_prefix
 from tests.support.servers import ROOT
 
 NAMES = {m.name for m in METRIC_REGISTRY}

@@ -1,7 +1,7 @@
 """The reference pages generated from the code's own definitions, so they cannot drift from it:
 
 - ``docs/run-spec.md`` from ``RunSpec`` (grpo_engine.spec.config.FIELDS: type, default, bounds, choices, note, help);
-- ``docs/metrics.md`` from the metric registry (grpo_engine.report.recorder.METRIC_REGISTRY);
+- ``docs/metrics.md`` from the metric registry (grpo_engine.report.metrics.METRIC_REGISTRY);
 - ``docs/settings.md`` from the settings table in app/core/settings.py's docstring;
 - ``docs/gpu-memory.md`` from the launch-time memory estimate (grpo_engine.spec.memory), over model sizes, GPU
   memories and counts, full fine-tune and LoRA.
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from app.core import settings
-from grpo_engine.report.recorder import METRIC_REGISTRY
+from grpo_engine.report.metrics import METRIC_REGISTRY
 from grpo_engine.spec.config import FIELDS, NOT_EMPTY
 from grpo_engine.spec.keys.field import Field
 from grpo_engine.spec.memory import estimate_memory, lora_trainable_params
@@ -114,7 +114,7 @@ def metrics_markdown() -> str:
     lines = ["| metric | panel | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{m.name}` | {m.panel or 'other'} | {_cell(m.meaning)} |" for m in METRIC_REGISTRY]
     return (
-        GENERATED.format(source="METRIC_REGISTRY (grpo_engine/report/recorder.py)")
+        GENERATED.format(source="METRIC_REGISTRY (grpo_engine/report/metrics.py)")
         + METRICS_INTRO
         + "\n".join(lines)
         + "\n"

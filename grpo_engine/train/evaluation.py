@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from grpo_engine.report.recorder import EVAL_METRICS
+from grpo_engine.report.metrics import EVAL_METRICS
 from grpo_engine.rewards.rewards import outcome_reward
 from grpo_engine.rewards.sampled_eval import read_outputs, sampled_sums
 from grpo_engine.rollout.outputs import completion_texts, encode_prompts
@@ -113,7 +113,7 @@ def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> 
     answer in the strict form (eval/format). An output stating one has the same verdict under both rules. Each
     output is read as a step's verifier reads it (rewards.outcome_reward, whose reading the groups record).
 
-    >>> from grpo_engine.report.recorder import EVAL_METRICS
+    >>> from grpo_engine.report.metrics import EVAL_METRICS
     >>> scores = eval_scores(["3 + 5 = 8 apples.", "#### 14", "#### 9", "no idea"], ["8", "14", "7", "3"], "flexible")
     >>> [scores[k] for k in EVAL_METRICS]
     [0.5, 0.25, 0.5, 0.5]

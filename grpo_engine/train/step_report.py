@@ -38,7 +38,7 @@ def token_view(old_logp, ref_logp, stats: dict) -> dict[str, torch.Tensor | None
 
 
 def step_metrics(learner: Learner, s: Sampled, scored: Scored, sums: dict) -> dict[str, float]:
-    """5. the step's metrics (recorder.METRICS); with several processes, over the whole batch (values gathered
+    """5. the step's metrics (metrics.METRICS); with several processes, over the whole batch (values gathered
     in rank order, sums added up)."""
     procs, mu = learner.procs, learner.spec.policy_updates_per_batch
     totals = procs.sum(sums["per_update"] + [sums["entropy"], sums["tokens"]])

@@ -19,7 +19,7 @@ from gradio_client.exceptions import AppError
 
 from app import store
 from app.store.db import session_scope
-from grpo_engine.report.recorder import EVAL_METRICS, METRICS
+from grpo_engine.report.metrics import EVAL_METRICS, METRICS
 from tests.support.servers import (
     REDIS_URL,
     Process,

@@ -7,7 +7,7 @@ import time
 
 from app import store
 from app.store.db import session_scope
-from grpo_engine.report.recorder import EVAL_METRICS
+from grpo_engine.report.metrics import EVAL_METRICS
 from grpo_engine.spec.config import validate_spec
 from workers.recorder import interrupt
 from workers.runner import execute_run

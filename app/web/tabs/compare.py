@@ -7,7 +7,7 @@ from app.service import api
 from app.web.tabs.shared import PRIVATE, Shared, attempt, error_html
 from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, compare_figure
 from app.web.views.run import config_diff_html
-from grpo_engine.report.recorder import METRICS, RM_METRICS
+from grpo_engine.report.metrics import METRICS, RM_METRICS
 
 PICK_RUNS = '<div class="compare-note">Pick runs to compare.</div>'  # the chart's frame stays hidden until then
 

@@ -1,7 +1,7 @@
 """The dashboard's charts: plotly figures drawn from a run's metric rows (app.service.api.get_metrics), nothing else.
 
 :func:`metrics_figure` is the Run tab's chart: one panel per group of metrics (the ``panel`` of each entry of
-grpo_engine.report.recorder.METRIC_REGISTRY, where ``reward/<name>`` stands for every recorded ``reward/...`` metric; a
+grpo_engine.report.metrics.METRIC_REGISTRY, where ``reward/<name>`` stands for every recorded ``reward/...`` metric; a
 recorded metric the registry does not name goes to "other"), two panels
 a row, each with its own legend to its right, all on one step axis. Only panels with something recorded are
 drawn; shares (metrics named ``*_frac``, ``*accuracy*`` or ``eval/*``) are drawn on a fixed 0 to 1 axis so that their height
@@ -18,7 +18,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from grpo_engine.report.recorder import METRIC_REGISTRY, family_prefix
+from grpo_engine.report.metrics import METRIC_REGISTRY, family_prefix
 
 # The Run tab's panels: (title, metric names), in registry order. A recorded metric in no panel goes to "other".
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(

@@ -15,7 +15,7 @@ from app.web.views.charts import (
     recorded_metrics,
     series_weight,
 )
-from grpo_engine.report.recorder import EVAL_METRICS, METRIC_REGISTRY
+from grpo_engine.report.metrics import EVAL_METRICS, METRIC_REGISTRY
 
 
 def _rows(n: int = 4, **extra) -> list[dict]:

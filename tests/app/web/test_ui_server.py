@@ -25,7 +25,8 @@ from app.store.db import make_engine, session_scope, upgrade_database
 from app.web.views.charts import PANELS, compare_figure, ema, metrics_figure
 from app.web.views.group import group_html, token_span
 from app.web.views.run import RM_TABLE, config_diff_html, progress_html, rm_refresh_frame
-from grpo_engine.report.recorder import METRIC_REGISTRY, GroupRecord, SampleRecord
+from grpo_engine.report.metrics import METRIC_REGISTRY
+from grpo_engine.report.recorder import GroupRecord, SampleRecord
 from tests.support.servers import ROOT, running_server, server_env
 
 QUEUE = "grpo-ui-test"

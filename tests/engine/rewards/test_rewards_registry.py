@@ -10,7 +10,7 @@ import pytest
 
 from app.web.views.charts import chart_panels
 from app.web.views.reading import components_html
-from grpo_engine.report.recorder import METRICS
+from grpo_engine.report.metrics import METRICS
 from grpo_engine.rewards.builtin_rewards import (
     BUILTINS,
     accuracy_reward,

@@ -16,7 +16,8 @@ from grpo_engine.algo.objective import process_advantages
 from grpo_engine.data.builtin_task import check_step
 from grpo_engine.data.data import format_prompt, load_dataset
 from grpo_engine.model.model import load_policy, resolve_model_path
-from grpo_engine.report.recorder import EVAL_METRICS, METRICS, RM_METRICS, MemoryRecorder
+from grpo_engine.report.metrics import EVAL_METRICS, METRICS, RM_METRICS
+from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rewards.rewards import outcome_reward
 from grpo_engine.rm import rm_training
 from grpo_engine.rm.reward_model import accuracy, fit, load_reward_model, replay_mix

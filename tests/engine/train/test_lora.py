@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_engine.model.model import builtin_model_dir, load_policy
-from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
+from grpo_engine.report.metrics import EVAL_METRICS, METRICS
+from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rollout import sampling
 from grpo_engine.rollout.outputs import token_logprobs
 from grpo_engine.rollout.tokenization import completion_mask

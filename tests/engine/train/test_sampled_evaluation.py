@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_engine.report.recorder import EVAL_METRICS, MemoryRecorder
+from grpo_engine.report.metrics import EVAL_METRICS
+from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rewards.sampled_eval import ks_up_to
 from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.train.evaluation import eval_summary

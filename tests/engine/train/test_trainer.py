@@ -13,7 +13,8 @@ import torch
 from grpo_engine.algo.objective import ADV_EPS, process_advantages
 from grpo_engine.data.builtin_task import check_step
 from grpo_engine.data.data import format_prompt
-from grpo_engine.report.recorder import EVAL_METRICS, METRICS, MemoryRecorder
+from grpo_engine.report.metrics import EVAL_METRICS, METRICS
+from grpo_engine.report.recorder import MemoryRecorder
 from grpo_engine.rewards.rewards import final_answer, outcome_reward
 from grpo_engine.rollout.tokenization import step_boundaries
 from grpo_engine.spec.config import validate_spec
