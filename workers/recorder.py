@@ -29,7 +29,7 @@ from collections.abc import Callable
 from app import store
 from app.core.settings import get_settings
 from app.store.db import session_scope
-from grpo_engine.report.recorder import GroupRecord, Recorder
+from grpo_engine.report.recorder import EvalQuestion, GroupRecord, Recorder
 from grpo_engine.report.trackers import TrackerRecorder
 from grpo_engine.spec.config import RunSpec
 
@@ -67,6 +67,7 @@ class DBRecorder(Recorder):
         self.stop_reason: str | None = None  # "cancel", "pause" or "lost" once should_stop() said so
         self._last_poll = float("-inf")
         self._pending_groups: tuple[int, list[dict]] | None = None  # (step, groups) until step() comes
+        self._pending_evaluation: tuple[int, list[dict]] | None = None  # (step, questions) until step() comes
         self._phase_written: tuple[str | None, float] = (None, float("-inf"))  # the last phase written, and when
         self._held_phase: tuple[str, int | None, int | None] | None = None  # a newer count of it, not yet written
         self._writer = _Writer(database_url) if background else None
@@ -126,12 +127,16 @@ class DBRecorder(Recorder):
         self._write(lambda s: store.append_log(s, self.run_id, message))
 
     def step(self, step: int, iteration: int, metrics: dict[str, float]) -> None:
-        """The step's metrics, and the groups reported for it, in one transaction (which also renews the lease)."""
+        """The step's metrics, and the groups and the evaluation reported for it, in one transaction (which also
+        renews the lease)."""
         pending, self._pending_groups = self._pending_groups, None
+        evaluated, self._pending_evaluation = self._pending_evaluation, None
 
         def write(s) -> None:
             if pending is not None and pending[0] == step:
                 store.record_groups(s, self.run_id, step, pending[1])
+            if evaluated is not None and evaluated[0] == step:
+                store.record_evaluation(s, self.run_id, step, evaluated[1])
             store.record_step(s, self.run_id, step, iteration, metrics, worker=self.worker)
 
         self._write(write)
@@ -142,6 +147,10 @@ class DBRecorder(Recorder):
             orphan = self._pending_groups
             self._write(lambda s: store.record_groups(s, self.run_id, *orphan))
         self._pending_groups = (step, [g.to_dict() for g in groups])
+
+    def evaluation(self, step: int, questions: list[EvalQuestion]) -> None:
+        """Held until the step's metrics come (the engine reports the evaluation first), then written with them."""
+        self._pending_evaluation = (step, [q.to_dict() for q in questions])
 
     def should_stop(self) -> bool | str:
         """Why the run should stop now, or False: "lost" (another worker took the run over), "pause"

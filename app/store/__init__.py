@@ -2,10 +2,12 @@
 
 ``runs``: a run's life cycle and lease, and the workers; ``records``: a run's metrics and logs; ``groups``: its
 sampled groups and their samples; ``manage``: what users do to runs (rename, notes and tags, archive, delete);
-``search``: finding samples across a run, and one question through time. Callers use them through this package:
+``search``: finding samples across a run, and one question through time; ``evaluations``: each evaluation's
+held-out questions and outputs. Callers use them through this package:
 ``store.create_run(s, ...)``.
 """
 
+from app.store.evaluations import eval_results, eval_steps, record_evaluation
 from app.store.groups import (
     EXPORT_COLUMNS,
     GROUP_ORDERS,
@@ -51,6 +53,8 @@ __all__ = [
     "claim_run",
     "create_run",
     "default_run_name",
+    "eval_results",
+    "eval_steps",
     "finish_run",
     "get_group",
     "get_logs",
@@ -65,6 +69,7 @@ __all__ = [
     "live_workers",
     "mark_running",
     "record_checkpoint",
+    "record_evaluation",
     "record_groups",
     "record_step",
     "renew_lease",

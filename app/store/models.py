@@ -223,3 +223,24 @@ class IdHighWater(Base):
 
     name: Mapped[str] = mapped_column(Text, primary_key=True)  # the table: "runs"
     value: Mapped[int]
+
+
+class EvalResult(Base):
+    """One held-out question at one evaluation of a run: its greedy output, read as the verifier reads it, and the
+    eval_samples sampled outputs (JSON: completion, answer, answer_rule, correct, formatted each)."""
+
+    __tablename__ = "eval_results"
+    __table_args__ = (Index("ix_eval_results_run_id_step", "run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int]  # the evaluation's step (0: before training)
+    question_index: Mapped[int]  # its place in the run's held-out split
+    question: Mapped[str] = mapped_column(Text)
+    reference: Mapped[str] = mapped_column(Text)
+    completion: Mapped[str] = mapped_column(Text)  # the greedy output
+    answer: Mapped[str | None] = mapped_column(Text)  # the final answer read from it (null: none)
+    answer_rule: Mapped[str] = mapped_column(String(16))  # gsm8k, boxed, number or none
+    correct: Mapped[bool]
+    formatted: Mapped[bool]
+    samples: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # the sampled outputs (null: greedy only)

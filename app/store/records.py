@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from app.store.models import Group, Metric, Run, RunLog
+from app.store.models import EvalResult, Group, Metric, Run, RunLog
 from app.store.runs import UPSERT, LeaseLost, renew_lease
 
 # The tables a worker writes every step, for Core statements (no ORM unit of work on the hot path)
@@ -34,6 +34,7 @@ def truncate_after(s: Session, run_id: int, step: int) -> None:
     """Forget what a run recorded after ``step`` (training resumes from there and records it again)."""
     s.execute(delete(Metric).where(Metric.run_id == run_id, Metric.step > step))
     s.execute(delete(Group).where(Group.run_id == run_id, Group.step > step))
+    s.execute(delete(EvalResult).where(EvalResult.run_id == run_id, EvalResult.step > step))
     s.execute(update(Run).where(Run.id == run_id).values(step=step))
 
 

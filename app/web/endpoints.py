@@ -4,7 +4,7 @@
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
 ``/upload_model``, ``/list_models``,
 ``/preview_rewards``, ``/preview_prompt``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
-the diagnosis ``/search_samples``, ``/question_history`` wrap app.service.api (and app.service.manage_api, app.service.exports,
+the diagnosis ``/search_samples``, ``/question_history``, the evaluations ``/list_eval_results``, ``/compare_evals`` wrap app.service.api (and app.service.manage_api, app.service.exports,
 app.service.datasets, app.service.previews, app.service.diagnose_api) one to one; a refused request reaches the client as gr.Error with
 its reason. app.web.ui registers :data:`ENDPOINTS` under their function names.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from app.service import api, datasets, diagnose_api, exports, manage_api, previews
+from app.service import api, datasets, diagnose_api, evaluations, exports, manage_api, previews
 from app.web.tabs.shared import call_api
 
 
@@ -215,6 +215,32 @@ def question_history(run_id: int, question: str, other_runs: bool = True) -> dic
     return call_api(diagnose_api.question_history, run_id, question, other_runs)
 
 
+def list_eval_results(run_id: int, step: int | None = None) -> dict:
+    """One evaluation of a run question by question (step None: its latest). Returns {run_id, step, steps,
+    questions}: steps every evaluation the run recorded; questions in held-out order, each {index, question,
+    reference, greedy, samples}, an output {completion, answer (the final answer the verifier read, None: none),
+    answer_rule (gsm8k, boxed, number or none), correct, formatted}, samples the eval_samples sampled outputs."""
+    return call_api(evaluations.list_eval_results, run_id, step)
+
+
+def compare_evals(
+    run_id: int,
+    step: int | None = None,
+    other_run_id: int | None = None,
+    other_step: int | None = None,
+    flip: str = "changed",
+    text: str = "",
+) -> dict:
+    """Two evaluations compared question by question: run_id at step (None: its first) against other_run_id (None:
+    the same run) at other_step (None: its latest), questions matched by their text. flip: changed (gained or lost),
+    gained (wrong then right), lost (right then wrong), unchanged or all; text: a case-insensitive substring of the
+    question or either greedy output. Returns {first: {run_id, step}, second, counts: {gained, lost, right both,
+    wrong both, only first, only second}, rows}, each row {index, question, reference, flip, first, second}, first
+    and second {greedy, samples} as /list_eval_results gives them."""
+    request = {"other_run_id": other_run_id, "other_step": other_step, "flip": flip, "text": text}
+    return call_api(evaluations.compare_evals, run_id, step, **request)
+
+
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
 ENDPOINTS = (
     launch_run,
@@ -241,4 +267,6 @@ ENDPOINTS = (
     delete_run,
     search_samples,
     question_history,
+    list_eval_results,
+    compare_evals,
 )

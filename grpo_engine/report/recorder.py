@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -100,6 +100,38 @@ class GroupRecord:
         }
 
 
+@dataclass
+class EvalOutput:
+    """One output to a held-out question, as the verifier read it under the run's answer_match."""
+
+    completion: str  # decoded text (without padding / end token)
+    answer: str | None  # the final answer read (None: none)
+    answer_rule: str  # the form that held it: gsm8k, boxed, number or none (rewards.FORM_WORDS)
+    correct: bool  # the answer matches the reference
+    formatted: bool  # an answer is stated in the strict form ('####' line or \\boxed{}), right or wrong
+
+
+@dataclass
+class EvalQuestion:
+    """One held-out question at one evaluation: its greedy output and the eval_samples sampled ones."""
+
+    index: int  # its place in the run's held-out split
+    question: str
+    reference: str
+    greedy: EvalOutput
+    samples: list[EvalOutput] = field(default_factory=list)  # eval_samples K of them (none: greedy only)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dicts (the store's rows, JSON between processes)."""
+        return {
+            "index": self.index,
+            "question": self.question,
+            "reference": self.reference,
+            "greedy": asdict(self.greedy),
+            "samples": [asdict(o) for o in self.samples],
+        }
+
+
 class Recorder:
     """Receives the engine's events. Every method is optional; the defaults do nothing."""
 
@@ -135,6 +167,10 @@ class Recorder:
 
     def groups(self, step: int, groups: list[GroupRecord]) -> None:
         """Every group sampled at ``step``, with rewards and per-token advantages."""
+
+    def evaluation(self, step: int, questions: list[EvalQuestion]) -> None:
+        """Every held-out question's outputs at the evaluation of ``step`` (0: before training), reported before the
+        step's metrics."""
 
     def should_stop(self) -> bool | str:
         """Polled at each step boundary. False goes on; a truthy value ends the run early:
@@ -175,6 +211,7 @@ class MemoryRecorder(Recorder):
         self.messages: list[str] = []
         self.metrics: list[dict[str, float]] = []
         self.group_log: dict[int, list[GroupRecord]] = {}
+        self.eval_log: dict[int, list[EvalQuestion]] = {}
 
     def start(self, total_steps: int) -> None:
         self.total_steps = total_steps
@@ -187,3 +224,6 @@ class MemoryRecorder(Recorder):
 
     def groups(self, step: int, groups: list[GroupRecord]) -> None:
         self.group_log[step] = groups
+
+    def evaluation(self, step: int, questions: list[EvalQuestion]) -> None:
+        self.eval_log[step] = questions

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from grpo_engine.report.recorder import GroupRecord, Recorder, TrainStatus
+from grpo_engine.report.recorder import EvalQuestion, GroupRecord, Recorder, TrainStatus
 
 logger = logging.getLogger("grpo.trackers")
 
@@ -355,6 +355,9 @@ class TrackerRecorder(Recorder):
         if self.trackers:
             rows = group_rows(step, groups)
             self._each(lambda t: t.table(step, rows))
+
+    def evaluation(self, step: int, questions: list[EvalQuestion]) -> None:
+        self.inner.evaluation(step, questions)
 
     def should_stop(self) -> bool | str:
         reason = self.inner.should_stop()

@@ -1,9 +1,10 @@
-"""The held-out evaluation: greedy outputs to the held-out questions (``evaluate``), scored under both answer rules
-with the share stating an answer in the strict form (``eval_scores``: EVAL_METRICS), and its log line
-(``eval_summary``); ``heldout_metrics`` runs it on each process's share of the questions and adds their counts.
+"""The held-out evaluation: greedy outputs to the held-out questions (``evaluate``), each read as the verifier reads
+it (``eval_output``: every question's outputs are recorded), scored under both answer rules with the share stating
+an answer in the strict form (``eval_scores``: EVAL_METRICS), and its log line (``eval_summary``);
+``heldout_metrics`` runs it on each process's share of the questions and adds their counts.
 
-With ``eval_samples`` K > 0, ``sampled_sums`` also samples K outputs per question at ``eval_temperature`` and scores
-them as pass@k and maj@k (grpo_engine.rewards.sampled_eval). Its sampling draws from a random stream of its own,
+With ``eval_samples`` K > 0, ``evaluate`` also samples K outputs per question at ``eval_temperature``, scored as
+pass@k and maj@k (grpo_engine.rewards.sampled_eval). Its sampling draws from a random stream of its own,
 seeded by the run's seed and the step (``eval_seed``), so a sampled evaluation leaves the training's stream as it was:
 the same spec trains the same steps with or without it, and a resumed run evaluates as the straight one did.
 """
@@ -13,8 +14,9 @@ from __future__ import annotations
 import torch
 
 from grpo_engine.report.metrics import EVAL_METRICS
-from grpo_engine.rewards.rewards import outcome_reward
-from grpo_engine.rewards.sampled_eval import read_outputs, sampled_sums
+from grpo_engine.report.recorder import EvalOutput, EvalQuestion
+from grpo_engine.rewards.rewards import final_answer, outcome_reward, reading_reward
+from grpo_engine.rewards.sampled_eval import Reading, sampled_sums
 from grpo_engine.rollout.outputs import completion_texts, encode_prompts
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
@@ -23,49 +25,54 @@ from grpo_engine.train.learner import Learner
 EVAL_BATCH = 256
 
 
-@torch.no_grad()
-def evaluate(
-    policy, tokenizer, prompt, examples: list[dict], *, max_new_tokens: int, device, match: str = "strict"
-) -> dict[str, float]:
-    """The held-out greedy evaluation of ``examples``: EVAL_METRICS as shares of them (eval_scores), the run's
-    accuracy under ``match`` (RunSpec.answer_match)."""
-    policy.eval()
+def _decoded(policy, tokenizer, prompt, questions: list[str], *, repeat: int, max_new_tokens: int, device, **how):
+    """Outputs to ``questions`` (``repeat`` each, in order), decoded, in batches of at most EVAL_BATCH rows."""
     texts: list[str] = []
-    for i in range(0, len(examples), EVAL_BATCH):
-        chunk = examples[i : i + EVAL_BATCH]
-        prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
-        comps = generate(policy, tokenizer, prompts, repeat=1, max_new_tokens=max_new_tokens, greedy=True)
+    per_batch = max(1, EVAL_BATCH // repeat)
+    for i in range(0, len(questions), per_batch):
+        prompts = encode_prompts(tokenizer, questions[i : i + per_batch], device, prompt)
+        comps = generate(policy, tokenizer, prompts, repeat=repeat, max_new_tokens=max_new_tokens, **how)
         texts += completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
-    return eval_scores(texts, [e["answer"] for e in examples], match)
+    return texts
 
 
 @torch.no_grad()
-def sampled_evaluation(policy, tokenizer, prompt, examples: list[dict], *, spec, device, seed: int) -> dict[str, float]:
-    """The sampled evaluation of ``examples``: ``spec.eval_samples`` outputs each at ``spec.eval_temperature``, drawn
-    from a random stream seeded with ``seed`` (the caller's stream untouched); eval/pass@k and eval/maj@k summed over
-    the questions (sampled_eval.sampled_sums)."""
+def evaluate(policy, tokenizer, prompt, examples: list[dict], *, spec, device, seed: int) -> list[EvalQuestion]:
+    """The held-out evaluation of ``examples`` (``index`` their places in the held-out split): each one's greedy
+    output and, with ``spec.eval_samples`` K, K outputs sampled at ``spec.eval_temperature`` from a random stream
+    seeded with ``seed`` (the caller's stream untouched), each read under ``spec.answer_match``."""
     policy.eval()
-    k, readings = spec.eval_samples, []
-    per_chunk = max(1, EVAL_BATCH // k)  # questions per batch: at most EVAL_BATCH sampled rows at once
-    devices = [device] if torch.device(device).type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        for i in range(0, len(examples), per_chunk):
-            chunk = examples[i : i + per_chunk]
-            prompts = encode_prompts(tokenizer, [e["question"] for e in chunk], device, prompt)
-            comps = generate(
-                policy,
-                tokenizer,
-                prompts,
-                repeat=k,
-                max_new_tokens=spec.max_new_tokens,
-                greedy=False,
-                temperature=spec.eval_temperature,
-            )
-            texts = completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
-            for j, example in enumerate(chunk):
-                readings.append(read_outputs(texts[j * k : (j + 1) * k], example["answer"], spec.answer_match))
-    return sampled_sums(readings, k)
+    questions = [e["question"] for e in examples]
+    length = {"max_new_tokens": spec.max_new_tokens, "device": device}
+    greedy = _decoded(policy, tokenizer, prompt, questions, repeat=1, greedy=True, **length)
+    k, sampled = spec.eval_samples, []
+    if k:
+        devices = [device] if torch.device(device).type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            how = {"greedy": False, "temperature": spec.eval_temperature}
+            sampled = _decoded(policy, tokenizer, prompt, questions, repeat=k, **how, **length)
+    return [
+        EvalQuestion(
+            index=e["index"],
+            question=e["question"],
+            reference=e["answer"],
+            greedy=eval_output(greedy[j], e["answer"], spec.answer_match),
+            samples=[eval_output(t, e["answer"], spec.answer_match) for t in sampled[j * k : (j + 1) * k]],
+        )
+        for j, e in enumerate(examples)
+    ]
+
+
+def eval_output(text: str, reference: str, match: str) -> EvalOutput:
+    """An output as the verifier reads it under ``match`` (rewards.final_answer, reading_reward).
+
+    >>> eval_output("3 + 5 = 8 apples.", "8", "flexible")
+    EvalOutput(completion='3 + 5 = 8 apples.', answer='8', answer_rule='number', correct=True, formatted=False)
+    """
+    answer, rule = final_answer(text, match)
+    verdict = reading_reward((answer, rule), reference)[1]
+    return EvalOutput(text, answer, rule, verdict["correct"] == 1.0, verdict["formatted"] == 1.0)
 
 
 def eval_seed(seed: int, step: int, rank: int) -> int:
@@ -78,33 +85,26 @@ def eval_seed(seed: int, step: int, rank: int) -> int:
     return ((seed + 1) * 1_000_003 + step) * 1_009 + rank  # a process's rank is below 1,009
 
 
-def heldout_metrics(learner: Learner, heldout: list[dict], step: int) -> dict[str, float]:
-    """Every process calls it: the held-out evaluation's EVAL_METRICS for ``learner``'s policy at ``step`` and, with
-    ``eval_samples``, its pass@k and maj@k. Each process evaluates every n-th question, and the shares are of all
-    the held-out questions (each process's counts summed)."""
+def heldout_metrics(learner: Learner, heldout: list[dict], step: int) -> tuple[dict[str, float], list[EvalQuestion]]:
+    """Every process calls it: the held-out evaluation at ``step`` of ``learner``'s policy, as metrics (EVAL_METRICS
+    and, with ``eval_samples``, pass@k and maj@k) and every question's outputs, on every process. Each process
+    evaluates every n-th question; the shares are of all the held-out questions (each process's counts summed)."""
     procs, spec = learner.procs, learner.spec
-    mine = heldout[procs.rank :: procs.n]
+    mine = [{**e, "index": i} for i, e in enumerate(heldout)][procs.rank :: procs.n]
     with learner.gathered():
-        policy = learner.unwrapped()
-        shares = evaluate(
-            policy,
-            learner.tokenizer,
-            learner.prompt,
-            mine,
-            max_new_tokens=spec.max_new_tokens,
-            device=learner.dev,
-            match=spec.answer_match,
+        seed = eval_seed(spec.seed, step, procs.rank)
+        evaluated = evaluate(
+            learner.unwrapped(), learner.tokenizer, learner.prompt, mine, spec=spec, device=learner.dev, seed=seed
         )
-        sampled = {}
-        if spec.eval_samples:
-            seed = eval_seed(spec.seed, step, procs.rank)
-            sampled = sampled_evaluation(
-                policy, learner.tokenizer, learner.prompt, mine, spec=spec, device=learner.dev, seed=seed
-            )
+    shares = eval_scores([q.greedy.completion for q in evaluated], [e["answer"] for e in mine], spec.answer_match)
     counts = procs.sum([shares[k] * len(mine) for k in EVAL_METRICS])
     metrics = {k: c / max(1, len(heldout)) for k, c in zip(EVAL_METRICS, counts, strict=True)}
-    sums = procs.sum(list(sampled.values()))
-    return metrics | {k: total / max(1, len(heldout)) for k, total in zip(sampled, sums, strict=True)}
+    if spec.eval_samples:
+        readings = [[Reading(o.answer, o.correct) for o in q.samples] for q in evaluated]
+        sampled = sampled_sums(readings, spec.eval_samples)
+        sums = procs.sum(list(sampled.values()))
+        metrics |= {k: total / max(1, len(heldout)) for k, total in zip(sampled, sums, strict=True)}
+    return metrics, sorted(procs.gather(evaluated), key=lambda q: q.index)
 
 
 def eval_scores(texts: list[str], answers: list[str], match: str = "strict") -> dict[str, float]:

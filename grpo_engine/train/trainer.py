@@ -192,7 +192,9 @@ class TrainingRun:
             )
         if self.spec.eval_every:
             self.recorder.phase("evaluating")
-            metrics.update(heldout_metrics(self.learner, self.heldout, 0))
+            evaluated, questions = heldout_metrics(self.learner, self.heldout, 0)
+            metrics.update(evaluated)
+            self.recorder.evaluation(0, questions)
             self.recorder.log(f"step 0: {eval_summary(metrics)}")
         if metrics:
             self.recorder.step(0, 0, metrics)
@@ -220,7 +222,9 @@ class TrainingRun:
         if spec.eval_every and (step % spec.eval_every == 0 or step == spec.total_steps):
             t_eval = time.time()
             self.recorder.phase("evaluating")
-            metrics.update(heldout_metrics(self.learner, self.heldout, step))
+            evaluated, questions = heldout_metrics(self.learner, self.heldout, step)
+            metrics.update(evaluated)
+            self.recorder.evaluation(step, questions)
             metrics["time/eval"] = time.time() - t_eval
         # RM refresh (Algorithm 1) at the end of every iteration but the last, after which nothing uses the RM
         if self.rm is not None and step == iteration * spec.steps_per_iteration and iteration < spec.iterations:

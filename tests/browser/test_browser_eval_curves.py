@@ -1,10 +1,12 @@
 """The Run tab's sampled-evaluation chart in a real browser (Chromium through Playwright), at 1280 x 900 and 1600 x
 1000: a run with eval_samples shows Pass@K and Maj@K against K for its first and latest evaluation, picking another
-evaluation redraws it, a run without a sampled evaluation shows no such chart, and an evaluation-only run
-(steps_per_iteration 0) says so and offers no trained policy.
+evaluation redraws it; the questions that flipped between the two are listed, folded, unfolding into both outputs side
+by side, and filter by flip and by text; a run without a sampled evaluation shows no Pass@K chart, and an
+evaluation-only run (steps_per_iteration 0) says so and offers no trained policy.
 
 The server runs without a worker; the runs' metrics are written into its store from this process, the way a worker
-writes them. Screenshots: test-artifacts/eval-curves-WIDTH.png, eval-only-1280.png.
+writes them, with their questions. Screenshots: test-artifacts/eval-curves-WIDTH.png, eval-flips-WIDTH.png,
+eval-only-1280.png.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from playwright.sync_api import expect
 
 from app import store
 from app.store.db import make_engine, session_scope, upgrade_database
+from grpo_engine.report.recorder import EvalOutput, EvalQuestion
 from grpo_engine.spec.config import validate_spec
 from tests.support.servers import ROOT, browser_page, running_server, server_env
 
@@ -23,6 +26,23 @@ EVALUATIONS = {  # step -> (pass@k, maj@k) for k in KS: Figure 7's shape, Maj@K 
     4: ((0.31, 0.42, 0.53, 0.63), (0.31, 0.31, 0.40, 0.46)),
     8: ((0.38, 0.47, 0.56, 0.64), (0.38, 0.38, 0.49, 0.55)),
 }
+
+
+QUESTION = "Mia has 7 marbles and buys 5 more. How many marbles does Mia have now?"
+RIGHT = EvalOutput("Mia has 7 + 5 = 12 marbles now.\n#### 12", "12", "gsm8k", True, True)
+WRONG = EvalOutput("Mia has 7 marbles and buys 5 more, so she has 11 marbles in all now.", "11", "number", False, False)
+
+
+def _questions(step: int) -> list[dict]:
+    """Six held-out questions: the first wrong at step 0 and right at step 8 (gained), the second the other way."""
+    gained = {0: WRONG, 4: RIGHT, 8: RIGHT}[step]
+    lost = {0: RIGHT, 4: RIGHT, 8: WRONG}[step]
+    rows = [
+        EvalQuestion(0, QUESTION, "12", gained, [RIGHT, WRONG, RIGHT]),
+        EvalQuestion(1, "Omar had 9 cards and gave 4 away. How many are left?", "5", lost, [WRONG, WRONG, RIGHT]),
+    ]
+    rows += [EvalQuestion(i, f"Question {i}: 2 + {i}?", str(2 + i), RIGHT, [RIGHT] * 3) for i in range(2, 6)]
+    return [q.to_dict() for q in rows]  # fmt: skip
 
 
 def _record(url: str, name: str, spec: dict, sampled: bool, steps: int = 9) -> int:
@@ -36,6 +56,7 @@ def _record(url: str, name: str, spec: dict, sampled: bool, steps: int = 9) -> i
                 if sampled:
                     metrics |= {f"eval/pass@{k}": v for k, v in zip(KS, passes, strict=True)}
                     metrics |= {f"eval/maj@{k}": v for k, v in zip(KS, majs, strict=True)}
+                    store.record_evaluation(s, run_id, step, _questions(step))
             store.record_step(s, run_id, step, 1, metrics)
     return run_id
 
@@ -75,13 +96,39 @@ def test_the_run_tab_draws_pass_and_maj_at_k_for_two_evaluations(tmp_path):
             box.scroll_into_view_if_needed()
             page.screenshot(path=str(artifacts / f"eval-curves-{width}.png"))
 
+            flips = page.locator("#eval-flips")  # the questions that changed, folded; one unfolded
+            expect(flips.locator(".eval-counts")).to_contain_text("wrong → right 1 · right → wrong 1")
+            expect(flips.locator(".eval-flip")).to_have_count(2)
+            row = flips.locator('.eval-flip[data-flip="gained"]')
+            if row.get_attribute("open") is None:
+                row.locator("summary").click()
+            expect(row.locator(".eval-output")).to_have_count(2)
+            expect(row.locator(".eval-samples").first).to_contain_text("2 of 3 sampled right")
+            for side in row.locator(".eval-side").all():  # both outputs inside the row, side by side
+                box_side, box_row = side.bounding_box(), row.bounding_box()
+                assert (
+                    box_row["x"] <= box_side["x"]
+                    and box_side["x"] + box_side["width"] <= box_row["x"] + box_row["width"] + 1
+                )
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            row.scroll_into_view_if_needed()
+            page.screenshot(path=str(artifacts / f"eval-flips-{width}.png"))
+
+        page.get_by_label("unchanged").check()  # the unchanged questions on request
+        expect(page.locator("#eval-flips .eval-flip")).to_have_count(4)
+        page.locator("#eval-text textarea, #eval-text input").first.fill("2 + 3")
+        page.locator("#eval-text textarea, #eval-text input").first.press("Enter")
+        expect(page.locator("#eval-flips .eval-flip")).to_have_count(1)
+
         page.locator("#eval-second input").click()  # another evaluation picked: the chart follows it
         page.get_by_role("option", name="step 4", exact=True).click()
         expect(legend).to_have_text(["Pass@K, step 0", "Maj@K, step 0", "Pass@K, step 4", "Maj@K, step 4"])
 
-        page.locator("#run-select input").click()  # a run without a sampled evaluation: no such chart
+        page.locator("#run-select input").click()  # a run without a sampled evaluation: no Pass@K chart
         page.get_by_role("option", name="greedy only").first.click()
-        expect(box).to_be_hidden()
+        expect(page.locator("#eval-first input")).to_have_value("step 0 (before training)")
+        expect(page.locator("#eval-curves-plot")).to_be_hidden()
+        expect(page.locator("#eval-flips")).to_contain_text("recorded no evaluation's questions")
 
         page.locator("#run-select input").click()  # the evaluation-only run: one evaluation, nothing trained
         page.get_by_role("option", name="baseline").first.click()

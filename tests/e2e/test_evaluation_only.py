@@ -2,7 +2,8 @@
 gradio_client): the preset "Evaluate a model (no training)" from /list_presets evaluates the built-in model once,
 greedy and sampled, and completes with nothing trained (its trained policy is refused by name); a completed run's
 trained policy, ``model: run:<id>``, is offered by /list_models and evaluated to the accuracy its run ended with; a
-run that does not exist or trained nothing is refused, naming ``model``. (The engine's side:
+run that does not exist or trained nothing is refused, naming ``model``; every evaluation's questions are kept
+(/list_eval_results) and two evaluations compare question by question, across runs too (/compare_evals). (The engine's side:
 tests/engine/train/test_sampled_evaluation.py.)"""
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ def test_a_runs_trained_policy_is_a_model_for_the_next_run(dashboard):
     last = [m for m in client.predict(trained, api_name="/get_metrics") if "eval/accuracy" in m][-1]
     [evaluation] = client.predict(again, api_name="/get_metrics")
     assert evaluation["eval/accuracy"] == last["eval/accuracy"]  # the same weights, the same greedy answers
+    listed = client.predict(trained, None, api_name="/list_eval_results")  # every question of every evaluation
+    assert listed["steps"] == [0, 2] and listed["step"] == 2 and len(listed["questions"]) == 200
+    right = sum(q["greedy"]["correct"] for q in listed["questions"])
+    assert right / 200 == pytest.approx(last["eval/accuracy"])
+    same = client.predict(again, 0, trained, 2, "all", "", api_name="/compare_evals")
+    assert (same["counts"]["gained"], same["counts"]["lost"], same["counts"]["only first"]) == (0, 0, 0)
+    assert all(r["first"]["greedy"] == r["second"]["greedy"] for r in same["rows"])  # word for word
+    moved = client.predict(trained, 0, None, None, "changed", "", api_name="/compare_evals")
+    assert moved["second"]["step"] == 2 and sum(moved["counts"].values()) == 200
     with pytest.raises(AppError, match="model: run:99999 names run 99999, which does not exist"):
         client.predict({"model": "run:99999"}, api_name="/launch_run")
     with pytest.raises(AppError, match="model: 'run:<id>' names a run's trained policy by the run's number"):

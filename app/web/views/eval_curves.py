@@ -1,7 +1,7 @@
 """DeepSeekMath's Figure 7 for one run: Pass@K and Maj@K against K (log scale) at two of its evaluations.
 
 A run with ``eval_samples`` K records, at each evaluation, ``eval/pass@k`` and ``eval/maj@k`` for k = 1, 2, 4, ... up
-to K (grpo_engine.rewards.sampled_eval). :func:`evaluations` lists the steps that recorded them; :func:`curves_figure`
+to K (grpo_engine.rewards.sampled_eval). :func:`evaluations` lists the steps that evaluated; :func:`curves_figure`
 draws the two curves of two of those steps, by default the first (before training) and the latest, so that what RL
 changed reads as in the paper: Maj@K rising while Pass@K stays is a more robust output distribution, not a more
 capable model. Pure functions of metric rows (app.service.api.get_metrics): no store, no Gradio.
@@ -17,12 +17,21 @@ NO_CURVES = "No sampled evaluation: launch with eval_samples > 0 to record Pass@
 
 
 def evaluations(metrics: list[dict]) -> list[int]:
-    """The steps whose metrics hold a sampled evaluation (eval/pass@k), in order.
+    """The steps whose metrics hold an evaluation (eval/accuracy), in order.
 
-    >>> evaluations([{"step": 0, "eval/pass@1": 0.2}, {"step": 1, "loss": 0.1}, {"step": 5, "eval/pass@1": 0.3}])
+    >>> evaluations([{"step": 0, "eval/accuracy": 0.2}, {"step": 1, "loss": 0.1}, {"step": 5, "eval/accuracy": 0.3}])
     [0, 5]
     """
-    return [row["step"] for row in metrics if any(name.startswith(PASS) for name in row)]
+    return [row["step"] for row in metrics if "eval/accuracy" in row]
+
+
+def sampled(metrics: list[dict]) -> bool:
+    """Whether the run's evaluations sampled outputs (eval/pass@k recorded: eval_samples > 0).
+
+    >>> sampled([{"step": 0, "eval/accuracy": 0.2}]), sampled([{"step": 0, "eval/pass@1": 0.2}])
+    (False, True)
+    """
+    return any(name.startswith(PASS) for row in metrics for name in row)
 
 
 def curve(row: dict, prefix: str) -> tuple[list[int], list[float]]:

@@ -61,7 +61,7 @@ def test_alembic_command_line_reads_the_settings(tmp_path):
     alembic = [sys.executable, "-m", "alembic", "-c", str(REPO / "migrations" / "alembic.ini")]
     subprocess.run([*alembic, "upgrade", "head"], cwd=tmp_path, env=env, check=True, capture_output=True)
     current = subprocess.run([*alembic, "current"], cwd=tmp_path, env=env, check=True, capture_output=True, text=True)
-    assert "0010 (head)" in current.stdout
+    assert "0011 (head)" in current.stdout
     engine = make_engine(env["GRPO_DATABASE_URL"])
     assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
     engine.dispose()
@@ -262,6 +262,23 @@ def test_migration_0010_leaves_earlier_samples_unread_and_goes_back(db_url):
     assert "answer" not in columns and "answer_rule" not in columns and "answer_found" in columns
     with engine.connect() as connection:
         assert connection.exec_driver_sql(f"SELECT count(*) FROM samples WHERE group_id = {group_id}").scalar() == 1
+    engine.dispose()
+    upgrade_database(db_url)
+    engine.dispose()
+
+
+def test_migration_0011_adds_the_evaluations_table_and_goes_back(db_url):
+    """Runs recorded before it have no evaluation's questions (the dashboard says so); the downgrade drops the table
+    and keeps the runs."""
+    run_id = new_run(db_url)
+    with session_scope(db_url) as s:
+        store.record_evaluation(s, run_id, 0, [])  # nothing to record: nothing written
+        assert store.eval_steps(s, run_id) == []
+    command.downgrade(alembic_config(db_url), "0010")
+    engine = make_engine(db_url)
+    assert "eval_results" not in set(inspect(engine).get_table_names())
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql(f"SELECT count(*) FROM runs WHERE id = {run_id}").scalar() == 1
     engine.dispose()
     upgrade_database(db_url)
     engine.dispose()

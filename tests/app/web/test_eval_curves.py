@@ -1,14 +1,18 @@
-"""The Run tab's sampled-evaluation chart: the view (app.web.views.eval_curves) on hand-made metric rows, and the tab's
-listener (app.web.tabs.run_eval) over a real SQLite store as evaluations arrive: shown only for a run that records
-pass@k, the first and the latest evaluation by default, the user's picks kept, the later one following the newest
-evaluation while it showed the newest."""
+"""The Run tab's evaluations: the Pass@K / Maj@K view (app.web.views.eval_curves) on hand-made metric rows, and the
+tab's listeners (app.web.tabs.run_eval) over a real SQLite store as evaluations arrive: shown for a run that
+evaluated, the chart only for one that sampled, the first and the latest evaluation by default, the user's picks
+kept, the later one following the newest evaluation while it showed the newest; the questions that flipped between
+the picks, filtered by flip and by text."""
 
 from __future__ import annotations
+
+import json
 
 from app import store
 from app.store.db import session_scope
 from app.web.tabs.run_eval import _redraw, _show
 from app.web.views.eval_curves import NO_CURVES, curve, curves_figure, default_pair, evaluations
+from grpo_engine.report.recorder import EvalOutput, EvalQuestion
 from tests.support.store import new_run
 
 
@@ -47,27 +51,66 @@ def choices(dropdown) -> list:
     return [value for _, value in dropdown.choices]
 
 
+def traces(plot) -> list[str]:
+    """The names of a gr.Plot update's traces (its figure travels as plotly JSON)."""
+    return [t.get("name") for t in json.loads(plot.value["plot"])["data"]]
+
+
+def show(run_id, seen, first, second, flip="changed", text=""):
+    return _show(run_id, first, second, flip, text, seen)
+
+
 def test_the_tab_shows_first_and_latest_keeps_picks_and_follows_the_newest(sqlite_url, monkeypatch):
     monkeypatch.setenv("GRPO_DATABASE_URL", sqlite_url)
+    untouched = new_run(sqlite_url)
+    box, *_ = show(untouched, None, None, None)
+    assert box.visible is False  # no evaluation yet: nothing to compare
     plain = new_run(sqlite_url)
     record(sqlite_url, plain, {"step": 0, "eval/accuracy": 0.1})
-    box, *_ = _show(plain, None, None, None)
-    assert box.visible is False  # no sampled evaluation: no chart
+    box, first, _, plot, flips, _ = show(plain, None, None, None)
+    assert box.visible and first.value == 0 and plot.visible is False  # greedy only: no Pass@K chart
+    assert "recorded no evaluation&#x27;s questions" in flips  # a run whose questions were not kept says so
 
     run_id = new_run(sqlite_url, eval_samples=4)
     record(sqlite_url, run_id, ROWS[0])
-    box, first, second, fig, seen = _show(run_id, None, None, None)
-    assert box.visible and (first.value, choices(first)) == (0, [0]) and second.value is None and len(fig.data) == 2
+    box, first, second, plot, _, seen = show(run_id, None, None, None)
+    assert box.visible and (first.value, choices(first)) == (0, [0]) and second.value is None
+    assert plot.visible and len(traces(plot)) == 2
     record(sqlite_url, run_id, ROWS[2])
-    box, first, second, fig, seen = _show(run_id, seen, 0, None)
-    assert first.value == 0 and second.value == 2 and seen == [run_id, [0, 2]] and len(fig.data) == 4
-    skipped = _show(run_id, seen, 0, 2)  # nothing new: every output skipped
+    box, first, second, plot, _, seen = show(run_id, seen, 0, None)
+    assert first.value == 0 and second.value == 2 and seen == [run_id, [0, 2]] and len(traces(plot)) == 4
+    skipped = show(run_id, seen, 0, 2)  # nothing new: every output skipped
     assert all(update == {"__type__": "update"} for update in skipped), skipped
 
     record(sqlite_url, run_id, evaluation(4, [0.4, 0.5, 0.6], [0.4, 0.45, 0.5]))
-    _, first, second, _, seen = _show(run_id, seen, 0, 2)  # the later pick showed the newest: it follows
+    _, first, second, _, _, seen = show(run_id, seen, 0, 2)  # the later pick showed the newest: it follows
     assert (first.value, second.value) == (0, 4)
     record(sqlite_url, run_id, evaluation(6, [0.4, 0.5, 0.6], [0.4, 0.45, 0.5]))
-    _, first, second, _, seen = _show(run_id, seen, 2, 2)  # the user picked older evaluations: kept
+    _, first, second, _, _, seen = show(run_id, seen, 2, 2)  # the user picked older evaluations: kept
     assert (first.value, second.value) == (2, 2) and choices(second) == [0, 2, 4, 6]
-    assert [t.name for t in _redraw(run_id, 4, 6).data][::2] == ["Pass@K, step 4", "Pass@K, step 6"]
+    plot, _ = _redraw(run_id, 4, 6, "changed", "")
+    assert traces(plot)[::2] == ["Pass@K, step 4", "Pass@K, step 6"]
+
+
+def test_the_flips_view_lists_what_changed_between_the_picks(sqlite_url, monkeypatch):
+    monkeypatch.setenv("GRPO_DATABASE_URL", sqlite_url)
+    run_id = new_run(sqlite_url)
+    right = EvalOutput("4 + 4 = 8\n#### 8", "8", "gsm8k", True, True)
+    wrong = EvalOutput("4 + 4 = 9", "9", "number", False, False)
+    with session_scope(sqlite_url) as s:
+        for step, outputs in ((0, (wrong, right)), (5, (right, right))):
+            store.record_evaluation(
+                s,
+                run_id,
+                step,
+                [EvalQuestion(i, f"Q{i}: 4 + 4?", "8", o, [right, wrong]).to_dict() for i, o in enumerate(outputs)],
+            )
+            store.record_step(s, run_id, step, 1, {"eval/accuracy": 0.5})
+    *_, flips, _ = show(run_id, None, None, None)
+    assert 'data-flip="gained"' in flips and "Q0: 4 + 4?" in flips and "Q1" not in flips  # changed only
+    assert "<b>wrong → right 1</b>" in flips and "right both times 1" in flips
+    assert "9 ✗ → 8 ✓" in flips and "1 of 2 sampled right: 8 ✓ · 9 ✗" in flips and "(strict ####)" in flips
+    _, unchanged = _redraw(run_id, 0, 5, "unchanged", "")
+    assert "Q1: 4 + 4?" in unchanged and "Q0" not in unchanged
+    _, none = _redraw(run_id, 0, 5, "all", "no such text")
+    assert "No question of this kind" in none

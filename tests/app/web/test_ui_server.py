@@ -55,6 +55,8 @@ ENDPOINTS = {
     "/delete_run",
     "/search_samples",
     "/question_history",
+    "/list_eval_results",
+    "/compare_evals",
 }
 
 

@@ -14,8 +14,8 @@ from grpo_engine.spec.config import SpecError, validate_spec
 from grpo_engine.train.evaluation import eval_summary
 from grpo_engine.train.trainer import train
 
-BASE = dict(steps_per_iteration=2, batch_size=2, group_size=4, eval_every=2, max_new_tokens=24)
-K = 6
+BASE = dict(steps_per_iteration=2, batch_size=2, group_size=4, eval_every=2, max_new_tokens=16)
+K = 3
 
 
 def run(cache_dir, **overrides) -> MemoryRecorder:
@@ -36,7 +36,7 @@ def test_every_evaluation_records_pass_and_maj_at_each_k(sampled):
         assert sorted(k for k in m if k.startswith(("eval/pass@", "eval/maj@"))) == sorted(
             [f"eval/pass@{k}" for k in ks_up_to(K)] + [f"eval/maj@{k}" for k in ks_up_to(K)]
         )
-        passes = [m[f"eval/pass@{k}"] for k in ks_up_to(K)]  # [1, 2, 4, 6]
+        passes = [m[f"eval/pass@{k}"] for k in ks_up_to(K)]  # [1, 2, 3]
         assert all(0.0 <= v <= 1.0 for v in passes) and passes == sorted(passes)  # more tries never pass less
         assert all(0.0 <= m[f"eval/maj@{k}"] <= m[f"eval/pass@{K}"] for k in ks_up_to(K))  # a vote needs a right one
     assert any(f"pass@{K}" in line for line in sampled.messages)  # the log line carries the widest K
@@ -89,12 +89,12 @@ class PhaseRecorder(MemoryRecorder):
 
 def test_an_evaluation_only_run_evaluates_once_and_saves_nothing(grpo_cache_dir, tmp_path):
     recorder = PhaseRecorder()
-    spec = validate_spec({"steps_per_iteration": 0, "eval_samples": 4, "max_new_tokens": 24})
+    spec = validate_spec({"steps_per_iteration": 0, "eval_samples": 2, "max_new_tokens": 16})
     result = train(spec, recorder, grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
     assert (result.status, result.step, recorder.total_steps) == ("completed", 0, 0)
     [evaluation] = recorder.metrics
     assert evaluation["step"] == 0 and set(EVAL_METRICS) <= set(evaluation)
-    assert {f"eval/pass@{k}" for k in ks_up_to(4)} <= set(evaluation)
+    assert {f"eval/pass@{k}" for k in ks_up_to(2)} <= set(evaluation)
     assert {"step": 0, "iteration": 0, **result.metrics} == evaluation
     assert not (tmp_path / "run" / "final").exists()  # nothing trained, nothing saved
     assert any("nothing trained" in line for line in recorder.messages)
@@ -114,3 +114,18 @@ def test_an_evaluation_only_spec_refuses_what_it_cannot_do(spec, key, words):
         validate_spec({"steps_per_iteration": 0, **spec})
     assert refused.value.key == key
     assert validate_spec({"steps_per_iteration": 0, "lr_warmup_steps": 0}).total_steps == 0
+
+
+def test_every_evaluation_reports_each_questions_outputs(sampled):
+    """What the store keeps of each evaluation (Recorder.evaluation): every held-out question, in order, with its
+    greedy output and K sampled ones, read as the metrics read them."""
+    evaluations = [m for m in sampled.metrics if "eval/accuracy" in m]
+    assert sorted(sampled.eval_log) == [m["step"] for m in evaluations]
+    for m in evaluations:
+        questions = sampled.eval_log[m["step"]]
+        assert [q.index for q in questions] == list(range(len(questions))) and len(questions) == 200
+        assert sum(q.greedy.correct for q in questions) / len(questions) == pytest.approx(m["eval/accuracy"])
+        assert sum(q.greedy.formatted for q in questions) / len(questions) == pytest.approx(m["eval/format"])
+        assert all(len(q.samples) == K for q in questions)
+        right = sum(o.correct for q in questions for o in q.samples) / (K * len(questions))
+        assert right == pytest.approx(m["eval/pass@1"])  # pass@1: the share of sampled outputs that are right

@@ -1,0 +1,64 @@
+"""A run's evaluations, question by question: every held-out question's greedy output and sampled outputs at each
+evaluation (the ``eval_results`` table), as the worker records them with the evaluation's metrics.
+
+A resumed run evaluates a step again: its rows replace the earlier attempt's (``truncate_after`` also drops them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
+
+from app.store.models import EvalResult
+
+OUTPUT_FIELDS = ("completion", "answer", "answer_rule", "correct", "formatted")  # an output's fields, as recorded
+
+
+def record_evaluation(s: Session, run_id: int, step: int, questions: list[dict[str, Any]]) -> None:
+    """Store the evaluation of ``step``: ``questions`` as EvalQuestion.to_dict gives them (index, question,
+    reference, greedy, samples), replacing what an earlier attempt stored for that step."""
+    s.execute(delete(EvalResult).where(EvalResult.run_id == run_id, EvalResult.step == step))
+    if not questions:
+        return
+    rows = [
+        {
+            "run_id": run_id,
+            "step": step,
+            "question_index": q["index"],
+            "question": q["question"],
+            "reference": q["reference"],
+            **{name: q["greedy"][name] for name in OUTPUT_FIELDS},
+            "samples": [{name: o[name] for name in OUTPUT_FIELDS} for o in q["samples"]] or None,
+        }
+        for q in questions
+    ]
+    s.execute(insert(EvalResult), rows)
+
+
+def eval_steps(s: Session, run_id: int) -> list[int]:
+    """The steps at which ``run_id`` recorded an evaluation's questions, in order."""
+    return list(
+        s.scalars(select(EvalResult.step).where(EvalResult.run_id == run_id).distinct().order_by(EvalResult.step))
+    )
+
+
+def eval_results(s: Session, run_id: int, step: int) -> list[dict[str, Any]]:
+    """The questions of ``run_id``'s evaluation at ``step``, in held-out order: ``{index, question, reference,
+    greedy: {completion, answer, answer_rule, correct, formatted}, samples: [the same, ...]}``."""
+    rows = s.scalars(
+        select(EvalResult)
+        .where(EvalResult.run_id == run_id, EvalResult.step == step)
+        .order_by(EvalResult.question_index)
+    )
+    return [
+        {
+            "index": row.question_index,
+            "question": row.question,
+            "reference": row.reference,
+            "greedy": {name: getattr(row, name) for name in OUTPUT_FIELDS},
+            "samples": row.samples or [],
+        }
+        for row in rows
+    ]
