@@ -34,7 +34,7 @@ PRESETS: dict[str, dict] = {
         "rewards": [
             {"name": "accuracy", "weight": 1.0},
             {"name": "strict_correct", "weight": 1.0},
-            {"name": "format_after_working", "weight": 0.15},
+            {"name": "format_after_working", "weight": 0.05},
         ],
         "group_size": 8,
         "batch_size": 4,

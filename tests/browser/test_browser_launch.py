@@ -48,7 +48,7 @@ def test_presets_applicable_fields_and_a_marked_refusal(dashboard):
                 page.get_by_role("option", name="Small instruct model on word problems (CPU)").click()
                 expect(page.locator("#dataset-upload-info")).to_contain_text("builtin-word-problems: 1100 rows")
                 rewards = page.locator("#spec-rewards textarea, #spec-rewards input").first
-                expect(rewards).to_have_value(re.compile(r'"strict_correct".*"format_after_working", "weight": 0.15'))
+                expect(rewards).to_have_value(re.compile(r'"strict_correct".*"format_after_working", "weight": 0.05'))
                 expect(page.locator("#spec-answer_match input[value=flexible]")).to_be_checked()
                 expect(page.locator("#spec-format_reward")).to_be_hidden()  # named rewards pay the form
                 page.screenshot(path=str(ARTIFACTS / f"launch-preset-cpu-{width}.png"), full_page=True)

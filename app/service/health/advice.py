@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from grpo_engine.spec.presets import PRESETS, WORD_PROBLEMS_CPU
 from grpo_engine.spec.run_spec import DEFAULTS, FIELD_BY_NAME
 
 
@@ -47,9 +48,10 @@ MATCH_WORDS = {
 FORM_WORDS = ("####", "boxed")  # a prompt holding one of these asks for the strict form
 
 # the named rewards that teach a small instruct model the answer and not only the form (docs/data-and-rewards.md,
-# "Teaching an instruct model the answer, not only the form"), with answer_match 'flexible'
-ANSWER_RECIPE = ({"name": "accuracy", "weight": 1.0}, {"name": "strict_correct", "weight": 1.0})
-FORM_AFTER_WORKING = {"name": "format_after_working", "weight": 0.15}
+# "Teaching an instruct model the answer, not only the form"), with answer_match 'flexible': the CPU preset's
+_PRESET_REWARDS = {r["name"]: r for r in PRESETS[WORD_PROBLEMS_CPU]["rewards"]}
+ANSWER_RECIPE = (_PRESET_REWARDS["accuracy"], _PRESET_REWARDS["strict_correct"])
+FORM_AFTER_WORKING = _PRESET_REWARDS["format_after_working"]
 GSM8K_TEMPLATE = '{question}\\nLet\'s think step by step and output the final answer after "####".'
 
 

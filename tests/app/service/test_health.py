@@ -465,7 +465,7 @@ def test_answer_form_leaves_out_what_the_config_has():
     paid = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "format_reward": 0.1})
     assert "format_reward" not in paid["message"]
     named = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "rewards": [{"name": "accuracy"}]})
-    assert '{"name": "format_after_working", "weight": 0.15} to rewards' in named["message"]
+    assert '{"name": "format_after_working", "weight": 0.05} to rewards' in named["message"]
     process = only("answer_form", [evaluation(0, 0.0, 0.4, 0.0)], config={**STRICT, "supervision": "process"})
     assert "format_reward" not in process["message"] and '"name": "format"' not in process["message"]
 

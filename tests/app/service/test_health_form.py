@@ -137,7 +137,7 @@ def test_a_named_form_reward_rising_is_the_form_rising():
     metrics = rows(evals, n=10, **{"reward/format_after_working": lambda s: 0.2 + 0.06 * s})
     [w] = [w for w in health_warnings(metrics, (), config) if w["rule"] == "form_not_answers"]
     assert w["metrics"] == ["eval/accuracy", "reward/format_after_working"]
-    assert "Lower the named reward format_after_working's weight (now 0.15)" in w["message"]
+    assert "Lower the named reward format_after_working's weight (now 0.05)" in w["message"]
     assert "format_reward" not in w["message"] and "add" not in w["message"]  # it has the named rewards already
     assert "form_not_answers" not in rules(metrics, {**config, "rewards": ANSWER_RECIPE})  # nothing pays the form
 

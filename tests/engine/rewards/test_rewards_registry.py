@@ -22,6 +22,7 @@ from grpo_engine.rewards.builtin_rewards import (
 )
 from grpo_engine.rewards.reward_functions import named_rewards, reward_means, score_outputs
 from grpo_engine.spec.config import SpecError, validate_spec
+from grpo_engine.spec.presets import PRESETS, WORD_PROBLEMS_CPU
 
 
 def test_accuracy_is_the_verifier():
@@ -59,18 +60,14 @@ def test_strict_form_rewards_pay_only_with_an_answer_or_after_working(completion
 
 def test_the_cpu_recipe_ranks_a_stated_right_answer_over_prose_over_a_bare_form():
     """The recipe of the CPU word-problems preset: accuracy 1 (flexible) + strict_correct 1 + format_after_working
-    0.15. A right answer after working and '####' earns 2.15, the same in prose 1, a wrong one stated after working
-    0.15, a bare right '#### 8' 2 and a bare wrong one 0: the form alone is worth at most 0.15."""
-    rewards = [
-        {"name": "accuracy", "weight": 1.0},
-        {"name": "strict_correct", "weight": 1.0},
-        {"name": "format_after_working", "weight": 0.15},
-    ]
+    0.05. A right answer after working and '####' earns 2.05, the same in prose 1, a wrong one stated after working
+    0.05, a bare right '#### 8' 2 and a bare wrong one 0: the form alone is worth at most 0.05."""
+    rewards = PRESETS[WORD_PROBLEMS_CPU]["rewards"]
     texts = ["Tom has 3 + 5 = 8 apples.\n#### 8", "Tom has 3 + 5 = 8 apples.", "Tom has 3 + 5 = 9 apples.\n#### 9"]
     texts += ["#### 8", "#### 9"]
     outputs = [{"question": "q", "completion": t, "reference": "8", "row": {"answer_match": "flexible"}} for t in texts]
     totals = [round(total, 4) for total, _ in score_outputs(rewards, outputs)]
-    assert totals == [2.15, 1.0, 0.15, 2.0, 0.0]
+    assert totals == [2.05, 1.0, 0.05, 2.0, 0.0]
 
 
 @pytest.mark.parametrize(
