@@ -93,7 +93,7 @@ BAD_SPECS = [
     ("checkpoint_every_negative", {"checkpoint_every": -5}, ["checkpoint_every", "at least 0"]),
     ("rm_replay_ratio_2", {"rm_replay_ratio": 2}, ["rm_replay_ratio", "at most 1"]),
     ("max_new_tokens_huge", {"max_new_tokens": 100_000}, ["max_new_tokens", "at most 32768"]),
-    ("steps_per_iteration_0", {"steps_per_iteration": 0}, ["steps_per_iteration", "at least 1"]),
+    ("steps_per_iteration_negative", {"steps_per_iteration": -1}, ["steps_per_iteration", "at least 0"]),
     ("seed_negative", {"seed": -1}, ["seed", "at least 0"]),
     ("group_size_text", {"group_size": "eight"}, ["group_size", "must be an integer", "eight"]),
     ("group_size_fraction", {"group_size": 2.5}, ["group_size", "must be an integer"]),

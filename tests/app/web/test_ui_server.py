@@ -444,6 +444,7 @@ def test_metrics_figure_draws_every_recorded_metric_in_its_panel():
         "reward",
         "accuracy",
         "fractions",
+        "sampled evaluation",
         "KL and loss",
         "entropy (nats)",
         "completion length (tokens)",

@@ -66,7 +66,7 @@ def test_8bit_adamw_keeps_8bit_moments_and_resumes_exactly(grpo_cache_dir, tmp_p
     tensors as 8-bit codes (uint8, with their block scales), and a paused run resumes from them exactly."""
     pytest.importorskip("bitsandbytes", reason="bitsandbytes (the test extra installs it) runs AdamW8bit")
     spec = validate_spec({**BASE, "optimizer": "adamw_8bit", "steps_per_iteration": 2})
-    assert train(spec, PauseAt(1), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "paused")["step"] == 1
+    assert train(spec, PauseAt(1), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "paused").step == 1
     tensors = load_file(checkpoint.latest(tmp_path / "paused")[1] / "optimizer.safetensors")
     scales = [name[: -len("absmax1")] for name in tensors if name.endswith("/absmax1")]  # the 8-bit tensors' blocks
     assert scales and all(tensors[f"{n}state{k}"].dtype == torch.uint8 for n in scales for k in (1, 2))
