@@ -155,17 +155,22 @@ def web_folder(module: str) -> str | None:
     return ".".join(parts[:3]) if ".".join(parts[:3]) in WEB_FOLDERS else "app.web"
 
 
-def test_the_web_apps_folders_import_only_downward():
+def upward_imports(place, order: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The imports from a module to one placed later in ``order`` (``place``: a module's place, None outside it),
+    after checking that every place is in the order and none is left out."""
     graph = module_imports()
-    folders = {web_folder(m) for m in graph} - {None}
-    assert folders == set(WEB_FOLDERS), folders  # every folder placed, none left out
-    upward = sorted(
+    places = {place(m) for m in graph} - {None}
+    assert places == set(order), places
+    return sorted(
         (a, b)
         for a, targets in graph.items()
         for b in targets
-        if web_folder(a) and web_folder(b) and WEB_FOLDERS.index(web_folder(b)) > WEB_FOLDERS.index(web_folder(a))
+        if place(a) and place(b) and order.index(place(b)) > order.index(place(a))
     )
-    assert upward == []
+
+
+def test_the_web_apps_folders_import_only_downward():
+    assert upward_imports(web_folder, WEB_FOLDERS) == []
 
 
 def room(module: str) -> str | None:
@@ -175,16 +180,7 @@ def room(module: str) -> str | None:
 
 
 def test_the_engines_rooms_import_only_downward():
-    graph = module_imports()
-    rooms = {room(m) for m in graph} - {None}
-    assert rooms == set(ENGINE_ROOMS), rooms  # every room placed, none left out
-    upward = sorted(
-        (a, b)
-        for a, targets in graph.items()
-        for b in targets
-        if room(a) and room(b) and ENGINE_ROOMS.index(room(b)) > ENGINE_ROOMS.index(room(a))
-    )
-    assert upward == []
+    assert upward_imports(room, ENGINE_ROOMS) == []
 
 
 def module_level_imports() -> dict[str, set[str]]:
