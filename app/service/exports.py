@@ -1,4 +1,4 @@
-"""Exports of a run: its recorded samples (Parquet, CSV), its config (JSON) and its trained policy (a zip).
+"""Exports of a run: its recorded samples and its evaluations' outputs (Parquet, CSV), its config (JSON) and its trained policy (a zip).
 
 The trained policy downloads in the dtype the model came in (``dtype`` "source": bf16 for most hub checkpoints, a
 .gguf file's float type, bf16 for a quantized one; the worker records it beside the policy, see
@@ -35,7 +35,22 @@ from app.core.settings import get_settings
 from app.service.api import ApiError, as_id, require_run
 from app.store.db import session_scope
 
-EXPORT_KINDS = ("parquet", "csv", "config", "model", "adapter")
+EXPORT_KINDS = ("parquet", "csv", "eval-parquet", "eval-csv", "config", "model", "adapter")
+TABLE_KINDS = {  # a table's kind -> (the store's rows, their columns, the file's name, its format)
+    "parquet": (store.iter_sample_rows, store.EXPORT_COLUMNS, "groups", "parquet"),
+    "csv": (store.iter_sample_rows, store.EXPORT_COLUMNS, "groups", "csv"),
+    "eval-parquet": (store.iter_eval_rows, store.EVAL_EXPORT_COLUMNS, "evaluations", "parquet"),
+    "eval-csv": (store.iter_eval_rows, store.EVAL_EXPORT_COLUMNS, "evaluations", "csv"),
+}
+LIST_COLUMNS = (  # the columns holding lists or dicts: Parquet keeps them, CSV writes them as JSON text
+    "reward_components",
+    "tokens",
+    "advantages",
+    "step_rewards",
+    "step_end_indices",
+    "step_labels",
+    "step_shares",
+)
 POLICY_KINDS = ("model", "adapter")  # the trained policy: merged model, or the LoRA adapter alone
 POLICY_DTYPES = ("source", "fp32")  # the trained model's download: the dtype the model came in, or fp32 as trained
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # a download's name says its dtype
@@ -217,12 +232,13 @@ def _create(path: Path):
 
 def export_run(run_id: Any, kind: Any = "parquet", dtype: Any = "source") -> str:
     """Write a run's export to a file and return its path: every recorded sample as Parquet or CSV
-    (one row per sample; tokens, advantages and step data as lists in Parquet, JSON text in CSV),
-    the run's config as JSON (``kind`` "config") that /launch_run takes back as it is, or the trained
-    policy of a completed run as a zip of a Hugging Face model directory (safetensors): "model" (LoRA
-    merged into the base) in the dtype the model came in (``dtype`` "source", the default) or in fp32 as
-    it trained (``dtype`` "fp32"), or "adapter" (the LoRA adapter alone, for peft, in fp32). ``dtype`` is read
-    for "model" only."""
+    (one row per sample; tokens, advantages and step data as lists in Parquet, JSON text in CSV), every output of
+    every held-out evaluation ("eval-parquet", "eval-csv": one row per greedy or sampled output, with the answer
+    the verifier read, its rule and verdicts), the run's config as JSON (``kind`` "config") that /launch_run takes
+    back as it is, or the trained policy of a completed run as a zip of a Hugging Face model directory
+    (safetensors): "model" (LoRA merged into the base) in the dtype the model came in (``dtype`` "source", the
+    default) or in fp32 as it trained (``dtype`` "fp32"), or "adapter" (the LoRA adapter alone, for peft, in
+    fp32). ``dtype`` is read for "model" only."""
     run_id = as_id(run_id)
     kind, dtype = kind or "parquet", dtype or "source"
     if kind not in EXPORT_KINDS:
@@ -239,22 +255,14 @@ def export_run(run_id: Any, kind: Any = "parquet", dtype: Any = "source") -> str
             return str(path)
         if kind in POLICY_KINDS:
             return _export_policy(run, kind, dtype, out_dir)
-        rows = list(store.iter_sample_rows(s, run_id))
-    frame = pd.DataFrame(rows, columns=list(store.EXPORT_COLUMNS))
-    path = out_dir / f"run-{run_id}-groups.{kind}"
-    if kind == "csv":
-        for column in (
-            "reward_components",
-            "tokens",
-            "advantages",
-            "step_rewards",
-            "step_end_indices",
-            "step_labels",
-            "step_shares",
-        ):
+        rows_of, columns, table, file_format = TABLE_KINDS[kind]
+        frame = pd.DataFrame(list(rows_of(s, run_id)), columns=list(columns))
+    path = out_dir / f"run-{run_id}-{table}.{file_format}"
+    if file_format == "csv":
+        for column in set(LIST_COLUMNS) & set(columns):
             frame[column] = [None if v is None else json.dumps(v) for v in frame[column]]
     with _create(path) as out:
-        if kind == "parquet":
+        if file_format == "parquet":
             frame.to_parquet(out, index=False)
         else:
             out.write(frame.to_csv(index=False).encode("utf-8"))

@@ -7,7 +7,7 @@ held-out questions and outputs. Callers use them through this package:
 ``store.create_run(s, ...)``.
 """
 
-from app.store.evaluations import eval_results, eval_steps, record_evaluation
+from app.store.evaluations import EVAL_EXPORT_COLUMNS, eval_results, eval_steps, iter_eval_rows, record_evaluation
 from app.store.groups import (
     EXPORT_COLUMNS,
     GROUP_ORDERS,
@@ -44,6 +44,7 @@ from app.store.runs import (
 from app.store.search import SampleQuery, group_question, question_history, search_samples
 
 __all__ = [
+    "EVAL_EXPORT_COLUMNS",
     "EXPORT_COLUMNS",
     "FINISHED_STATUSES",
     "GROUP_ORDERS",
@@ -62,6 +63,7 @@ __all__ = [
     "get_run",
     "group_steps",
     "is_cancel_requested",
+    "iter_eval_rows",
     "iter_sample_rows",
     "latest_writes",
     "list_groups",

@@ -62,3 +62,27 @@ def eval_results(s: Session, run_id: int, step: int) -> list[dict[str, Any]]:
         }
         for row in rows
     ]
+
+
+EVAL_EXPORT_COLUMNS = (
+    "run_id",
+    "step",
+    "question_index",
+    "question",
+    "reference",
+    "output",  # "greedy", or "sample <i>" (0-based) for the i-th sampled output
+    *OUTPUT_FIELDS,
+)
+
+
+def iter_eval_rows(s: Session, run_id: int):
+    """Every output of every evaluation of ``run_id``, one flat dict each (the keys of EVAL_EXPORT_COLUMNS): by
+    step and question, the greedy output first, then the sampled ones in order. Reads one evaluation at a time."""
+    for step in eval_steps(s, run_id):
+        for q in eval_results(s, run_id, step):
+            head = {"run_id": run_id, "step": step, "question_index": q["index"]}
+            head.update(question=q["question"], reference=q["reference"])
+            outputs = [("greedy", q["greedy"])] + [(f"sample {i}", o) for i, o in enumerate(q["samples"])]
+            for label, output in outputs:
+                yield {**head, "output": label, **{name: output.get(name) for name in OUTPUT_FIELDS}}
+        s.expunge_all()  # keep the session small

@@ -1,13 +1,14 @@
 """Evaluation-only runs and runs as models end to end (`grpo-dashboard serve` with its embedded worker, driven through
 gradio_client): the preset "Evaluate a model (no training)" from /list_presets evaluates the built-in model once,
 greedy and sampled, and completes with nothing trained (its trained policy is refused by name); a completed run's
-trained policy, ``model: run:<id>``, is offered by /list_models and evaluated to the accuracy its run ended with; a
+trained policy (its evaluations sampled, eval_samples 8, and exported), ``model: run:<id>``, is offered by /list_models and evaluated to the accuracy its run ended with; a
 run that does not exist or trained nothing is refused, naming ``model``; every evaluation's questions are kept
 (/list_eval_results) and two evaluations compare question by question, across runs too (/compare_evals). (The engine's side:
 tests/engine/train/test_sampled_evaluation.py.)"""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
@@ -53,13 +54,14 @@ def test_the_evaluate_preset_runs_through_the_dashboard(dashboard):
 
 def test_a_runs_trained_policy_is_a_model_for_the_next_run(dashboard):
     client, logs = dashboard
-    trained, _ = finished(client, logs, {**SHORT, "name": "trained"})
+    trained, _ = finished(client, logs, {**SHORT, "name": "trained", "eval_samples": 8})
     assert {"model": f"run:{trained}", "name": "trained"} in client.predict(api_name="/list_models")["runs"]
     again, run = finished(client, logs, {"model": f"run:{trained}", "steps_per_iteration": 0, "max_new_tokens": 24})
     assert run["config"]["model"] == f"run:{trained}"  # the config keeps the run it started from
     last = [m for m in client.predict(trained, api_name="/get_metrics") if "eval/accuracy" in m][-1]
     [evaluation] = client.predict(again, api_name="/get_metrics")
     assert evaluation["eval/accuracy"] == last["eval/accuracy"]  # the same weights, the same greedy answers
+    assert 0.0 <= last["eval/maj@8"] <= 1.0 and last["eval/pass@1"] <= last["eval/pass@8"]
     listed = client.predict(trained, None, api_name="/list_eval_results")  # every question of every evaluation
     assert listed["steps"] == [0, 2] and listed["step"] == 2 and len(listed["questions"]) == 200
     right = sum(q["greedy"]["correct"] for q in listed["questions"])
@@ -67,6 +69,9 @@ def test_a_runs_trained_policy_is_a_model_for_the_next_run(dashboard):
     same = client.predict(again, 0, trained, 2, "all", "", api_name="/compare_evals")
     assert (same["counts"]["gained"], same["counts"]["lost"], same["counts"]["only first"]) == (0, 0, 0)
     assert all(r["first"]["greedy"] == r["second"]["greedy"] for r in same["rows"])  # word for word
+    assert all(len(q["samples"]) == 8 for q in listed["questions"])
+    outputs = pd.read_csv(client.predict(trained, "eval-csv", api_name="/export_run"))
+    assert len(outputs) == 2 * 200 * 9 and (outputs["output"] == "greedy").sum() == 400  # steps 0 and 2
     moved = client.predict(trained, 0, None, None, "changed", "", api_name="/compare_evals")
     assert moved["second"]["step"] == 2 and sum(moved["counts"].values()) == 200
     with pytest.raises(AppError, match="model: run:99999 names run 99999, which does not exist"):

@@ -27,6 +27,8 @@ NO_RUN = "<div>No run selected.</div>"
 EXPORTS = (
     ("export-parquet", "Groups as Parquet", "parquet", "source"),
     ("export-csv", "Groups as CSV", "csv", "source"),
+    ("export-eval-parquet", "Evaluations as Parquet", "eval-parquet", "source"),
+    ("export-eval-csv", "Evaluations as CSV", "eval-csv", "source"),
     ("export-config", "Config as JSON", "config", "source"),
     ("export-model", "Trained policy", "model", "source"),
     ("export-model-fp32", "Trained policy (fp32)", "model", "fp32"),
@@ -66,7 +68,7 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         )
         with gr.Row(equal_height=True):
             buttons = {
-                elem_id: gr.Button(text, size="sm", elem_id=elem_id, interactive=kind in ("parquet", "csv", "config"))
+                elem_id: gr.Button(text, size="sm", elem_id=elem_id, interactive=kind not in ("model", "adapter"))
                 for elem_id, text, kind, _ in EXPORTS
             }
         export_file = gr.File(label="Download", interactive=False, elem_id="export-file", height=60, visible=False)

@@ -5,10 +5,11 @@ dropped after a resume point and with the run. And the service's comparison of t
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from app import store
-from app.service import evaluations
+from app.service import evaluations, exports
 from app.service.api import ApiError
 from app.store.db import session_scope
 from grpo_engine.report.recorder import EvalOutput, EvalQuestion
@@ -135,3 +136,23 @@ def test_a_missing_evaluation_or_flip_is_refused_by_name(two_runs, sqlite_url):
         evaluations.list_eval_results(999)
     with pytest.raises(ApiError, match="recorded no evaluation's questions"):
         evaluations.list_eval_results(new_run(sqlite_url))
+
+
+def test_an_evaluations_export_has_one_row_per_output_in_parquet_and_csv(sqlite_url, monkeypatch):
+    monkeypatch.setenv("GRPO_DATABASE_URL", sqlite_url)
+    run_id = new_run(sqlite_url)
+    with session_scope(sqlite_url) as s:
+        store.record_evaluation(s, run_id, 5, [question(1, False), question(0, True, [out("1", True), out(None, False)])])
+        store.record_evaluation(s, run_id, 0, [question(0, False)])
+    parquet = pd.read_parquet(exports.export_run(run_id, "eval-parquet"))
+    csv = pd.read_csv(exports.export_run(run_id, "eval-csv"), keep_default_na=False)
+    assert list(parquet.columns) == list(store.EVAL_EXPORT_COLUMNS) == list(csv.columns)
+    for frame in (parquet, csv):
+        # by step, then question; a question's greedy output first, then its samples in order
+        assert list(zip(frame["step"], frame["question_index"], frame["output"], strict=True)) == [
+            (0, 0, "greedy"), (5, 0, "greedy"), (5, 0, "sample 0"), (5, 0, "sample 1"), (5, 1, "greedy"),
+        ]  # fmt: skip
+        assert list(frame["correct"]) == [False, True, True, False, False]
+        assert list(frame["answer_rule"]) == ["number", "number", "number", "none", "number"]
+    assert parquet["answer"].isna().tolist() == [False, False, False, True, False] and csv["answer"].tolist()[3] == ""
+    assert exports.export_run(run_id, "eval-csv").endswith(f"run-{run_id}-evaluations.csv")
