@@ -142,7 +142,9 @@ def test_an_evaluations_export_has_one_row_per_output_in_parquet_and_csv(sqlite_
     monkeypatch.setenv("GRPO_DATABASE_URL", sqlite_url)
     run_id = new_run(sqlite_url)
     with session_scope(sqlite_url) as s:
-        store.record_evaluation(s, run_id, 5, [question(1, False), question(0, True, [out("1", True), out(None, False)])])
+        store.record_evaluation(
+            s, run_id, 5, [question(1, False), question(0, True, [out("1", True), out(None, False)])]
+        )
         store.record_evaluation(s, run_id, 0, [question(0, False)])
     parquet = pd.read_parquet(exports.export_run(run_id, "eval-parquet"))
     csv = pd.read_csv(exports.export_run(run_id, "eval-csv"), keep_default_na=False)
