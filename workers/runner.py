@@ -19,7 +19,7 @@ from enum import StrEnum
 
 from app import store
 from app.core import broker
-from app.core.admission import admit, model_to_load
+from app.core.admission import admit
 from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 from app.store.db import session_scope
@@ -27,6 +27,7 @@ from grpo_engine.report.recorder import TrainResult, TrainStatus
 from workers.distributed import run_processes
 from workers.errors import one_line
 from workers.recorder import DBRecorder, LeaseKeeper, interrupt, with_trackers
+from workers.run_models import run_model_to_load
 
 logger = logging.getLogger("grpo.worker")
 
@@ -137,7 +138,7 @@ def execute_run(
                 from grpo_engine.train.trainer import train  # torch is imported here, in the worker only
 
                 spec = admit(run["config"], settings)  # launch's checks again, with this machine's settings
-                spec = model_to_load(spec, settings)  # run:<id>: that run's trained policy on this machine
+                spec = run_model_to_load(spec, settings, recorder.log)  # run:<id>[@<step>]: that policy's directory
                 if spec.devices > 1:  # data-parallel: the run's processes train and record; this one watches
                     result = run_processes(run_id, spec, worker, recorder)
                     recorder.stop_reason = result.stop_reason

@@ -21,7 +21,7 @@ from app.core.paths import check_custom_rewards, check_spec_paths
 from app.core.settings import Settings
 from grpo_engine.spec.config import RunSpec, SpecError, check_budget, validate_spec
 from grpo_engine.spec.hub import check_hub_ids
-from grpo_engine.spec.words import run_model_id
+from grpo_engine.spec.words import run_model
 
 
 def admit(spec: Any, settings: Settings, placement: Callable[[dict], None] | None = None) -> RunSpec:
@@ -40,16 +40,19 @@ def admit(spec: Any, settings: Settings, placement: Callable[[dict], None] | Non
 def model_to_load(spec: RunSpec, settings: Settings) -> RunSpec:
     """The spec as the engine loads it on this worker: ``model: run:<id>`` (an earlier run's trained policy, which
     launch checked against the store: app.service.run_models) replaced by that policy's directory under this
-    machine's checkpoint directory; a spec naming no run as it is. SpecError naming ``model`` where the directory is
-    not there."""
-    run_id = run_model_id(spec.model)
-    if run_id is None:
+    machine's checkpoint directory, ``run:<id>@<step>`` by the model directory made from that checkpoint
+    (workers.run_models.make_policy_at makes it first); a spec naming no run as it is. SpecError naming ``model``
+    where the directory is not there."""
+    named = run_model(spec.model)
+    if named is None:
         return spec
-    folder = settings.trained_policy_dir(run_id)
+    run_id, step = named
+    folder = settings.trained_policy_dir(run_id) if step is None else settings.policy_at_dir(run_id, step)
     if not (folder / "config.json").is_file():
+        what = "its trained policy" if step is None else f"the policy of its checkpoint of step {step}"
         raise SpecError(
             "model",
-            f"run:{run_id}: its trained policy is not in this worker's checkpoint directory ({folder}); "
+            f"{spec.model.strip()}: {what} is not in this worker's checkpoint directory ({folder}); "
             "GRPO_CHECKPOINT_DIR must be a directory the workers and the dashboard share",
         )
     return dataclasses.replace(spec, model=str(folder))

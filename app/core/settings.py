@@ -34,6 +34,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_engine.report.run_files import FINAL_DIR, policy_at_dir
+
 UPLOADS = "uploads"  # the data directory's folder of uploaded datasets
 MODELS = "models"  # the data directory's models folder: uploaded models, and any copied there by hand
 
@@ -118,7 +120,12 @@ class Settings:
     def trained_policy_dir(self, run_id: int) -> Path:
         """A completed run's trained policy as a Hugging Face model directory (LoRA merged): what ``model:
         run:<id>`` loads and the "Trained policy" download zips."""
-        return self.run_dir(run_id) / "final" / "model"
+        return self.run_dir(run_id) / FINAL_DIR / "model"
+
+    def policy_at_dir(self, run_id: int, step: int) -> Path:
+        """The policy of a run's checkpoint of ``step`` as a model directory, once a run named it: what ``model:
+        run:<id>@<step>`` loads (grpo_engine.report.run_files)."""
+        return policy_at_dir(self.run_dir(run_id), step)
 
     @property
     def uploads_dir(self) -> Path:

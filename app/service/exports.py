@@ -34,6 +34,7 @@ from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 from app.service.api import ApiError, as_id, require_run
 from app.store.db import session_scope
+from grpo_engine.report.run_files import FINAL_DIR, FINAL_INFO
 
 EXPORT_KINDS = ("parquet", "csv", "eval-parquet", "eval-csv", "config", "model", "adapter")
 TABLE_KINDS = {  # a table's kind -> (the store's rows, their columns, the file's name, its format)
@@ -55,7 +56,6 @@ POLICY_KINDS = ("model", "adapter")  # the trained policy: merged model, or the 
 POLICY_DTYPES = ("source", "fp32")  # the trained model's download: the dtype the model came in, or fp32 as trained
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # a download's name says its dtype
 SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float16": "F16"}  # the dtypes an fp32 tensor is converted to
-FINAL_INFO = "policy.json"  # beside final/model: {"source_dtype": ...} (grpo_engine.train.checkpoint.save_final)
 SLICE = 1 << 20  # fp32 values converted at a time (4 MB read, 2 MB written)
 
 
@@ -182,7 +182,7 @@ def _export_policy(run: dict, kind: str, dtype: str, out_dir: Path) -> str:
         raise ApiError(f"run {run_id} trained every weight (lora_rank 0): it has no adapter; export 'model'")
     if run["config"].get("steps_per_iteration") == 0:
         raise ApiError(f"run {run_id} only evaluated its model (steps_per_iteration 0): it trained no policy")
-    final = get_settings().run_dir(run_id) / "final"
+    final = get_settings().run_dir(run_id) / FINAL_DIR
     source = final / kind
     if not source.is_dir():
         if run["status"] != RunStatus.COMPLETED:

@@ -70,11 +70,13 @@ def check_applicability(spec: RunSpec) -> None:
 
 
 def _check_run_models(spec: RunSpec) -> None:
-    """Refuse, naming the key, a malformed ``run:<id>`` model, and one where only ``model`` may name a run. (Whether
+    """Refuse, naming the key, a malformed ``run:<id>[@<step>]`` model, and one where only ``model`` may name a run. (Whether
     the run exists and has a trained policy is launch's check, against the store: app.service.run_models.)"""
     if spec.model.strip().startswith(RUN_MODEL_PREFIX) and run_model_id(spec.model) is None:
         raise SpecError(
-            "model", f"'run:<id>' names a run's trained policy by the run's number, got {shown(spec.model)}"
+            "model",
+            "'run:<id>' names a run's trained policy by the run's number, 'run:<id>@<step>' the policy of one of its "
+            f"checkpoints, got {shown(spec.model)}",
         )
     for name in ("reward_model", "label_completer"):
         if getattr(spec, name).strip().startswith(RUN_MODEL_PREFIX):

@@ -14,7 +14,7 @@ BUILTIN_MODEL = "builtin-arith"  # the built-in tiny model (grpo_engine.model.mo
 BUILTIN_DATASET = "builtin-arith"  # the built-in arithmetic questions (grpo_engine.data.builtin_task)
 BUILTIN_WORD_PROBLEMS = "builtin-word-problems"  # generated word problems (grpo_engine.data.word_problems)
 BUILTIN_DATASETS = (BUILTIN_DATASET, BUILTIN_WORD_PROBLEMS)  # the datasets a run reads without a file or a download
-RUN_MODEL_PREFIX = "run:"  # ``model: run:<id>``: the trained policy of an earlier run of this dashboard
+RUN_MODEL_PREFIX = "run:"  # ``model: run:<id>[@<step>]``: an earlier run's trained policy, or a checkpoint's
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")  # the dataset files grpo_engine.data.data reads
 
 # The Launch form's sections, in its order; each key names its own (grpo_engine/spec/keys/, a module a section).
@@ -41,11 +41,24 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def run_model_id(value: str) -> int | None:
-    """The run whose trained policy ``value`` names as a model (``run:<id>``), else None.
+def run_model(value: str) -> tuple[int, int | None] | None:
+    """(run, step) of an earlier run's policy that ``value`` names as a model: its trained policy, ``run:<id>``
+    (step None), or the policy of one of its checkpoints, ``run:<id>@<step>``; None for any other value.
 
-    >>> run_model_id("run:12"), run_model_id("HuggingFaceTB/SmolLM2-135M-Instruct"), run_model_id("run:x")
-    (12, None, None)
+    >>> run_model("run:12"), run_model("run:12@30"), run_model("HuggingFaceTB/SmolLM2-135M-Instruct"), run_model("run:x")
+    ((12, None), (12, 30), None, None)
     """
-    found = re.fullmatch(rf"{RUN_MODEL_PREFIX}(\d+)", value.strip())
-    return int(found.group(1)) if found else None
+    found = re.fullmatch(rf"{RUN_MODEL_PREFIX}(\d+)(?:@(\d+))?", value.strip())
+    if not found:
+        return None
+    return int(found.group(1)), None if found.group(2) is None else int(found.group(2))
+
+
+def run_model_id(value: str) -> int | None:
+    """The run whose policy ``value`` names as a model (``run:<id>`` or ``run:<id>@<step>``), else None.
+
+    >>> run_model_id("run:12"), run_model_id("run:12@30"), run_model_id("run:x")
+    (12, 12, None)
+    """
+    found = run_model(value)
+    return found[0] if found else None

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -44,12 +43,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from grpo_engine.model.model import load_policy, source_dtype
+from grpo_engine.report.run_files import FINAL_INFO, STATE_FILE, attempts, complete, step_dirs
+from grpo_engine.train.loading import wrap_lora
 from grpo_engine.train.sharding import SHARDED_DIR, load_sharded
 
 FORMAT = 1
-STEP_DIR = re.compile(r"^step-(\d{8})$")
-ATTEMPT_DIR = re.compile(r"^(attempt|sealed)-(\d{6})$")  # an attempt's own checkpoints; sealed: read-only
-FINAL_INFO = "policy.json"  # in final/: the dtype the model came in (save_final)
 
 
 def _random_state_to_json(state: tuple) -> list:
@@ -99,33 +98,6 @@ def _load_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str,
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def _complete(directory: Path) -> list[tuple[int, Path]]:
-    """The complete checkpoints in one attempt's directory, oldest first, as (step, directory)."""
-    if not directory.is_dir():
-        return []
-    found = []
-    for path in directory.iterdir():
-        match = STEP_DIR.match(path.name)
-        if match and (path / "state.json").is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
-
-
-def _attempts(run_dir: Path) -> list[tuple[int, str, Path]]:
-    """The attempt directories under ``run_dir`` as (number, "attempt" or "sealed", directory), by number."""
-    if not run_dir.is_dir():
-        return []
-    found = [(int(m.group(2)), m.group(1), p) for p in run_dir.iterdir() if (m := ATTEMPT_DIR.match(p.name))]
-    return sorted(found)
-
-
-def step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
-    """The complete checkpoints of every attempt under ``run_dir``, oldest first (a step saved by two attempts: the
-    later attempt's last), as (step, directory)."""
-    found = [(step, number, path) for number, _, d in _attempts(run_dir) for step, path in _complete(d)]
-    return [(step, path) for step, _, path in sorted(found)]
-
-
 def latest(run_dir: Path) -> tuple[int, Path] | None:
     """(step, directory) of the newest complete checkpoint, or None."""
     found = step_dirs(run_dir)
@@ -141,12 +113,12 @@ def begin_attempt(run_dir: Path) -> Path:
     are deleted. Checkpoints at the top of ``run_dir`` (saved before attempts had directories) are sealed as attempt
     0 first. Called by one process of the run (the main one), which holds the run's lease."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    legacy = _complete(run_dir)  # step directories at the top: a run saved by a version before attempts
+    legacy = complete(run_dir)  # step directories at the top: a run saved by a version before attempts
     if legacy:
         (run_dir / "sealed-000000").mkdir(exist_ok=True)
         for _, path in legacy:
             path.rename(run_dir / "sealed-000000" / path.name)
-    found = _attempts(run_dir)
+    found = attempts(run_dir)
     newest = max((number for number, _, _ in found), default=0)
     for number, kind, path in found:
         if kind == "attempt" and number == newest:
@@ -154,7 +126,7 @@ def begin_attempt(run_dir: Path) -> Path:
         elif kind == "attempt":
             shutil.rmtree(path, ignore_errors=True)
     kept = latest(run_dir)
-    for _, _, path in _attempts(run_dir):
+    for _, _, path in attempts(run_dir):
         if kept is None or path != kept[1].parent:
             shutil.rmtree(path, ignore_errors=True)
     attempt = run_dir / f"attempt-{newest + 1:06d}"
@@ -164,7 +136,7 @@ def begin_attempt(run_dir: Path) -> Path:
 
 def clear(run_dir: Path) -> None:
     """Delete every attempt's checkpoints under ``run_dir`` (a completed run keeps only ``final/``)."""
-    for _, _, path in _attempts(run_dir):
+    for _, _, path in attempts(run_dir):
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -254,17 +226,17 @@ def save(
         "rm_rng": _random_state_to_json(rm_rng.getstate()) if rm_rng is not None else None,
         "rm_history": [asdict(e) for e in rm_history] if rm_history is not None else None,
     }
-    (tmp / "state.json").write_text(json.dumps(state))
+    (tmp / STATE_FILE).write_text(json.dumps(state))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    for _, old in _complete(attempt_dir)[:-keep]:
+    for _, old in complete(attempt_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def read_state(checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's state.json (step, iteration, ...)."""
-    state = json.loads((checkpoint / "state.json").read_text())
+    state = json.loads((checkpoint / STATE_FILE).read_text())
     if state.get("format") != FORMAT:
         raise ValueError(f"checkpoint {checkpoint}: format {state.get('format')!r}, this version reads {FORMAT}")
     return state
@@ -280,14 +252,8 @@ def load(
     device = next(policy.parameters()).device
     if state.get("sharded"):
         load_sharded(checkpoint / SHARDED_DIR, policy, optimizer, reference if state["has_reference"] else None)
-    elif state["adapter_only"]:
-        missing, unexpected = policy.load_state_dict(
-            load_file(checkpoint / "policy.safetensors", device=str(device)), strict=False
-        )
-        if unexpected:
-            raise ValueError(f"checkpoint {checkpoint}: unexpected adapter weights {unexpected[:3]}")
     else:
-        load_model(policy, str(checkpoint / "policy.safetensors"), device=str(device))
+        load_policy_weights(checkpoint, state, policy)
     if state["has_reference"] and not state.get("sharded"):
         if reference is None:
             raise ValueError(f"checkpoint {checkpoint} has a reference policy but this run keeps none")
@@ -310,6 +276,37 @@ def load(
     rng.setstate(_random_state_from_json(state["rng"]))
     if rm_rng is not None and state["rm_rng"] is not None:
         rm_rng.setstate(_random_state_from_json(state["rm_rng"]))
+
+
+def load_policy_weights(checkpoint: Path, state: dict[str, Any], policy) -> None:
+    """The policy's weights of an unsharded checkpoint into ``policy``, built as the run built it (LoRA-wrapped
+    for a LoRA run): the adapter alone where the checkpoint holds only it, else every weight."""
+    device = next(policy.parameters()).device
+    if state["adapter_only"]:
+        _, unexpected = policy.load_state_dict(
+            load_file(checkpoint / "policy.safetensors", device=str(device)), strict=False
+        )
+        if unexpected:
+            raise ValueError(f"checkpoint {checkpoint}: unexpected adapter weights {unexpected[:3]}")
+    else:
+        load_model(policy, str(checkpoint / "policy.safetensors"), device=str(device))
+
+
+def save_policy_at(spec, checkpoint: Path, out_dir: Path, cache_dir: Path, log=print) -> None:
+    """The policy of ``checkpoint``, saved by a run of ``spec`` (its model already a path or a name this machine
+    loads), as :func:`save_final` writes a trained policy, into ``out_dir`` (grpo_engine.report.run_files
+    .policy_at_dir's parent): the run's starting model built again on the CPU, wrapped in LoRA as it trained,
+    the checkpoint's weights read into it, merged. What ``model: run:<id>@<step>`` loads. A sharded checkpoint
+    (sharding 'fsdp') is refused: its policy is in one shard per process."""
+    state = read_state(checkpoint)
+    if state.get("sharded"):
+        raise ValueError(f"checkpoint {checkpoint} is sharded (sharding 'fsdp'): its policy cannot be read alone")
+    log(f"reading the policy of checkpoint {checkpoint.name} (step {state['step']}) into a model directory")
+    policy, tokenizer = load_policy(spec.model, cache_dir, torch.device("cpu"), log=log)
+    if spec.lora_rank > 0:
+        policy = wrap_lora(policy, spec.lora_rank)
+    load_policy_weights(checkpoint, state, policy)
+    save_final(out_dir, policy, tokenizer, spec.lora_rank > 0, source_dtype(spec.model, cache_dir))
 
 
 def save_final(out_dir: Path, policy, tokenizer, lora: bool, source_dtype: str = "float32") -> None:

@@ -8,6 +8,8 @@ tests/engine/train/test_sampled_evaluation.py.)"""
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import pytest
 from gradio_client import Client
@@ -78,3 +80,34 @@ def test_a_runs_trained_policy_is_a_model_for_the_next_run(dashboard):
         client.predict({"model": "run:99999"}, api_name="/launch_run")
     with pytest.raises(AppError, match="model: 'run:<id>' names a run's trained policy by the run's number"):
         client.predict({"model": "run:latest"}, api_name="/launch_run")
+
+
+def test_a_kept_checkpoint_of_a_cancelled_run_is_a_model(dashboard):
+    """``model: run:<id>@<step>``: a cancelled run keeps its newest checkpoints; /list_models offers them, and an
+    evaluation of one answers as the run did at that step. A step it does not keep, and any step of a completed
+    run, are refused, naming ``model`` and what is kept."""
+    client, logs = dashboard
+    spec = {**SHORT, "steps_per_iteration": 300, "eval_every": 1, "checkpoint_every": 1, "name": "cancelled"}
+    run_id = client.predict(spec, api_name="/launch_run")["run_id"]
+    deadline = time.monotonic() + 300
+    while client.predict(run_id, api_name="/get_run")["step"] < 2:
+        assert time.monotonic() < deadline, logs()
+        time.sleep(0.5)
+    client.predict(run_id, api_name="/cancel_run")
+    assert wait_finished(client, run_id, logs)["status"] == "cancelled"
+    runs = client.predict(api_name="/list_models")["runs"]
+    offered = [m for m in runs if m["model"].startswith(f"run:{run_id}@")]
+    assert len(offered) == 2 and offered[-1]["name"].startswith("cancelled (step ")  # checkpoint_keep 2
+    step = int(offered[-1]["model"].rpartition("@")[2])
+    again, run = finished(client, logs, {"model": offered[-1]["model"], "steps_per_iteration": 0, "max_new_tokens": 24})
+    assert run["config"]["model"] == f"run:{run_id}@{step}"
+    [at] = [m for m in client.predict(run_id, api_name="/get_metrics") if m["step"] == step and "eval/accuracy" in m]
+    [evaluation] = client.predict(again, api_name="/get_metrics")
+    assert evaluation["eval/accuracy"] == at["eval/accuracy"]  # the checkpoint's weights, the same greedy answers
+    with pytest.raises(
+        AppError, match=rf"model: run:{run_id}@0: run {run_id} keeps no checkpoint of step 0 \(it keeps"
+    ):
+        client.predict({"model": f"run:{run_id}@0"}, api_name="/launch_run")
+    done, _ = finished(client, logs, {**SHORT, "checkpoint_every": 1})
+    with pytest.raises(AppError, match=f"a completed run keeps none: run:{done} is its trained policy"):
+        client.predict({"model": f"run:{done}@2"}, api_name="/launch_run")

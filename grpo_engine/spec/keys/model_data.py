@@ -26,7 +26,8 @@ class ModelAndDataKeys:
         f"Policy to train: '{BUILTIN_MODEL}' (built-in tiny model, no download), a Hugging Face model id, or a local "
         "model directory (config.json, safetensors weights) or .gguf file, such as one in the models folder "
         "<data dir>/models (or one uploaded in the Launch tab: a .gguf file or a zipped model directory), or "
-        "'run:<id>', the trained policy of a completed run of this dashboard (to evaluate it or train it further).",
+        "'run:<id>', the trained policy of a completed run of this dashboard (to evaluate it or train it further), "
+        "or 'run:<id>@<step>', the policy of a checkpoint that run keeps (one still training, failed or cancelled).",
         section=MODEL_AND_DATA,
     )
     dataset: str = key(

@@ -163,3 +163,28 @@ def test_everything_reported_is_flushed_before_each_checkpoint(grpo_cache_dir, t
     for k, event in enumerate(recorder.events):
         if event[0] == "checkpoint":  # right before it: step k's report, then the flush
             assert recorder.events[k - 2 : k] == [("step", event[1]), ("flush", None)]
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora"])
+def test_a_checkpoints_policy_becomes_a_model_that_answers_as_the_run_did(grpo_cache_dir, tmp_path, lora_rank):
+    """What ``model: run:<id>@<step>`` loads: the policy of a kept checkpoint as a model directory, its logits those
+    of the policy the run held at that step (the adapter merged, for LoRA), not the starting model's."""
+    from grpo_engine.model.model import load_policy
+    from grpo_engine.report.run_files import checkpoint_at
+    from grpo_engine.train.loading import wrap_lora
+
+    spec = validate_spec({**BASE, "lora_rank": lora_rank, "learning_rate": 1e-2 if lora_rank else 1e-4})
+    train(spec, PauseAt(2), grpo_cache_dir, device="cpu", checkpoint_dir=tmp_path / "run")
+    found = checkpoint_at(tmp_path / "run", 2)
+    checkpoint.save_policy_at(spec, found, tmp_path / "at", grpo_cache_dir, log=lambda _: None)
+    assert json.loads((tmp_path / "at" / "policy.json").read_text()) == {"source_dtype": "float32"}
+    cpu = torch.device("cpu")
+    saved = load_policy(str(tmp_path / "at" / "model"), grpo_cache_dir, cpu)[0].eval()
+    held = load_policy(spec.model, grpo_cache_dir, cpu)[0]
+    held = (wrap_lora(held, lora_rank) if lora_rank else held).eval()
+    checkpoint.load_policy_weights(found, checkpoint.read_state(found), held)
+    start = load_policy(spec.model, grpo_cache_dir, cpu)[0].eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        assert torch.allclose(saved(input_ids=ids).logits, held(input_ids=ids).logits, atol=1e-4)
+        assert not torch.allclose(saved(input_ids=ids).logits, start(input_ids=ids).logits, atol=1e-4)
