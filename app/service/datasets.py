@@ -139,8 +139,8 @@ def upload_model(file: Any, remove_source: bool = False) -> dict:
 def list_models() -> dict:
     """What the Launch form's model field offers: ``{models_folder, local, runs, hub}``: ``local`` the models folder's
     models (app.core.models_folder.list_models: ``{name, model, kind, size}``, kind 'directory' or 'gguf'), ``runs``
-    the completed runs whose trained policy a run can start from (app.service.run_models.trained_runs: ``{model:
-    'run:<id>', name}``), ``hub`` the model ids in this machine's Hugging Face cache (grpo_engine.spec.hub)."""
+    the runs whose policy a run can start from (app.service.run_models.trained_runs: ``{model: 'run:<id>', name}``
+    for a completed run's trained policy, ``run:<id>@<step>`` for a kept checkpoint's), ``hub`` the model ids in this machine's Hugging Face cache (grpo_engine.spec.hub)."""
     folder = get_settings().models_dir
     return {
         "models_folder": str(folder),

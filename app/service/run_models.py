@@ -24,15 +24,15 @@ OFFERED_RUNS = 20  # the newest trained runs the Launch form's model field offer
 
 def trained_runs() -> list[dict]:
     """The newest runs (at most OFFERED_RUNS) with a policy a new run can start from, as the model field offers
-    them: ``{model: 'run:<id>', name}`` for a completed run's trained policy, ``{model: 'run:<id>@<step>', name}``
-    for each checkpoint a run keeps (a run still training, failed or cancelled keeps its newest ones)."""
+    them: ``{model: 'run:<id>', name}`` for a completed run's trained policy, ``{model: 'run:<id>@<step>', name,
+    step}`` for each checkpoint a run keeps (a run still training, failed or cancelled keeps its newest ones)."""
     settings = get_settings()
     with session_scope() as s:
         runs = store.list_runs(s)
     offered, runs_offered = [], 0
     for run in runs:  # newest first (an evaluation-only run has neither a trained policy nor checkpoints)
         run_id, name = run["run_id"], run["name"]
-        kept = [{"model": f"run:{run_id}@{step}", "name": f"{name} (step {step})"} for step in _kept_steps(run_id)]
+        kept = [{"model": f"run:{run_id}@{step}", "name": name, "step": step} for step in _kept_steps(run_id)]
         if run["status"] == RunStatus.COMPLETED and (settings.trained_policy_dir(run_id) / "config.json").is_file():
             kept.insert(0, {"model": f"run:{run_id}", "name": name})
         offered.extend(kept)
@@ -46,7 +46,16 @@ def _kept_steps(run_id: int) -> list[int]:
     """The steps of ``run_id`` a new run can start from, in order: its complete, unsharded checkpoints, and those a
     run already made a model directory of (kept after the checkpoint is pruned)."""
     run_dir = get_settings().run_dir(run_id)
-    return sorted({step for step, path in step_dirs(run_dir) if not is_sharded(path)} | policy_at_steps(run_dir))
+    return sorted({step for step, path in step_dirs(run_dir) if _unsharded(path)} | policy_at_steps(run_dir))
+
+
+def _unsharded(checkpoint) -> bool:
+    """Whether a checkpoint is still there and holds its policy in one file (a run in training prunes its older
+    checkpoints at any moment)."""
+    try:
+        return not is_sharded(checkpoint)
+    except (OSError, ValueError):
+        return False
 
 
 def check_run_model(config: dict) -> None:

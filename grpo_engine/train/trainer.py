@@ -191,10 +191,12 @@ class TrainingRun:
                 f"loss {metrics['rm/loss']:.3f}, held-out accuracy {metrics['rm/accuracy_after']:.3f}"
             )
         if self.spec.eval_every:
+            t_eval = time.time()
             self.recorder.phase("evaluating")
             evaluated, questions = heldout_metrics(self.learner, self.heldout, 0)
             metrics.update(evaluated)
             self.recorder.evaluation(0, questions)
+            metrics["time/eval"] = time.time() - t_eval
             self.recorder.log(f"step 0: {eval_summary(metrics)}")
         if metrics:
             self.recorder.step(0, 0, metrics)

@@ -32,15 +32,17 @@ def size_text(n: int) -> str:
 
 def model_choices(listing: dict | None) -> list[tuple[str, str]]:
     """The field's choices as (what the list shows, the run spec's value): the built-in model, then the models
-    folder's models (their path), the trained policies of completed runs (run:<id>), then the Hugging Face cache's ids.
+    folder's models (their path), the trained policies of completed runs (run:<id>) and the checkpoints runs keep
+    (run:<id>@<step>), then the Hugging Face cache's ids.
 
     >>> m = {"name": "m.gguf", "model": "/d/models/m.gguf", "kind": "gguf", "size": 98_000_000}
-    >>> runs = [{"model": "run:7", "name": "smollm2-word-problems"}]
+    >>> runs = [{"model": "run:7", "name": "smollm2-word-problems"}, {"model": "run:9@30", "name": "b", "step": 30}]
     >>> model_choices({"local": [m], "runs": runs, "hub": ["Qwen/Qwen2.5-0.5B-Instruct"]})
     ... # doctest: +NORMALIZE_WHITESPACE
     [('builtin-arith · the built-in tiny model', 'builtin-arith'),
      ('models/m.gguf · .gguf, 98 MB', '/d/models/m.gguf'),
      ('run:7 · smollm2-word-problems, its trained policy', 'run:7'),
+     ('run:9@30 · b, its checkpoint of step 30', 'run:9@30'),
      ('Qwen/Qwen2.5-0.5B-Instruct · in the Hugging Face cache', 'Qwen/Qwen2.5-0.5B-Instruct')]
     """
     choices = [(f"{BUILTIN_MODEL} · the built-in tiny model", BUILTIN_MODEL)]
@@ -48,7 +50,12 @@ def model_choices(listing: dict | None) -> list[tuple[str, str]]:
         kind = ".gguf" if entry["kind"] == "gguf" else "model directory"
         choices.append((f"models/{entry['name']} · {kind}, {size_text(entry['size'])}", entry["model"]))
     choices += [
-        (f"{r['model']} · {r['name']}, its trained policy", r["model"]) for r in (listing or {}).get("runs", [])
+        (
+            f"{r['model']} · {r['name']}, "
+            + (f"its checkpoint of step {r['step']}" if "step" in r else "its trained policy"),
+            r["model"],
+        )
+        for r in (listing or {}).get("runs", [])
     ]
     choices += [(f"{repo_id} · in the Hugging Face cache", repo_id) for repo_id in (listing or {}).get("hub", [])]
     return choices
