@@ -16,7 +16,8 @@ over the seeds per supervision: DeepSeekMath's Figure 7 reading is Maj@K rising 
     .venv/bin/python -m bench.supervision_curves                      # defaults, seeds 0,1,2, target 0.90
     .venv/bin/python -m bench.supervision_curves --labels rollouts --cache-dir /tmp/grpo-cache
     .venv/bin/python -m bench.supervision_curves --seeds 0 --steps 100 --eval-every 10 --cache-dir D
-    .venv/bin/python -m bench.supervision_curves --seeds 0,1,2,3,4 --eval-samples 16 --eval-cost --cache-dir D
+    .venv/bin/python -m bench.supervision_curves --seeds 0,1,2,3,4 --eval-samples 16 --eval-cost --cache-dir D \
+        --plot docs/pass_maj_builtin.png
 """
 
 from __future__ import annotations
@@ -71,6 +72,35 @@ def print_means(ends: dict[str, list[tuple[dict, dict]]], samples: int) -> None:
         print_pass_maj(mean_metrics([p[0] for p in pairs]), mean_metrics([p[1] for p in pairs]), samples)
 
 
+def plot_pass_maj(ends: dict[str, list[tuple[dict, dict]]], samples: int, path: Path) -> None:
+    """DeepSeekMath's Figure 7 for each supervision: Pass@K and Maj@K against K (log scale) at the first and the
+    last evaluation, means over the seeds, to ``path`` (PNG; matplotlib, ``pip install 'grpo-dashboard[bench]'``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(ends), figsize=(4.6 * len(ends), 3.6), sharey=True, squeeze=False)
+    k = ks(samples)
+    for ax, (supervision, pairs) in zip(axes.flat, ends.items(), strict=True):
+        first, last = mean_metrics([p[0] for p in pairs]), mean_metrics([p[1] for p in pairs])
+        for at, colour in ((first, "tab:grey"), (last, "tab:blue")):
+            for name, style in (("pass", "-o"), ("maj", "--s")):
+                ax.plot(k, [at[f"eval/{name}@{i}"] for i in k], style, color=colour, markersize=4,
+                        label=f"{name.capitalize()}@K, step {at['step']}")  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(k, [str(i) for i in k])
+        ax.set_title(f"{supervision} supervision ({len(pairs)} seeds)", fontsize=10)
+        ax.set_xlabel("K (sampled outputs per question)")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out share")
+    axes[0][0].legend(loc="lower right", fontsize=8)
+    fig.suptitle("Pass@K and Maj@K before and after GRPO: built-in task (DeepSeekMath Figure 7)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def eval_cost(cache_dir: Path) -> None:
     """Seconds of one held-out evaluation of the built-in model (evaluation only), greedy and with 8 samples."""
     print("one evaluation of the built-in model (steps_per_iteration 0, 200 held-out questions):")
@@ -96,6 +126,7 @@ def main() -> int:
     parser.add_argument("--cache-dir", default=None, help="built-in model cache (default: a temporary dir)")
     parser.add_argument("--eval-samples", type=int, default=0, help="eval_samples K: Pass@k and Maj@k up to K")
     parser.add_argument("--eval-cost", action="store_true", help="first time one evaluation, greedy and K 8")
+    parser.add_argument("--plot", help="with --eval-samples: Pass@K and Maj@K against K to this PNG")
     args = parser.parse_args()
 
     cache_dir = Path(args.cache_dir or tempfile.mkdtemp(prefix="grpo-bench-cache-"))
@@ -137,6 +168,8 @@ def main() -> int:
         )
     if args.eval_samples:
         print_means(ends, args.eval_samples)
+        if args.plot:
+            plot_pass_maj(ends, args.eval_samples, Path(args.plot))
     ok = medians["process"] < math.inf and (args.labels != "builtin" or medians["process"] <= medians["outcome"])
     print(
         f"process supervision reaches {args.target:.2f}"

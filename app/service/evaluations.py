@@ -40,6 +40,14 @@ def list_eval_results(run_id: int, step: int | None = None) -> dict:
     return {"run_id": int(run_id), "step": step, "steps": steps, "questions": questions}
 
 
+def evaluated_runs() -> list[dict]:
+    """The runs whose evaluations a comparison can read, newest first: ``{run_id, name}`` each."""
+    with session_scope() as s:
+        ids = store.evaluated_runs(s)
+        names = {r["run_id"]: r["name"] for r in store.list_runs(s)}
+    return [{"run_id": i, "name": names[i]} for i in ids if i in names]
+
+
 def flip_of(first: bool, second: bool) -> str:
     """How a question's greedy verdict moved between two evaluations.
 

@@ -7,7 +7,14 @@ held-out questions and outputs. Callers use them through this package:
 ``store.create_run(s, ...)``.
 """
 
-from app.store.evaluations import EVAL_EXPORT_COLUMNS, eval_results, eval_steps, iter_eval_rows, record_evaluation
+from app.store.evaluations import (
+    EVAL_EXPORT_COLUMNS,
+    eval_results,
+    eval_steps,
+    evaluated_runs,
+    iter_eval_rows,
+    record_evaluation,
+)
 from app.store.groups import (
     EXPORT_COLUMNS,
     GROUP_ORDERS,
@@ -56,6 +63,7 @@ __all__ = [
     "default_run_name",
     "eval_results",
     "eval_steps",
+    "evaluated_runs",
     "finish_run",
     "get_group",
     "get_logs",

@@ -37,6 +37,11 @@ def record_evaluation(s: Session, run_id: int, step: int, questions: list[dict[s
     s.execute(insert(EvalResult), rows)
 
 
+def evaluated_runs(s: Session) -> list[int]:
+    """The runs that recorded an evaluation's questions, newest first."""
+    return list(s.scalars(select(EvalResult.run_id).distinct().order_by(EvalResult.run_id.desc())))
+
+
 def eval_steps(s: Session, run_id: int) -> list[int]:
     """The steps at which ``run_id`` recorded an evaluation's questions, in order."""
     return list(

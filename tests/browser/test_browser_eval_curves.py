@@ -1,12 +1,13 @@
 """The Run tab's sampled-evaluation chart in a real browser (Chromium through Playwright), at 1280 x 900 and 1600 x
 1000: a run with eval_samples shows Pass@K and Maj@K against K for its first and latest evaluation, picking another
 evaluation redraws it; the questions that flipped between the two are listed, folded, unfolding into both outputs side
-by side, and filter by flip and by text; a run without a sampled evaluation shows no Pass@K chart, and an
+by side, and filter by flip and by text; an evaluation of another run on the same questions (the baseline of an
+evaluation-only run) is picked and compared the same way; a run without a sampled evaluation shows no Pass@K chart, and an
 evaluation-only run (steps_per_iteration 0) says so and offers no trained policy.
 
 The server runs without a worker; the runs' metrics are written into its store from this process, the way a worker
 writes them, with their questions. Screenshots: test-artifacts/eval-curves-WIDTH.png, eval-flips-WIDTH.png,
-eval-only-1280.png.
+eval-runs-1600.png, eval-only-1280.png.
 """
 
 from __future__ import annotations
@@ -123,6 +124,21 @@ def test_the_run_tab_draws_pass_and_maj_at_k_for_two_evaluations(tmp_path):
         page.locator("#eval-second input").click()  # another evaluation picked: the chart follows it
         page.get_by_role("option", name="step 4", exact=True).click()
         expect(legend).to_have_text(["Pass@K, step 0", "Maj@K, step 0", "Pass@K, step 4", "Maj@K, step 4"])
+
+        page.get_by_label("changed").check()  # step 8 of this run against the baseline run, on the same questions
+        page.locator("#eval-text textarea, #eval-text input").first.fill("")
+        page.locator("#eval-text textarea, #eval-text input").first.press("Enter")
+        page.locator("#eval-first input").click()
+        page.get_by_role("option", name="step 8", exact=True).click()
+        page.locator("#eval-other-run input").click()
+        page.get_by_role("option", name=f"run {baseline} · baseline", exact=True).click()
+        expect(page.locator("#eval-second input")).to_have_value("step 0 (before training)")
+        other = f"run {baseline}, step 0"
+        expect(legend).to_have_text(["Pass@K, step 8", "Maj@K, step 8", f"Pass@K, {other}", f"Maj@K, {other}"])
+        expect(page.locator("#eval-flips .eval-counts")).to_contain_text("wrong → right 1 · right → wrong 1")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1600
+        box.scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts / "eval-runs-1600.png"))
 
         page.locator("#run-select input").click()  # a run without a sampled evaluation: no Pass@K chart
         page.get_by_role("option", name="greedy only").first.click()

@@ -1,8 +1,8 @@
-"""DeepSeekMath's Figure 7 for one run: Pass@K and Maj@K against K (log scale) at two of its evaluations.
+"""DeepSeekMath's Figure 7: Pass@K and Maj@K against K (log scale) at two evaluations, of one run or of two.
 
 A run with ``eval_samples`` K records, at each evaluation, ``eval/pass@k`` and ``eval/maj@k`` for k = 1, 2, 4, ... up
 to K (grpo_engine.rewards.sampled_eval). :func:`evaluations` lists the steps that evaluated; :func:`curves_figure`
-draws the two curves of two of those steps, by default the first (before training) and the latest, so that what RL
+draws the curves of two evaluations, by default a run's first (before training) and its latest, so that what RL
 changed reads as in the paper: Maj@K rising while Pass@K stays is a more robust output distribution, not a more
 capable model. Pure functions of metric rows (app.service.api.get_metrics): no store, no Gradio.
 """
@@ -55,26 +55,34 @@ def default_pair(steps: list[int]) -> tuple[int | None, int | None]:
     return steps[0], (steps[-1] if len(steps) > 1 else None)
 
 
-def curves_figure(metrics: list[dict], first: int | None, second: int | None) -> go.Figure:
-    """Pass@K (solid) and Maj@K (dashed) against K on a log-2 axis for the evaluations at steps ``first`` and
-    ``second`` (either may be None), each evaluation a colour, shares on a fixed 0 to 1 axis."""
-    rows = {row["step"]: row for row in metrics if row["step"] in evaluations(metrics)}
+def evaluation_row(metrics: list[dict], step: int | None) -> dict | None:
+    """The metrics row of the evaluation at ``step`` (None where there is none).
+
+    >>> evaluation_row([{"step": 0, "eval/accuracy": 0.2}, {"step": 1, "loss": 0.1}], 0)["eval/accuracy"]
+    0.2
+    """
+    return next((row for row in metrics if row["step"] == step and "eval/accuracy" in row), None)
+
+
+def curves_figure(evaluated: list[tuple[str, dict | None]]) -> go.Figure:
+    """Pass@K (solid) and Maj@K (dashed) against K on a log-2 axis for two evaluations, each ``(label, its metrics
+    row)`` (a row None draws nothing), each evaluation a colour, shares on a fixed 0 to 1 axis."""
     fig = go.Figure()
     ticks: set[int] = set()
-    for colour, step in zip(COLOURS, [first, second], strict=True):
-        if step is None or step not in rows:
+    for colour, (label, row) in zip(COLOURS, evaluated, strict=False):
+        if row is None:
             continue
         for prefix, name, dash in ((PASS, "Pass@K", "solid"), (MAJ, "Maj@K", "dash")):
-            ks, values = curve(rows[step], prefix)
+            ks, values = curve(row, prefix)
             ticks.update(ks)
             fig.add_trace(
                 go.Scatter(
                     x=ks,
                     y=values,
                     mode="lines+markers",
-                    name=f"{name}, step {step}",
+                    name=f"{name}, {label}",
                     line={"color": colour, "dash": dash, "width": 2.5},
-                    hovertemplate=f"{name} at step {step}: K %{{x}}, %{{y:.3f}}<extra></extra>",
+                    hovertemplate=f"{name} at {label}: K %{{x}}, %{{y:.3f}}<extra></extra>",
                 )
             )
     fig.update_layout(
