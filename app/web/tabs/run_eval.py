@@ -6,6 +6,8 @@ text. Shown for a run that recorded an evaluation; redrawn when the Run tab redr
 recorded, another run picked), so an open page reads nothing more while nothing changes. The second pick follows
 the run's newest evaluation until the user picks another, or another run."""
 
+from dataclasses import dataclass, replace
+
 import gradio as gr
 
 from app.service import api
@@ -41,6 +43,24 @@ def build_eval_curves(run_select: gr.Dropdown, charts: gr.Plot) -> None:
     text.submit(_redraw, picks, [plot, flips], trigger_mode="always_last", **QUIET)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Picks:
+    """What the user picked: the shown run's evaluation ``first``, the run compared with (``other``; None or the shown
+    run: the same) and its evaluation ``second``, the flips listed and the text they hold."""
+
+    run_id: int
+    other: int | None
+    first: int | None
+    second: int | None
+    flip: str
+    text: str
+
+    @property
+    def other_run(self) -> int | None:
+        """The other run compared with, None where it is the shown run."""
+        return None if self.other in (None, self.run_id) else self.other
+
+
 def _choices(steps: list[int]) -> list[tuple[str, int]]:
     return [(f"step {s}" + (" (before training)" if s == 0 else ""), s) for s in steps]
 
@@ -70,7 +90,7 @@ def _show(run_id, other, first, second, flip, text, seen):
     if seen is not None and seen[0] == run_id:  # the same run, a new evaluation: keep what the user picked
         a = first if first in steps else a
         if other not in (None, run_id):  # compared with another run: that pick stays as it is
-            drawn = _drawn(run_id, other, a, second, flip, text, got.value)
+            drawn = _drawn(Picks(run_id=run_id, other=other, first=a, second=second, flip=flip, text=text), got.value)
             return (
                 gr.Column(visible=True),
                 Picker(_choices(steps), value=a),
@@ -86,7 +106,7 @@ def _show(run_id, other, first, second, flip, text, seen):
         Picker(_choices(steps), value=a),
         Picker(_run_choices(run_id), value=run_id),
         Picker(_choices(steps), value=b),
-        *_drawn(run_id, run_id, a, b, flip, text, got.value),
+        *_drawn(Picks(run_id=run_id, other=run_id, first=a, second=b, flip=flip, text=text), got.value),
         [run_id, steps],
     )
 
@@ -104,38 +124,40 @@ def _other_run(run_id, other, first, second, flip, text):
         later = default_pair(steps)[1]
     else:
         later = steps[-1] if steps else None
-    return Picker(_choices(steps), value=later), *_drawn(run_id, other, first, later, flip, text)
+    picks = Picks(run_id=run_id, other=other, first=first, second=later, flip=flip, text=text)
+    return Picker(_choices(steps), value=later), *_drawn(picks)
 
 
-def _drawn(run_id, other, first, second, flip, text, metrics=None) -> tuple:
-    """The chart and the flips of this run's evaluation ``first`` against ``other``'s evaluation ``second``
-    (``metrics``: this run's, where the caller has just read them)."""
-    return _plot(run_id, other, first, second, metrics), _flips(run_id, other, first, second, flip, text)
+def _drawn(picks: Picks, metrics: list[dict] | None = None) -> tuple:
+    """The chart and the flips of the picks (``metrics``: the shown run's, where the caller has just read them)."""
+    return _plot(picks, metrics), _flips(picks)
 
 
-def _plot(run_id, other, first, second, metrics=None):
+def _plot(picks: Picks, metrics: list[dict] | None = None):
     """Pass@K and Maj@K where either evaluation sampled outputs, else no chart."""
-    other = run_id if other is None else other
-    mine = attempt(api.get_metrics, run_id) if metrics is None else Attempt(value=metrics)
-    theirs = mine if other == run_id else attempt(api.get_metrics, other)
+    mine = attempt(api.get_metrics, picks.run_id) if metrics is None else Attempt(value=metrics)
+    theirs = mine if picks.other_run is None else attempt(api.get_metrics, picks.other_run)
     if not (mine.ok and theirs.ok):
         return gr.skip()
     if not (sampled(mine.value) or sampled(theirs.value)):
         return gr.Plot(value=None, visible=False)
-    later = f"step {second}" if other == run_id else f"run {other}, step {second}"
-    pair = [(f"step {first}", evaluation_row(mine.value, first)), (later, evaluation_row(theirs.value, second))]
+    later = f"step {picks.second}" if picks.other_run is None else f"run {picks.other_run}, step {picks.second}"
+    pair = [
+        (f"step {picks.first}", evaluation_row(mine.value, picks.first)),
+        (later, evaluation_row(theirs.value, picks.second)),
+    ]
     return gr.Plot(value=curves_figure(pair), visible=True)
 
 
-def _flips(run_id, other, first, second, flip, text) -> str:
+def _flips(picks: Picks) -> str:
     """The questions that flipped between the two picks (one pick alone: every question of that evaluation, as
     compared with itself)."""
-    if first is None:
+    if picks.first is None:
         return ""
-    other_run = None if other in (None, run_id) else other
-    later = first if second is None and other_run is None else second
-    request = {"other_run_id": other_run, "other_step": later, "flip": flip or "changed", "text": text or ""}
-    got = attempt(evaluation_api.compare_evals, run_id, first, **request)
+    if picks.second is None and picks.other_run is None:
+        picks = replace(picks, second=picks.first)
+    request = {"other_run_id": picks.other_run, "other_step": picks.second, "flip": picks.flip or "changed"}
+    got = attempt(evaluation_api.compare_evals, picks.run_id, picks.first, text=picks.text or "", **request)
     if not got.ok:
         return error_html(got.error, "eval-error")
     return flips_html(got.value)
@@ -145,4 +167,4 @@ def _redraw(run_id, other, first, second, flip, text):
     """The chart and the flips again, for other evaluations or filters picked."""
     if run_id is None:
         return None, ""
-    return _drawn(run_id, other, first, second, flip, text)
+    return _drawn(Picks(run_id=run_id, other=other, first=first, second=second, flip=flip, text=text))
