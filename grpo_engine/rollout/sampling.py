@@ -141,31 +141,13 @@ def generate(
     result is copied out of it, since the training forwards take it as input. ``decode`` (the run spec's
     ``decode``): 'dynamic' the loop below; 'static' or 'compiled' fixed shapes (:func:`_decode_static`).
     """
+    how = {"max_new_tokens": max_new_tokens, "greedy": greedy, "temperature": temperature, "top_p": top_p}
     with torch.inference_mode():
         if decode == "dynamic":
-            out = _decode(
-                model,
-                tokenizer,
-                prompts,
-                repeat,
-                max_new_tokens=max_new_tokens,
-                greedy=greedy,
-                temperature=temperature,
-                top_p=top_p,
-                end_ids=end_ids,
-            )
+            out = _decode(model, tokenizer, prompts, repeat, end_ids=end_ids, **how)
         else:
             out = _decode_static(
-                model,
-                tokenizer,
-                prompts,
-                repeat,
-                max_new_tokens=max_new_tokens,
-                greedy=greedy,
-                temperature=temperature,
-                top_p=top_p,
-                end_ids=end_ids,
-                compiled=decode == "compiled",
+                model, tokenizer, prompts, repeat, end_ids=end_ids, compiled=decode == "compiled", **how
             )
     return out.clone()
 
