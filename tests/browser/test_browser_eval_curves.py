@@ -125,7 +125,7 @@ def test_the_run_tab_draws_pass_and_maj_at_k_for_two_evaluations(tmp_path):
         page.get_by_role("option", name="step 4", exact=True).click()
         expect(legend).to_have_text(["Pass@K, step 0", "Maj@K, step 0", "Pass@K, step 4", "Maj@K, step 4"])
 
-        page.get_by_label("changed").check()  # step 8 of this run against the baseline run, on the same questions
+        page.get_by_label("changed", exact=True).check()  # step 8 of this run against the baseline run, same questions
         page.locator("#eval-text textarea, #eval-text input").first.fill("")
         page.locator("#eval-text textarea, #eval-text input").first.press("Enter")
         page.locator("#eval-first input").click()
@@ -155,3 +155,9 @@ def test_the_run_tab_draws_pass_and_maj_at_k_for_two_evaluations(tmp_path):
         page.set_viewport_size({"width": 1280, "height": 900})
         page.locator("#run-progress").scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts / "eval-only-1280.png"))
+        exports = page.locator("#export-eval-csv")  # the downloads, each label whole on its button at 1280 px
+        exports.scroll_into_view_if_needed()
+        for button in page.locator("button[id^='export-']").all():
+            if button.is_visible():
+                assert button.evaluate("b => b.scrollWidth <= b.clientWidth + 1"), button.get_attribute("id")
+        page.screenshot(path=str(artifacts / "run-exports-1280.png"))
