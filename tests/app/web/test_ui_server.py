@@ -303,7 +303,7 @@ def test_export_groups_as_parquet_and_csv_and_config_as_json(server, client):
     assert config == client.predict(run_id, api_name="/get_run")["config"] and config["group_size"] == 2
     again = client.predict(config, api_name="/launch_run")  # an exported config launches as it is
     assert client.predict(again["run_id"], api_name="/get_run")["config"] == config
-    with pytest.raises(AppError, match="kind must be one of parquet, csv, config"):
+    with pytest.raises(AppError, match="kind must be one of parquet, csv, eval-parquet, eval-csv, config"):
         client.predict(run_id, "xlsx", api_name="/export_run")
 
 

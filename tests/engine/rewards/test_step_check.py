@@ -172,9 +172,9 @@ def test_only_the_first_2000_characters_are_read():
 )
 def test_an_adversarial_step_answers_quickly(step):
     assert len(step) >= 10000
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU time: a loaded machine's waiting does not count
     assert step_equations_hold(step) in (True, False)
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 def test_huge_numbers_and_powers_are_skipped_not_computed():

@@ -164,7 +164,7 @@ def test_orm_run_trains_then_refreshes_after_each_iteration(grpo_cache_dir):
     steps = by_step(rec)
     assert sorted(steps) == [0, 1, 2, 3, 4]
     start = steps[0]  # the initial training on the initial policy's outputs
-    assert set(start) == {"step", "iteration", *EVAL_METRICS} | set(RM_METRICS) - {"rm/accuracy_before"}
+    assert set(start) == {"step", "iteration", *EVAL_METRICS, "time/eval"} | set(RM_METRICS) - {"rm/accuracy_before"}
     assert start["rm/train_examples"] == BASE["rm_samples"] and start["rm/replayed"] == 0
     replayed = round(0.1 * BASE["rm_samples"])
     # the last step of iteration 1 carries its refresh; after the last iteration nothing would use one

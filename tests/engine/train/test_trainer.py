@@ -58,7 +58,7 @@ def test_outcome_run_completes_and_records_every_metric(outcome_run):
     assert rec.total_steps == 3
     steps = by_step(rec)
     assert sorted(steps) == [0, 1, 2, 3]
-    assert set(steps[0]) == {"step", "iteration", *EVAL_METRICS}  # before training
+    assert set(steps[0]) == {"step", "iteration", *EVAL_METRICS, "time/eval"}  # before training
     assert 0.0 <= steps[0]["eval/accuracy"] <= 1.0
     for s in (2, 3):  # eval_every=2, and the last step
         assert set(METRICS) <= set(steps[s]), set(METRICS) - set(steps[s])
