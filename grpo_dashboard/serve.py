@@ -1,5 +1,6 @@
-"""``grpo-dashboard serve``: the dashboard's web server; with the embedded broker it also starts one
-worker as a child process, and stops it on the way out (Ctrl-C or SIGTERM).
+"""``grpo-dashboard serve``: the dashboard's web server; with the embedded broker it also starts two workers as
+child processes, one that trains runs and one that answers tries (questions tried by hand: their own queue, so a
+run training never holds one), and stops them on the way out (Ctrl-C or SIGTERM).
 
 The web process never imports torch: the worker is a separate process (grpo_dashboard/worker.py).
 """
@@ -33,11 +34,11 @@ def _stop_on_sigterm(signum, frame):
 WEB_NICENESS = 10  # the web server's priority below its embedded worker's: watchers never starve training
 
 
-def _start_worker(log_path: Path) -> subprocess.Popen:
-    """Start the embedded worker in its own session (Ctrl-C reaches only the server, which stops it)."""
+def _start_worker(log_path: Path, *options: str) -> subprocess.Popen:
+    """Start an embedded worker in its own session (Ctrl-C reaches only the server, which stops it)."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "grpo_dashboard.cli", "worker", "--embedded"],
+            [sys.executable, "-m", "grpo_dashboard.cli", "worker", "--embedded", *options],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -71,16 +72,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade_database()
-    worker = None
+    workers: list[subprocess.Popen] = []
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if settings.embedded_worker:
-            from app.core.broker import declare_queues, worker_queues
+            from app.core.broker import declare_queues, tries_queue, worker_queues
 
-            declare_queues(worker_queues(settings.queue, None))  # before the worker and the first launch race to
+            tries = tries_queue(settings.queue)
+            declare_queues([*worker_queues(settings.queue, None), tries])  # before the workers and a launch race to
             log_path = settings.data_dir / "worker.log"
-            worker = _start_worker(log_path)
-            print(f"grpo-dashboard: embedded worker (pid {worker.pid}) logs to {log_path}", flush=True)
+            workers = [_start_worker(log_path), _start_worker(settings.data_dir / "tries.log", "--queue", tries)]
+            print(f"grpo-dashboard: embedded worker (pid {workers[0].pid}) logs to {log_path}", flush=True)
+            print(
+                f"grpo-dashboard: tries worker (pid {workers[1].pid}) logs to {settings.data_dir / 'tries.log'}",
+                flush=True,
+            )
         else:
             print(
                 f"grpo-dashboard: no embedded worker; runs go to queue {settings.queue!r} "
@@ -89,14 +95,17 @@ def run(args: argparse.Namespace) -> int:
             )
         print(f"grpo-dashboard: data in {settings.data_dir}, store {mask_url(settings.database_url)}", flush=True)
         print(f"grpo-dashboard: open http://{args.host}:{args.port}", flush=True)
-        if worker is not None:  # the worker (started above, at normal priority) trains first when they compete
+        if workers:  # the workers (started above, at normal priority) run first when they compete
             os.nice(WEB_NICENESS)
         ui.serve(args.host, args.port)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the server at once (the worker follows)
-        if worker is not None:
-            print("grpo-dashboard: stopping the worker", flush=True)
-            _stop_worker(worker)
+        if workers:
+            print("grpo-dashboard: stopping the workers", flush=True)
+            for worker in workers:
+                worker.terminate()  # both warm-shut down at once
+            for worker in workers:
+                _stop_worker(worker)
     return 0

@@ -63,17 +63,18 @@ def _requeue_orphaned_runs() -> None:
         print(f"grpo-dashboard worker: resuming runs left running: {requeued}", flush=True)
 
 
-def _watch_leases(period: float, queues: list[str]) -> None:
+def _watch_leases(period: float, queues: list[str], trains: bool) -> None:
     """Report this worker (its queues and GPUs) to the store now, then every ``period`` seconds report it
     again and requeue runs whose worker stopped renewing its lease (it died). Runs in its own thread:
-    listing the GPUs imports torch, which the worker's start need not wait for."""
+    listing the GPUs imports torch, which the worker's start need not wait for. A worker that only answers tries
+    (``trains`` False) reports no GPUs (launch places no run on it) and imports torch at its first try."""
     import logging
 
     from workers.runner import local_gpus, report_worker, requeue_stale_runs
 
     logger = logging.getLogger("grpo.worker")
     try:
-        gpus = local_gpus()
+        gpus = local_gpus() if trains else []
     except Exception:  # a broken CUDA install: this worker counts as one without a GPU
         logger.warning("could not list the GPUs", exc_info=True)
         gpus = []
@@ -99,7 +100,7 @@ def _device_class() -> str:
 def run(args: argparse.Namespace) -> int:
     from celery.signals import worker_shutting_down
 
-    from app.core.broker import celery_app, declare_queues, worker_queues
+    from app.core.broker import celery_app, declare_queues, tries_queue, worker_queues
     from app.store import db
 
     settings = get_settings()
@@ -122,12 +123,17 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     declare_queues(queues.split(","))
+    trains = queues.split(",") != [tries_queue(settings.queue)]  # not a worker that only answers tries
     if args.embedded:
-        _requeue_orphaned_runs()
+        if trains:
+            _requeue_orphaned_runs()
         threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
     worker_shutting_down.connect(_interrupt_running_job, weak=False)
     threading.Thread(
-        target=_watch_leases, args=(settings.lease_seconds / 4, queues.split(",")), name="lease-watch", daemon=True
+        target=_watch_leases,
+        args=(settings.lease_seconds / 4, queues.split(","), trains),
+        name="lease-watch",
+        daemon=True,
     ).start()
     celery_app.worker_main(
         [

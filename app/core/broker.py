@@ -1,5 +1,6 @@
-"""The broker client: the Celery application shared by the dashboard and the workers, its queues, and
-``send_run``, the one place that sends a run to the workers (by task name).
+"""The broker client: the Celery application shared by the dashboard and the workers, its queues, ``send_run``, the
+one place that sends a run to the workers (by task name), and ``send_try``, a question tried by hand (its own queue,
+``tries_queue``: a worker busy training never holds a try).
 
 Importing this module imports neither torch nor the engine: the task (workers/tasks.py) imports them when
 it runs.
@@ -14,12 +15,19 @@ from celery import Celery
 from app.core.settings import get_settings
 
 RUN_TASK = "grpo.run"
+TRY_TASK = "grpo.try"
 DEVICE_CLASSES = ("gpu", "cpu")
 
 
 def queue_for(device: str, base: str) -> str:
     """The queue a run goes to: ``base`` for device 'auto' (any worker), ``base.gpu`` / ``base.cpu`` otherwise."""
     return base if device == "auto" else f"{base}.{device}"
+
+
+def tries_queue(base: str) -> str:
+    """The queue of questions tried by hand: ``base.tries``, served by workers started for it (``serve`` starts one
+    beside its embedded worker; ``grpo-dashboard worker --queue base.tries`` elsewhere)."""
+    return f"{base}.tries"
 
 
 def worker_queues(base: str, device_class: str | None) -> list[str]:
@@ -87,3 +95,11 @@ def send_run(run_id: int, device: str) -> None:
     prepare_broker()
     with celery_app.connection_for_write(settings.broker_url) as conn:
         celery_app.send_task(RUN_TASK, args=[run_id], queue=queue_for(device, settings.queue), connection=conn)
+
+
+def send_try(try_id: int) -> None:
+    """Send try ``try_id`` (app.store.tries) to the tries queue. A broker that cannot be reached raises."""
+    settings = get_settings()
+    prepare_broker()
+    with celery_app.connection_for_write(settings.broker_url) as conn:
+        celery_app.send_task(TRY_TASK, args=[try_id], queue=tries_queue(settings.queue), connection=conn)

@@ -32,7 +32,7 @@ def trained_runs() -> list[dict]:
     offered, runs_offered = [], 0
     for run in runs:  # newest first (an evaluation-only run has neither a trained policy nor checkpoints)
         run_id, name = run["run_id"], run["name"]
-        kept = [{"model": f"run:{run_id}@{step}", "name": name, "step": step} for step in _kept_steps(run_id)]
+        kept = [{"model": f"run:{run_id}@{step}", "name": name, "step": step} for step in kept_steps(run_id)]
         if run["status"] == RunStatus.COMPLETED and (settings.trained_policy_dir(run_id) / "config.json").is_file():
             kept.insert(0, {"model": f"run:{run_id}", "name": name})
         offered.extend(kept)
@@ -42,7 +42,7 @@ def trained_runs() -> list[dict]:
     return offered
 
 
-def _kept_steps(run_id: int) -> list[int]:
+def kept_steps(run_id: int) -> list[int]:
     """The steps of ``run_id`` a new run can start from, in order: its complete, unsharded checkpoints, and those a
     run already made a model directory of (kept after the checkpoint is pruned)."""
     run_dir = get_settings().run_dir(run_id)
@@ -75,7 +75,7 @@ def check_run_model(config: dict) -> None:
         raise SpecError("model", f"{shown} names run {run_id}, which only evaluated its model: it trained none")
     if step is None:
         _check_trained_policy(run)
-    elif step not in (kept := _kept_steps(run_id)):
+    elif step not in (kept := kept_steps(run_id)):
         if kept:
             where = f"it keeps steps {', '.join(map(str, kept))}"
         elif run["status"] == RunStatus.COMPLETED:

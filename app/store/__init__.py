@@ -3,7 +3,7 @@
 ``runs``: a run's life cycle and lease, and the workers; ``records``: a run's metrics and logs; ``groups``: its
 sampled groups and their samples; ``manage``: what users do to runs (rename, notes and tags, archive, delete);
 ``search``: finding samples across a run, and one question through time; ``evaluations``: each evaluation's
-held-out questions and outputs. Callers use them through this package:
+held-out questions and outputs; ``tries``: questions tried by hand on a run's models. Callers use them through this package:
 ``store.create_run(s, ...)``.
 """
 
@@ -49,6 +49,7 @@ from app.store.runs import (
     set_phase,
 )
 from app.store.search import SampleQuery, group_question, question_history, search_samples
+from app.store.tries import claim_try, create_try, expire_try, finish_try, get_try, run_questions
 
 __all__ = [
     "EVAL_EXPORT_COLUMNS",
@@ -99,4 +100,10 @@ __all__ = [
     "search_samples",
     "SampleQuery",
     "recent_lengths_rewards",
+    "claim_try",
+    "create_try",
+    "expire_try",
+    "finish_try",
+    "get_try",
+    "run_questions",
 ]

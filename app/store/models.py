@@ -12,6 +12,8 @@ runs 1-n run_logs    human-readable lines from the worker / engine
 Deleting a run deletes everything under it (ON DELETE CASCADE).
 workers              each worker process's queues and GPUs, and when it last reported
 id_high_water        the largest run id ever handed out (SQLite), so a deleted run's id is never reused
+runs 1-n eval_results  each held-out question's outputs at each evaluation
+runs 1-n tries       a question tried by hand on the run's models (the request, then the worker's outputs)
 """
 
 from __future__ import annotations
@@ -244,3 +246,19 @@ class EvalResult(Base):
     correct: Mapped[bool]
     formatted: Mapped[bool]
     samples: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # the sampled outputs (null: greedy only)
+
+
+class Try(Base):
+    """A question tried by hand on a run's models ("Try a question"): the request the dashboard queued and the
+    outputs a worker sampled for it (app.service.tries, workers/tries.py)."""
+
+    __tablename__ = "tries"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    status: Mapped[str] = mapped_column(String(16))  # queued, running, done, failed, expired
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)  # models, question, reference, g, max_new_tokens, ...
+    result: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # one entry per model tried
+    error: Mapped[str | None] = mapped_column(Text)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

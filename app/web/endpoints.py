@@ -4,8 +4,9 @@
 ``/get_group``, ``/cancel_run``, ``/compare_runs``, ``/export_run``, ``/upload_dataset``, ``/preview_dataset``,
 ``/upload_model``, ``/list_models``,
 ``/preview_rewards``, ``/preview_prompt``, the run management ``/rename_run``, ``/annotate_run``, ``/archive_run``, ``/delete_run`` and
-the diagnosis ``/search_samples``, ``/question_history``, the evaluations ``/list_eval_results``, ``/compare_evals`` wrap app.service.api (and app.service.manage_api, app.service.exports,
-app.service.datasets, app.service.previews, app.service.diagnose_api) one to one; a refused request reaches the client as gr.Error with
+the diagnosis ``/search_samples``, ``/question_history``, the evaluations ``/list_eval_results``, ``/compare_evals``, and
+``/list_try_options``, ``/try_question`` (a question tried by hand on a run's models) wrap app.service.api (and app.service.manage_api, app.service.exports,
+app.service.datasets, app.service.previews, app.service.diagnose_api, app.service.tries) one to one; a refused request reaches the client as gr.Error with
 its reason. app.web.ui registers :data:`ENDPOINTS` under their function names.
 
 No ``from __future__ import annotations`` here: gr.api reads the signatures' types, and the API page shows
@@ -18,7 +19,7 @@ from pathlib import Path
 import gradio as gr
 import gradio.utils
 
-from app.service import api, datasets, diagnose_api, evaluations, exports, manage_api, previews
+from app.service import api, datasets, diagnose_api, evaluations, exports, manage_api, previews, tries
 from app.web.tabs.shared import call_api
 
 
@@ -241,6 +242,34 @@ def compare_evals(
     return call_api(evaluations.compare_evals, run_id, step, **request)
 
 
+def list_try_options(run_id: int) -> dict:
+    """What a try of run_id can use: {models, questions}; models [{model, label}]: 'start' (the run's starting
+    model), each kept checkpoint's step, 'final' (a completed run's trained policy); questions [{question, reference,
+    split}]: its held-out questions (as its latest evaluation recorded them), then those it trained on (at most 50)."""
+    return {"models": call_api(tries.try_models, run_id), "questions": call_api(tries.try_questions, run_id)}
+
+
+def try_question(
+    run_id: int,
+    question: str,
+    models: list | str = "start",
+    reference: str = "",
+    g: int = 4,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+    time_limit: float = 120,
+) -> dict:
+    """Sample g outputs (1 to 16) of one or two of run_id's models (models: 'start', a kept step, 'final'; see
+    /list_try_options) to question, as the run samples (its prompt keys, temperature, top_p) and scored by its
+    rewards against reference (empty: the verdict is not judged), on a worker serving tries. max_new_tokens 1 to
+    1024 (default: the run's); time_limit 5 to 600 s, after which the try is refused as unfinished. Returns {try_id,
+    run_id, question, reference, models}, each model {model, label, seconds, outputs}, each output {completion,
+    tokens, token_ids, logprobs (each token's log-prob at the run's temperature), ended, answer, answer_rule, reward,
+    components, reward_error}."""
+    bounds = {"g": g, "max_new_tokens": max_new_tokens, "seed": seed, "time_limit": time_limit}
+    return call_api(tries.try_question, run_id, models, question, reference, **bounds)
+
+
 ENDPOINT_CONCURRENCY = 8  # calls of one endpoint served at once (Gradio's default is one: callers would queue)
 ENDPOINTS = (
     launch_run,
@@ -269,4 +298,6 @@ ENDPOINTS = (
     question_history,
     list_eval_results,
     compare_evals,
+    list_try_options,
+    try_question,
 )

@@ -10,7 +10,7 @@ from tests.support.servers import ROOT
 REPO = ROOT
 
 
-TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers", "id_high_water", "eval_results"}
+TABLES = {"runs", "metrics", "groups", "samples", "run_logs", "workers", "id_high_water", "eval_results", "tries"}
 
 
 def new_run(url: str, **spec) -> int:
