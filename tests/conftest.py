@@ -131,7 +131,7 @@ def dashboard(request, tmp_path, grpo_cache_dir):
         server.stop()
         call = request.node.stash.get(REPORTS, {}).get("call")
         if call is not None and call.failed:
-            for log in (server.log_path, tmp_path / "data" / "worker.log"):
+            for log in (server.log_path, tmp_path / "data" / "worker.log", tmp_path / "data" / "tries.log"):
                 if log.exists():
                     print(f"---- the end of {log} ----\n{log.read_text(errors='replace')[-SERVER_LOG_TAIL:]}")
             _print_runs(tmp_path / "data" / "grpo.sqlite")

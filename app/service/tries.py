@@ -85,6 +85,8 @@ def _models(run_id: int, models: Any) -> list[str]:
     """The picked models, each one the run offers (try_models), named as the worker reads them."""
     picked = [models] if isinstance(models, (str, int)) else list(models or [])
     picked = [str(m).strip().removeprefix("step").strip() for m in picked]
+    if not picked:
+        raise ApiError("models: pick one or two of the run's models", key="models")
     _bounded("models", len(picked))
     offered = [m["model"] for m in try_models(run_id)]
     for model in picked:

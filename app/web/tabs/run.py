@@ -17,6 +17,7 @@ from app.service import api, exports
 from app.service.health import training_rows
 from app.web.tabs.launch import LaunchForm, form_values
 from app.web.tabs.run_eval import build_eval_curves
+from app.web.tabs.run_try import build_try
 from app.web.tabs.shared import PRIVATE, QUIET, Shared, attempt, call_api, error_html
 from app.web.views.charts import SMOOTHING, SMOOTHING_INFO, metrics_figure, recorded_metrics
 from app.web.views.diagnose import gradient_chart_html
@@ -58,6 +59,7 @@ def build_run_tab(shared: Shared, launch: LaunchForm) -> None:
         smoothing, picked = _chart_controls()
         charts = gr.Plot(show_label=False, elem_id="run-charts")
         build_eval_curves(shared.run_select, charts)  # Pass@K and Maj@K of two evaluations, for eval_samples > 0
+        build_try(shared.run_select, charts)  # a question tried by hand on the run's models
         rm_table = gr.Dataframe(
             rm_refresh_frame([]),
             interactive=False,

@@ -17,7 +17,7 @@ COLOURINGS = {
 }
 
 
-def _visible(token: str) -> str:
+def visible_token(token: str) -> str:
     """HTML for a token's text: escaped; spaces stay spaces (the text wraps between words, as it reads), tabs,
     carriage returns and newlines are drawn as marks (the line break itself follows the token), an empty token
     as ∅. A token's exact text, spaces included, is in its tooltip."""
@@ -61,7 +61,7 @@ def token_span(
     tip = html.escape(token_tip(token, advantage, detail or {}), quote=True)
     return (
         f'<span class="token{strong}" data-adv="{advantage:.6g}" data-tip="{tip}" '
-        f'style="background:rgba({r},{g},{b},{alpha:.3f})">{_visible(token)}</span>'
+        f'style="background:rgba({r},{g},{b},{alpha:.3f})">{visible_token(token)}</span>'
     )
 
 

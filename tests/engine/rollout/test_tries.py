@@ -37,7 +37,9 @@ def test_each_tokens_logprob_is_the_models_at_the_runs_temperature(policy):
     for out in outputs:
         assert len(out["logprobs"]) == len(out["tokens"]) and all(v <= 0 for v in out["logprobs"])
         assert "".join(out["tokens"][: len(out["tokens"]) - out["ended"]]) == out["completion"]
-        assert len(out["token_ids"]) == len(out["tokens"]) and out["ended"] == (out["token_ids"][-1] == tokenizer.eos_token_id)
+        assert len(out["token_ids"]) == len(out["tokens"]) and out["ended"] == (
+            out["token_ids"][-1] == tokenizer.eos_token_id
+        )
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         ids = torch.tensor([prompt_ids + out["token_ids"]])
         with torch.no_grad():
