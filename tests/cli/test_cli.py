@@ -2,9 +2,9 @@
 
 train: a tiny spec runs in the foreground with a progress bar; a bad spec exits 2 naming the key.
 builtin-model: writes a directory that transformers loads.
-serve: answers HTTP, starts one embedded worker that runs jobs, and takes it down with it on
-SIGTERM (the job in progress pauses with a checkpoint, goes back to the queue and resumes when the
-dashboard starts again) and on SIGKILL (the worker notices its parent is gone).
+serve: answers HTTP, starts two embedded workers, one that runs jobs and one that answers tries, and takes them
+down with it on SIGTERM (the job in progress pauses with a checkpoint, goes back to the queue and resumes when the
+dashboard starts again) and on SIGKILL (the workers notice their parent is gone).
 """
 
 from __future__ import annotations
@@ -127,8 +127,9 @@ def _wait_gone(pid: int, timeout: float) -> float:
     return time.monotonic() - start
 
 
-def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int, str]:
-    """`grpo-dashboard serve` on a free port; returns (server, worker pid, url) once both are ready."""
+def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, list[int], str]:
+    """`grpo-dashboard serve` on a free port; returns (server, its workers' pids, url) once the server and the
+    worker that trains are ready (the other answers tries)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     log = open(data_dir.parent / "serve.log", "w")
@@ -146,9 +147,11 @@ def _start_serve(data_dir: Path, cache_dir: Path) -> tuple[subprocess.Popen, int
     wait_until_answers(
         url, server, output, ready=lambda: worker_log.exists() and "ready." in worker_log.read_text()[seen:]
     )
-    (worker,) = _children(server.pid)
+    workers = _children(server.pid)
+    assert len(workers) == 2, output()  # the worker that trains, the one that answers tries
     assert f"open {url.rstrip('/')}" in output() and str(worker_log) in output()
-    return server, worker, url
+    assert str(data_dir / "tries.log") in output()
+    return server, workers, url
 
 
 def _wait_for(db_url: str, run_id: int, condition, what: str, log: Path, timeout: float = 120) -> dict:
@@ -172,7 +175,7 @@ def test_serve_runs_a_worker_and_stops_it_on_sigterm_and_the_run_resumes(tmp_pat
         orphan = store.create_run(s, validate_spec(TINY_SPEC).to_dict(), "orphan")
         store.claim_run(s, orphan, "gone:1", lease_seconds=60)
 
-    server, worker, _ = _start_serve(data_dir, grpo_cache_dir)
+    server, workers, _ = _start_serve(data_dir, grpo_cache_dir)
     try:
         _wait_for(db_url, orphan, lambda r: r["status"] == "completed", "the orphan resumes", worker_log)
         with session_scope(db_url) as s:
@@ -190,7 +193,7 @@ def test_serve_runs_a_worker_and_stops_it_on_sigterm_and_the_run_resumes(tmp_pat
 
         server.send_signal(signal.SIGTERM)
         server.wait(60)
-        assert not _alive(worker)
+        assert not any(_alive(worker) for worker in workers)
         with session_scope(db_url) as s:
             run = store.get_run(s, run_id)
             logs = store.get_logs(s, run_id)
@@ -199,7 +202,7 @@ def test_serve_runs_a_worker_and_stops_it_on_sigterm_and_the_run_resumes(tmp_pat
         assert 2 <= paused_at < 500 and run["checkpoint_step"] == paused_at  # a checkpoint on the way out
         assert any("paused after step" in line for line in logs), logs
 
-        server, worker, _ = _start_serve(data_dir, grpo_cache_dir)  # the dashboard again: the run resumes
+        server, workers, _ = _start_serve(data_dir, grpo_cache_dir)  # the dashboard again: the run resumes
         run = _wait_for(db_url, run_id, lambda r: r["step"] > paused_at, "the run resumes", worker_log)
         with session_scope(db_url) as s:
             assert run["status"] == "running" and run["attempts"] == 2, "\n".join(store.get_logs(s, run_id))
@@ -217,7 +220,8 @@ def test_serve_runs_a_worker_and_stops_it_on_sigterm_and_the_run_resumes(tmp_pat
 
 @pytest.mark.slow
 def test_serve_killed_takes_its_worker_down(tmp_path, grpo_cache_dir):
-    server, worker, url = _start_serve(tmp_path / "data", grpo_cache_dir)
+    server, workers, url = _start_serve(tmp_path / "data", grpo_cache_dir)
     server.kill()
     server.wait()
-    _wait_gone(worker, timeout=15)
+    for worker in workers:
+        _wait_gone(worker, timeout=15)

@@ -57,6 +57,8 @@ ENDPOINTS = {
     "/question_history",
     "/list_eval_results",
     "/compare_evals",
+    "/list_try_options",
+    "/try_question",
 }
 
 
