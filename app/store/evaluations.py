@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from app.store.models import EvalResult
 
-OUTPUT_FIELDS = ("completion", "answer", "answer_rule", "correct", "formatted")  # an output's fields, as recorded
+# an output's fields, as recorded (tokens: each token's text in context, then the end token's; null before they were)
+OUTPUT_FIELDS = ("completion", "answer", "answer_rule", "correct", "formatted", "tokens")
 
 
 def record_evaluation(s: Session, run_id: int, step: int, questions: list[dict[str, Any]]) -> None:
@@ -29,8 +30,8 @@ def record_evaluation(s: Session, run_id: int, step: int, questions: list[dict[s
             "question_index": q["index"],
             "question": q["question"],
             "reference": q["reference"],
-            **{name: q["greedy"][name] for name in OUTPUT_FIELDS},
-            "samples": [{name: o[name] for name in OUTPUT_FIELDS} for o in q["samples"]] or None,
+            **{name: q["greedy"].get(name) for name in OUTPUT_FIELDS},
+            "samples": [{name: o.get(name) for name in OUTPUT_FIELDS} for o in q["samples"]] or None,
         }
         for q in questions
     ]
@@ -51,7 +52,8 @@ def eval_steps(s: Session, run_id: int) -> list[int]:
 
 def eval_results(s: Session, run_id: int, step: int) -> list[dict[str, Any]]:
     """The questions of ``run_id``'s evaluation at ``step``, in held-out order: ``{index, question, reference,
-    greedy: {completion, answer, answer_rule, correct, formatted}, samples: [the same, ...]}``."""
+    greedy: {completion, answer, answer_rule, correct, formatted, tokens}, samples: [the same, ...]}`` (``tokens``
+    None for outputs recorded before they were kept)."""
     rows = s.scalars(
         select(EvalResult)
         .where(EvalResult.run_id == run_id, EvalResult.step == step)
@@ -63,7 +65,7 @@ def eval_results(s: Session, run_id: int, step: int) -> list[dict[str, Any]]:
             "question": row.question,
             "reference": row.reference,
             "greedy": {name: getattr(row, name) for name in OUTPUT_FIELDS},
-            "samples": row.samples or [],
+            "samples": [{"tokens": None, **o} for o in row.samples or []],
         }
         for row in rows
     ]

@@ -228,8 +228,9 @@ class IdHighWater(Base):
 
 
 class EvalResult(Base):
-    """One held-out question at one evaluation of a run: its greedy output, read as the verifier reads it, and the
-    eval_samples sampled outputs (JSON: completion, answer, answer_rule, correct, formatted each)."""
+    """One held-out question at one evaluation of a run: its greedy output, read as the verifier reads it, with its
+    tokens, and the eval_samples sampled outputs (JSON: completion, answer, answer_rule, correct, formatted, tokens
+    each)."""
 
     __tablename__ = "eval_results"
     __table_args__ = (Index("ix_eval_results_run_id_step", "run_id", "step"),)
@@ -246,6 +247,7 @@ class EvalResult(Base):
     correct: Mapped[bool]
     formatted: Mapped[bool]
     samples: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # the sampled outputs (null: greedy only)
+    tokens: Mapped[list[str] | None] = mapped_column(JSON)  # the greedy output's tokens' texts (null: not kept)
 
 
 class Try(Base):

@@ -220,7 +220,8 @@ def list_eval_results(run_id: int, step: int | None = None) -> dict:
     """One evaluation of a run question by question (step None: its latest). Returns {run_id, step, steps,
     questions}: steps every evaluation the run recorded; questions in held-out order, each {index, question,
     reference, greedy, samples}, an output {completion, answer (the final answer the verifier read, None: none),
-    answer_rule (gsm8k, boxed, number or none), correct, formatted}, samples the eval_samples sampled outputs."""
+    answer_rule (gsm8k, boxed, number or none), correct, formatted, tokens (each token's text, None before they were
+    kept)}, samples the eval_samples sampled outputs."""
     return call_api(evaluations.list_eval_results, run_id, step)
 
 

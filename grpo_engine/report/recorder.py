@@ -109,6 +109,7 @@ class EvalOutput:
     answer_rule: str  # the form that held it: gsm8k, boxed, number or none (rewards.FORM_WORDS)
     correct: bool  # the answer matches the reference
     formatted: bool  # an answer is stated in the strict form ('####' line or \\boxed{}), right or wrong
+    tokens: list[str] = field(default_factory=list)  # each token's text in context, then the end token's (if any)
 
 
 @dataclass

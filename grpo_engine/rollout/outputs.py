@@ -118,6 +118,17 @@ def token_texts(tokenizer, ids: set[int]) -> dict[int, str]:
     return dict(zip(ordered, tokenizer.batch_decode([[t] for t in ordered]), strict=True))
 
 
+def output_tokens(tokenizer, completions, mask, ended) -> list[list[str]]:
+    """Each output's tokens as the groups record them: each token's text in context (token_pieces: they spell the
+    text), then the end token's text decoded alone where the output ended. completions (N, T), mask (N, T), ended
+    (N,)."""
+    lengths, ends = mask.sum(dim=1).long().tolist(), ended.tolist()
+    ids = [completions[i, : lengths[i]].tolist() for i in range(len(lengths))]
+    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ends, strict=True)])
+    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ends, strict=True) if e})
+    return [p + ([end_text[row[-1]]] if e else []) for p, row, e in zip(pieces, ids, ends, strict=True)]
+
+
 @dataclass
 class Judged:
     """N decoded outputs and the rules' verdicts on them, each list one entry per output."""
@@ -152,14 +163,11 @@ def judge(
     each output is also cut into steps (the end token is no step) and each step checked by ``checker``
     (RunSpec.step_checker: :func:`step_verdicts`); 'rollouts' leaves the verdicts empty for the caller to sample
     (rollout_labels.rollout_verdicts)."""
-    lengths, ended = mask.sum(dim=1).long().tolist(), ended.tolist()
-    ids = [completions[i, : lengths[i]].tolist() for i in range(len(examples))]
-    pieces = token_pieces(tokenizer, [row[: n - int(e)] for row, n, e in zip(ids, lengths, ended, strict=True)])
-    end_text = token_texts(tokenizer, {row[-1] for row, e in zip(ids, ended, strict=True) if e})
+    tokens = output_tokens(tokenizer, completions, mask, ended)
+    pieces = [t[: len(t) - int(e)] for t, e in zip(tokens, ended.tolist(), strict=True)]  # the end token left out
     texts = ["".join(p) for p in pieces]
-    out = Judged(texts, [], [])
+    out = Judged(texts, tokens, [])
     for i, ex in enumerate(examples):
-        out.tokens.append(pieces[i] + ([end_text[ids[i][-1]]] if ended[i] else []))
         out.readings.append(final_answer(texts[i], match))
         out.outcome.append(reading_reward(out.readings[-1], ex["answer"], format_weight))
         if process:

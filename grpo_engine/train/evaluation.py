@@ -17,7 +17,7 @@ from grpo_engine.report.metrics import EVAL_METRICS
 from grpo_engine.report.recorder import EvalOutput, EvalQuestion
 from grpo_engine.rewards.rewards import final_answer, outcome_reward, reading_reward
 from grpo_engine.rewards.sampled_eval import Reading, sampled_sums
-from grpo_engine.rollout.outputs import completion_texts, encode_prompts
+from grpo_engine.rollout.outputs import completion_texts, encode_prompts, output_tokens
 from grpo_engine.rollout.sampling import generate
 from grpo_engine.rollout.tokenization import completion_mask, end_token_ids
 from grpo_engine.train.learner import Learner
@@ -26,14 +26,19 @@ EVAL_BATCH = 256
 
 
 def _decoded(policy, tokenizer, prompt, questions: list[str], *, repeat: int, max_new_tokens: int, device, **how):
-    """Outputs to ``questions`` (``repeat`` each, in order), decoded, in batches of at most EVAL_BATCH rows."""
+    """Outputs to ``questions`` (``repeat`` each, in order), in batches of at most EVAL_BATCH rows: each one's
+    decoded text and its tokens' texts in context, the end token's last where it ended (as the groups record them)."""
     texts: list[str] = []
+    tokens: list[list[str]] = []
     per_batch = max(1, EVAL_BATCH // repeat)
+    ends = end_token_ids(policy, tokenizer)
     for i in range(0, len(questions), per_batch):
         prompts = encode_prompts(tokenizer, questions[i : i + per_batch], device, prompt)
         comps = generate(policy, tokenizer, prompts, repeat=repeat, max_new_tokens=max_new_tokens, **how)
-        texts += completion_texts(tokenizer, comps, *completion_mask(comps, end_token_ids(policy, tokenizer)))
-    return texts
+        mask, ended = completion_mask(comps, ends)
+        texts += completion_texts(tokenizer, comps, mask, ended)
+        tokens += output_tokens(tokenizer, comps, mask, ended)
+    return texts, tokens
 
 
 @torch.no_grad()
@@ -44,35 +49,40 @@ def evaluate(policy, tokenizer, prompt, examples: list[dict], *, spec, device, s
     policy.eval()
     questions = [e["question"] for e in examples]
     length = {"max_new_tokens": spec.max_new_tokens, "device": device}
-    greedy = _decoded(policy, tokenizer, prompt, questions, repeat=1, greedy=True, **length)
-    k, sampled = spec.eval_samples, []
+    greedy, greedy_tokens = _decoded(policy, tokenizer, prompt, questions, repeat=1, greedy=True, **length)
+    k, sampled, sampled_tokens = spec.eval_samples, [], []
     if k:
         devices = [device] if torch.device(device).type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             how = {"greedy": False, "temperature": spec.eval_temperature}
-            sampled = _decoded(policy, tokenizer, prompt, questions, repeat=k, **how, **length)
+            sampled, sampled_tokens = _decoded(policy, tokenizer, prompt, questions, repeat=k, **how, **length)
     return [
         EvalQuestion(
             index=e["index"],
             question=e["question"],
             reference=e["answer"],
-            greedy=eval_output(greedy[j], e["answer"], spec.answer_match),
-            samples=[eval_output(t, e["answer"], spec.answer_match) for t in sampled[j * k : (j + 1) * k]],
+            greedy=eval_output(greedy[j], e["answer"], spec.answer_match, greedy_tokens[j]),
+            samples=[
+                eval_output(sampled[i], e["answer"], spec.answer_match, sampled_tokens[i])
+                for i in range(j * k, (j + 1) * k)
+            ],
         )
         for j, e in enumerate(examples)
     ]
 
 
-def eval_output(text: str, reference: str, match: str) -> EvalOutput:
-    """An output as the verifier reads it under ``match`` (rewards.final_answer, reading_reward).
+def eval_output(text: str, reference: str, match: str, tokens: list[str] | None = None) -> EvalOutput:
+    """An output as the verifier reads it under ``match`` (rewards.final_answer, reading_reward), with its
+    ``tokens``' texts.
 
-    >>> eval_output("3 + 5 = 8 apples.", "8", "flexible")
-    EvalOutput(completion='3 + 5 = 8 apples.', answer='8', answer_rule='number', correct=True, formatted=False)
+    >>> eval_output("3 + 5 = 8 apples.", "8", "flexible")  # doctest: +NORMALIZE_WHITESPACE
+    EvalOutput(completion='3 + 5 = 8 apples.', answer='8', answer_rule='number', correct=True, formatted=False,
+               tokens=[])
     """
     answer, rule = final_answer(text, match)
     verdict = reading_reward((answer, rule), reference)[1]
-    return EvalOutput(text, answer, rule, verdict["correct"] == 1.0, verdict["formatted"] == 1.0)
+    return EvalOutput(text, answer, rule, verdict["correct"] == 1.0, verdict["formatted"] == 1.0, list(tokens or []))
 
 
 def eval_seed(seed: int, step: int, rank: int) -> int:

@@ -17,7 +17,8 @@ from tests.support.store import new_run
 
 
 def out(answer: str | None, correct: bool, text: str = "") -> EvalOutput:
-    return EvalOutput(text or f"so it is {answer}", answer, "number" if answer else "none", correct, False)
+    text = text or f"so it is {answer}"
+    return EvalOutput(text, answer, "number" if answer else "none", correct, False, [text[:5], text[5:]])
 
 
 def question(i: int, right: bool, samples=()) -> dict:
@@ -46,6 +47,7 @@ def test_an_evaluation_is_recorded_read_replaced_and_dropped(db_url):
                 "answer_rule": "number",
                 "correct": True,
                 "formatted": False,
+                "tokens": ["so it", " is 1"],
             },  # fmt: skip
             "samples": [
                 {
@@ -54,6 +56,7 @@ def test_an_evaluation_is_recorded_read_replaced_and_dropped(db_url):
                     "answer_rule": "number",
                     "correct": True,
                     "formatted": False,
+                    "tokens": ["so it", " is 1"],
                 },
                 {
                     "completion": "so it is None",
@@ -61,6 +64,7 @@ def test_an_evaluation_is_recorded_read_replaced_and_dropped(db_url):
                     "answer_rule": "none",
                     "correct": False,
                     "formatted": False,
+                    "tokens": ["so it", " is None"],
                 },  # fmt: skip
             ],
         }

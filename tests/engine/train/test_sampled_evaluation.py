@@ -129,3 +129,7 @@ def test_every_evaluation_reports_each_questions_outputs(sampled):
         assert all(len(q.samples) == K for q in questions)
         right = sum(o.correct for q in questions for o in q.samples) / (K * len(questions))
         assert right == pytest.approx(m["eval/pass@1"])  # pass@1: the share of sampled outputs that are right
+        for output in (o for q in questions for o in (q.greedy, *q.samples)):  # each output's tokens spell it
+            ended = output.tokens[-1:] == ["</s>"]  # else cut at max_new_tokens
+            assert ended or len(output.tokens) == BASE["max_new_tokens"]
+            assert "".join(output.tokens).removesuffix("</s>") == output.completion
