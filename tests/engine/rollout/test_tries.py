@@ -74,3 +74,15 @@ def test_a_seed_gives_the_same_outputs_and_leaves_the_callers_stream(policy):
     assert torch.equal(torch.rand(1), before)  # the caller's stream as it was
     assert tried(policy, {"temperature": 1.5}, seed=7, g=6) == first
     assert tried(policy, {"temperature": 1.5}, seed=8, g=6) != first
+
+
+@pytest.mark.gpu
+def test_a_try_on_a_gpu_is_read_and_scored_as_on_the_cpu(grpo_cache_dir):
+    """The policy on CUDA: every tensor of the try on its device; outputs read and scored as on the CPU path."""
+    model, tokenizer = load_policy("builtin-arith", Path(grpo_cache_dir), torch.device("cuda"))
+    spec = validate_spec({"format_reward": 0.1})
+    outputs = try_outputs(model, tokenizer, spec, QUESTION, REFERENCE, g=4, max_new_tokens=40, seed=0)
+    for out in outputs:
+        assert len(out["logprobs"]) == len(out["tokens"]) and all(v <= 0 for v in out["logprobs"])
+        assert (out["answer"], out["answer_rule"]) == final_answer(out["completion"], "strict")
+        assert out["reward"] == pytest.approx(reading_reward((out["answer"], out["answer_rule"]), REFERENCE, 0.1)[0])
