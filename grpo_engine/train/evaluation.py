@@ -82,7 +82,8 @@ def eval_output(text: str, reference: str, match: str, tokens: list[str] | None 
     """
     answer, rule = final_answer(text, match)
     verdict = reading_reward((answer, rule), reference)[1]
-    return EvalOutput(text, answer, rule, verdict["correct"] == 1.0, verdict["formatted"] == 1.0, list(tokens or []))
+    verdicts = {"correct": verdict["correct"] == 1.0, "formatted": verdict["formatted"] == 1.0}
+    return EvalOutput(text, answer, rule, **verdicts, tokens=list(tokens or []))
 
 
 def eval_seed(seed: int, step: int, rank: int) -> int:
