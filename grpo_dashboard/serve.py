@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from app.core.auth import mask_url
@@ -47,16 +48,19 @@ def _start_worker(log_path: Path, *options: str) -> subprocess.Popen:
         )
 
 
-def _stop_worker(worker: subprocess.Popen) -> None:
-    """Warm-shut the worker down (a running job stops at its next step), kill it if it takes too long."""
-    if worker.poll() is not None:
-        return
-    worker.terminate()
-    try:
-        worker.wait(WORKER_STOP_SECONDS)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
+def _stop_workers(workers: list[subprocess.Popen]) -> None:
+    """Warm-shut the workers down together (a running job stops at its next step); kill any still running
+    WORKER_STOP_SECONDS later."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.terminate()
+    deadline = time.monotonic() + WORKER_STOP_SECONDS
+    for worker in workers:
+        try:
+            worker.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,13 +84,12 @@ def run(args: argparse.Namespace) -> int:
 
             tries = tries_queue(settings.queue)
             declare_queues([*worker_queues(settings.queue, None), tries])  # before the workers and a launch race to
-            log_path = settings.data_dir / "worker.log"
-            workers = [_start_worker(log_path), _start_worker(settings.data_dir / "tries.log", "--queue", tries)]
-            print(f"grpo-dashboard: embedded worker (pid {workers[0].pid}) logs to {log_path}", flush=True)
-            print(
-                f"grpo-dashboard: tries worker (pid {workers[1].pid}) logs to {settings.data_dir / 'tries.log'}",
-                flush=True,
-            )
+            for what, log_path, options in (
+                ("embedded worker", settings.data_dir / "worker.log", ()),
+                ("tries worker", settings.data_dir / "tries.log", ("--queue", tries)),
+            ):
+                workers.append(_start_worker(log_path, *options))
+                print(f"grpo-dashboard: {what} (pid {workers[-1].pid}) logs to {log_path}", flush=True)
         else:
             print(
                 f"grpo-dashboard: no embedded worker; runs go to queue {settings.queue!r} "
@@ -104,8 +107,5 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the server at once (the worker follows)
         if workers:
             print("grpo-dashboard: stopping the workers", flush=True)
-            for worker in workers:
-                worker.terminate()  # both warm-shut down at once
-            for worker in workers:
-                _stop_worker(worker)
+            _stop_workers(workers)
     return 0

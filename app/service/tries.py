@@ -41,9 +41,8 @@ def try_models(run_id: int) -> list[dict]:
     with session_scope() as s:
         run = require_run(s, int(run_id))
     offered = [{"model": "start", "label": f"starting model ({run['config'].get('model')})"}]
-    training = (run["config"].get("steps_per_iteration") or 0) > 0
-    if training:
-        offered += [{"model": str(step), "label": f"checkpoint of step {step}"} for step in kept_steps(run["run_id"])]
+    # an evaluation-only run keeps no checkpoint and saves no trained policy: it offers its starting model alone
+    offered += [{"model": str(step), "label": f"checkpoint of step {step}"} for step in kept_steps(run["run_id"])]
     if run["status"] == RunStatus.COMPLETED and (settings.trained_policy_dir(run["run_id"]) / "config.json").is_file():
         offered.append({"model": "final", "label": "trained policy (final)"})
     return offered
@@ -133,7 +132,8 @@ def _serving() -> bool:
 
 def try_question(run_id: int, models: Any, question: str, reference: str = "", **bounds: Any) -> dict:
     """Try ``question`` on run ``run_id``'s ``models`` (one or two of try_models: 'start', a step, 'final') and wait
-    for the outputs: ``{try_id, run_id, question, reference, models: [{model, label, seconds, outputs}]}``, each
+    for the outputs: ``{try_id, run_id, question, reference, reward_weights, models: [{model, label, seconds,
+    outputs}]}`` (``reward_weights``: each named reward of the run to its weight, as /get_group gives it), each
     output ``{completion, tokens, logprobs, ended, answer, answer_rule, reward, components, reward_error}``
     (grpo_engine.rollout.tries). ApiError naming the field for a bad request; ApiError when no worker serves tries,
     when the try failed, or when it did not finish within its time limit."""
@@ -150,8 +150,10 @@ def try_question(run_id: int, models: Any, question: str, reference: str = "", *
     done = _wait(try_id, request.time_limit)
     labels = {m["model"]: m["label"] for m in try_models(int(run_id))}
     tried = [{**m, "label": labels.get(m["model"], m["model"])} for m in done["result"]]
+    with session_scope() as s:
+        rewards = require_run(s, int(run_id))["config"].get("rewards") or []
     return {"try_id": try_id, "run_id": int(run_id), "question": request.question, "reference": request.reference,
-            "models": tried}  # fmt: skip
+            "reward_weights": {r["name"]: r["weight"] for r in rewards}, "models": tried}  # fmt: skip
 
 
 def _wait(try_id: int, time_limit: float) -> dict:

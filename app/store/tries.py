@@ -16,8 +16,6 @@ from sqlalchemy.orm import Session
 from app.store.models import EvalResult, Group, Try, utcnow
 from app.store.runs import iso
 
-TRY_STATUSES = ("queued", "running", "done", "failed", "expired")
-
 
 def create_try(s: Session, run_id: int, request: dict[str, Any]) -> int:
     """Queue a try of ``request`` on run ``run_id``'s models; returns its id."""

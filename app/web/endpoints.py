@@ -264,7 +264,7 @@ def try_question(
     /list_try_options) to question, as the run samples (its prompt keys, temperature, top_p) and scored by its
     rewards against reference (empty: the verdict is not judged), on a worker serving tries. max_new_tokens 1 to
     1024 (default: the run's); time_limit 5 to 600 s, after which the try is refused as unfinished. Returns {try_id,
-    run_id, question, reference, models}, each model {model, label, seconds, outputs}, each output {completion,
+    run_id, question, reference, reward_weights, models}, each model {model, label, seconds, outputs}, each output {completion,
     tokens, token_ids, logprobs (each token's log-prob at the run's temperature), ended, answer, answer_rule, reward,
     components, reward_error}."""
     bounds = {"g": g, "max_new_tokens": max_new_tokens, "seed": seed, "time_limit": time_limit}

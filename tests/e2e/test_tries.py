@@ -44,7 +44,7 @@ def test_a_question_tried_on_a_runs_starting_model_and_trained_policy(dashboard)
     request = {"run_id": run_id, "question": picked["question"], "models": ["start", "final"],
                "reference": picked["reference"], "g": 4, "max_new_tokens": 24, "seed": 3}  # fmt: skip
     tried = client.predict(**request, api_name="/try_question")
-    assert [m["model"] for m in tried["models"]] == ["start", "final"]
+    assert [m["model"] for m in tried["models"]] == ["start", "final"] and tried["reward_weights"] == {}
     for model in tried["models"]:
         assert len(model["outputs"]) == 4 and model["seconds"] > 0
         for out in model["outputs"]:

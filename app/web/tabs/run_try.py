@@ -38,40 +38,39 @@ def build_try(run_select: gr.Dropdown, charts: gr.Plot) -> None:
             go = gr.Button("Try", variant="primary", elem_id="try-button", scale=0, min_width=120)
         result = gr.HTML(elem_id="try-result")
     offered = gr.State(None)  # what the run offered when last read: {run_id, models, questions (the picker's order)}
-    seen = gr.State(None)  # the run the options were read for: the user's picks stay while it is shown
     for event in (run_select.change, charts.change):
-        event(_options, [run_select, models, offered, seen], [models, pick, offered, max_new, seen],
+        event(_options, [run_select, models, offered], [models, pick, offered, max_new],
               trigger_mode="always_last", concurrency_id="try-options", **QUIET)  # fmt: skip
     pick.input(_picked, [pick, offered], [question, reference], **PRIVATE)
     go.click(_try, [run_select, models, question, reference, g, max_new, seed], result, **PRIVATE)
 
 
-def _options(run_id, picked, offered_before, seen):
+def _options(run_id, picked, offered_before):
     """The run's models (by default the starting model and the newest other) and questions, each left as the user
     has it while the run offers the same (an event sent before the user's pick must not undo it), and its
     max_new_tokens (set when another run is shown)."""
     if run_id is None:
-        return gr.CheckboxGroup(choices=[], value=[]), gr.Dropdown(choices=[], value=None), None, gr.skip(), None
+        return gr.CheckboxGroup(choices=[], value=[]), gr.Dropdown(choices=[], value=None), None, gr.skip()
     models, questions = attempt(try_api.try_models, run_id), attempt(try_api.try_questions, run_id)
     run = attempt(api.get_run, run_id)
     if not (models.ok and questions.ok and run.ok):
-        return (gr.skip(),) * 5
+        return (gr.skip(),) * 4
     offered = {"run_id": run_id, "models": models.value, "questions": questions.value}
     if offered == offered_before:
-        return (gr.skip(),) * 5
+        return (gr.skip(),) * 4
+    same_run = offered_before is not None and offered_before["run_id"] == run_id
     keys = [m["model"] for m in models.value]
-    kept = [m for m in (picked or []) if m in keys] if seen == run_id else []
+    kept = [m for m in (picked or []) if m in keys] if same_run else []
     value = kept or (keys[:1] + keys[-1:] if len(keys) > 1 else keys)
     choices = [(m["label"], m["model"]) for m in models.value]
     listed = [(f"[{q['split']}] {_short(q['question'])}", i) for i, q in enumerate(questions.value)]
     max_new = min(run.value["config"].get("max_new_tokens", 0), try_api.TRY_BOUNDS["max_new_tokens"][1])
-    same_questions = offered_before is not None and offered_before["questions"] == questions.value
+    same_questions = same_run and offered_before["questions"] == questions.value
     return (
         gr.CheckboxGroup(choices=choices, value=value),
-        gr.skip() if same_questions and seen == run_id else gr.Dropdown(choices=listed, value=None),
+        gr.skip() if same_questions else gr.Dropdown(choices=listed, value=None),
         offered,
-        gr.skip() if seen == run_id else max_new,
-        run_id,
+        gr.skip() if same_run else max_new,
     )
 
 
@@ -96,6 +95,4 @@ def _try(run_id, models, question, reference, g, max_new, seed):
     got = attempt(try_api.try_question, run_id, models or [], question, reference, **bounds)
     if not got.ok:
         return error_html(got.error, "try-error")
-    run = attempt(api.get_run, run_id)
-    weights = {r["name"]: r["weight"] for r in (run.value["config"].get("rewards") or [])} if run.ok else {}
-    return try_html(got.value, weights)
+    return try_html(got.value)

@@ -42,25 +42,37 @@ def token_span(
     ref_logprob, ratio, kl, clipped; :func:`token_tip`) in a tooltip (``data-tip``, shown by the stylesheet).
 
     The tint: by default red (A < 0) or green (A > 0), clear at A = 0, with f = |A| / scale (scale: the largest
-    |A| in the group); ``tint`` = (f, colour) gives another quantity's f and colour instead. The opacity is
-    0.12 + 0.88 f for f > 0 (the floor keeps small values visible, on a dark page too) and 0 at f = 0. The tint
-    lies over the page's own background, so the page's text colour stays readable on the faint tints in light
-    and dark themes; the strong tints (f over 0.6) carry white text.
+    |A| in the group); ``tint`` = (f, colour) gives another quantity's f and colour instead (:func:`tinted_token`).
 
     >>> token_span("7", 0.5, 1.0, {"logprob": -0.25, "ref_logprob": -0.5, "ratio": 1.0, "kl": 0.03,
     ...                            "clipped": False}).split('"')[5]
     '&#x27;7&#x27;  A = +0.5000 · log π_old -0.2500 · log π_ref -0.5000 · ratio 1.000 · KL 0.0300'
     """
     if tint is None:
-        f = min(abs(advantage) / scale, 1.0) if scale > 0 else 0.0
-        r, g, b = (220, 38, 38) if advantage < 0 else (22, 163, 74)
+        f = abs(advantage) / scale if scale > 0 else 0.0
+        rgb = (220, 38, 38) if advantage < 0 else (22, 163, 74)
     else:
-        f, (r, g, b) = min(max(tint[0], 0.0), 1.0), tint[1]
+        f, rgb = tint
+    tip = token_tip(token, advantage, detail or {})
+    return tinted_token(token, f, rgb, tip, f' data-adv="{advantage:.6g}"')
+
+
+def tinted_token(token: str, f: float, rgb: tuple[int, int, int], tip: str, attributes: str = "") -> str:
+    """A token's span on a tint of ``rgb`` at strength ``f`` (clamped to 0..1), ``tip`` its tooltip (``data-tip``,
+    shown by the stylesheet), ``attributes`` more of the span's attributes. The opacity is 0.12 + 0.88 f for f > 0
+    (the floor keeps small values visible, on a dark page too) and 0 at f = 0. The tint lies over the page's own
+    background, so the page's text colour stays readable on the faint tints in light and dark themes; the strong
+    tints (f over 0.6) carry white text.
+
+    >>> tinted_token("7", 0.5, (1, 2, 3), "seven")
+    '<span class="token" data-tip="seven" style="background:rgba(1,2,3,0.560)">7</span>'
+    """
+    f = min(max(f, 0.0), 1.0)
     alpha = 0.12 + 0.88 * f if f > 0 else 0.0
     strong = " strong" if f > 0.6 else ""
-    tip = html.escape(token_tip(token, advantage, detail or {}), quote=True)
+    r, g, b = rgb
     return (
-        f'<span class="token{strong}" data-adv="{advantage:.6g}" data-tip="{tip}" '
+        f'<span class="token{strong}"{attributes} data-tip="{html.escape(tip, quote=True)}" '
         f'style="background:rgba({r},{g},{b},{alpha:.3f})">{visible_token(token)}</span>'
     )
 

@@ -4,11 +4,11 @@ surprising each was to the model, -log pi, its log-prob in the token's tooltip).
 app.service.tries' dicts to HTML; no Gradio, no store."""
 
 import html
+import math
 
-from app.web.views.group import visible_token
+from app.web.views.group import COLOURINGS, tinted_token
 from app.web.views.reading import components_html, reading_html
 
-SURPRISE_RGB = (37, 99, 235)  # blue, as the Groups tab's surprise tint
 SURPRISE_FULL = 5.0  # -log pi at which a token's tint is full (a token of probability e^-5, about 0.7%)
 
 
@@ -19,13 +19,8 @@ def token_html(token: str, logprob: float) -> str:
     >>> token_html("7", -0.5)
     '<span class="token" data-tip="&#x27;7&#x27;  log π -0.5000 (p 0.607)" style="background:rgba(37,99,235,0.208)">7</span>'
     """
-    f = min(max(-logprob, 0.0) / SURPRISE_FULL, 1.0)
-    alpha = 0.12 + 0.88 * f if f > 0 else 0.0
-    r, g, b = SURPRISE_RGB
-    tip = html.escape(f"{token!r}  log π {logprob:.4f} (p {2.718281828459045**logprob:.3g})", quote=True)
-    strong = " strong" if f > 0.6 else ""
-    return f'<span class="token{strong}" data-tip="{tip}" style="background:rgba({r},{g},{b},{alpha:.3f})">' \
-        f"{visible_token(token)}</span>"  # fmt: skip
+    tip = f"{token!r}  log π {logprob:.4f} (p {math.exp(logprob):.3g})"
+    return tinted_token(token, -logprob / SURPRISE_FULL, COLOURINGS["logprob"][2], tip)  # the Groups tab's blue
 
 
 def _output_html(i: int, out: dict, weights: dict) -> str:
@@ -60,9 +55,9 @@ def _model_html(model: dict, weights: dict) -> str:
     return f'<div class="try-model" data-model="{html.escape(model["model"], quote=True)}">{head}{cards}</div>'
 
 
-def try_html(result: dict, weights: dict | None = None) -> str:
-    """The try's models side by side (``weights``: the run's named rewards, name -> weight), under a line naming
-    the question and its reference, and what the tint shows."""
+def try_html(result: dict) -> str:
+    """The try's models side by side (each named reward's value times its weight, from ``reward_weights``), under a
+    line naming the question and its reference, and what the tint shows."""
     reference = result["reference"] or "none given: the verdict is not judged"
     head = (
         f'<div class="try-question">Try {result["try_id"]}: <b>{html.escape(result["question"])}</b>'
@@ -70,5 +65,5 @@ def try_html(result: dict, weights: dict | None = None) -> str:
         f'<div class="tint-legend">Tint: surprise, -log π, 0<span class="tint-bar tint-logprob"></span>'
         f"{SURPRISE_FULL:g} or more (hover a token for its log-prob)</div>"
     )
-    columns = "".join(_model_html(m, weights or {}) for m in result["models"])
+    columns = "".join(_model_html(m, result.get("reward_weights") or {}) for m in result["models"])
     return f'<div class="try-result">{head}<div class="try-models">{columns}</div></div>'
