@@ -50,26 +50,25 @@ def _device(spec: RunSpec) -> str:
 
 
 def _outputs(spec: RunSpec, request: dict, deadline: float) -> list[dict]:
-    """Each model of the try: ``{model, seconds, outputs}``; stops with TimeoutError past ``deadline``."""
+    """Each model of the try: ``{model, seconds, outputs}``; stops with TimeoutError past ``deadline``, between
+    models or inside a model's sampling."""
     from grpo_engine.rollout.tries import try_outputs  # torch: in the worker only
 
     settings, run_id, tried = get_settings(), request["run_id"], []
+    late = TimeoutError(f"the try took longer than its time_limit of {request['time_limit']:g} s")
     for choice in request["models"]:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the try took longer than its time_limit of {request['time_limit']:g} s")
+            raise late
         started = time.monotonic()
         model_spec = run_model_to_load(choice_model(spec, run_id, choice), settings, log=logger.info)
         policy, tokenizer = _loaded(model_spec.model, _device(spec))
-        outputs = try_outputs(
-            policy,
-            tokenizer,
-            spec,
-            request["question"],
-            request["reference"],
-            g=request["g"],
-            max_new_tokens=request["max_new_tokens"],
-            seed=request["seed"],
-        )
+        how = {"g": request["g"], "max_new_tokens": request["max_new_tokens"], "seed": request["seed"]}
+        try:
+            outputs = try_outputs(
+                policy, tokenizer, spec, request["question"], request["reference"], deadline=deadline, **how
+            )
+        except TimeoutError as exc:  # sampling stopped between two tokens
+            raise late from exc
         tried.append({"model": choice, "seconds": round(time.monotonic() - started, 2), "outputs": outputs})
     return tried
 

@@ -10,7 +10,8 @@ plain sampling (temperature, nucleus top-p) and greedy decoding, without its per
   one column per new token;
 * every step feeds one token per sequence; a sequence that emitted an end token (the tokenizer's EOS or
   any the model's generation config lists: instruct models have several) gets the pad token from then on;
-* the loop stops as soon as every sequence has ended (or at ``max_new_tokens``);
+* the loop stops as soon as every sequence has ended (or at ``max_new_tokens``); past a caller's ``deadline`` it
+  raises TimeoutError between two steps (a try by hand is bounded in time, not only in tokens);
 * rows that have ended are dropped from the batch (and the cache) once they are at least a quarter of
   it, so long tails of a few unfinished outputs do not pay for the finished ones;
 * the KV cache grows in blocks of ``CACHE_BLOCK`` positions (:class:`BlockLayer`) and each step writes its
@@ -22,6 +23,8 @@ Shapes: B prompts, N = B * repeat sequences, P prompt tokens, T generated tokens
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -131,6 +134,7 @@ def generate(
     top_p: float = 1.0,
     end_ids: list[int] | None = None,
     decode: str = "dynamic",
+    deadline: float | None = None,
 ) -> torch.Tensor:
     """Sample ``repeat`` completions per prompt; the prompts are encoded once. Returns (B*repeat, T).
 
@@ -140,8 +144,10 @@ def generate(
     The loop runs in inference mode (no autograd bookkeeping: the decode steps are many small ops); the
     result is copied out of it, since the training forwards take it as input. ``decode`` (the run spec's
     ``decode``): 'dynamic' the loop below; 'static' or 'compiled' fixed shapes (:func:`_decode_static`).
+    ``deadline``: a ``time.monotonic()`` reading past which a decode step is not started (TimeoutError).
     """
     how = {"max_new_tokens": max_new_tokens, "greedy": greedy, "temperature": temperature, "top_p": top_p}
+    how["deadline"] = deadline
     with torch.inference_mode():
         if decode == "dynamic":
             out = _decode(model, tokenizer, prompts, repeat, end_ids=end_ids, **how)
@@ -164,7 +170,15 @@ def _prefill(model, tokenizer, prompts, repeat: int, end_ids):
     return ends, positions, getattr(out, CACHE), out.logits[:, -1].repeat_interleave(repeat, dim=0)
 
 
-def _decode(model, tokenizer, prompts, repeat, *, max_new_tokens, greedy, temperature, top_p, end_ids) -> torch.Tensor:
+def check_deadline(deadline: float | None, length: int, max_new_tokens: int) -> None:
+    """TimeoutError when ``deadline`` (a ``time.monotonic()`` reading) has passed, saying how far sampling got."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeoutError(f"sampling passed its deadline after {length} of {max_new_tokens} new tokens")
+
+
+def _decode(
+    model, tokenizer, prompts, repeat, *, max_new_tokens, greedy, temperature, top_p, end_ids, deadline
+) -> torch.Tensor:
     """generate's decode loop."""
     pad = tokenizer.pad_token_id
     attn = prompts["attention_mask"]
@@ -187,6 +201,7 @@ def _decode(model, tokenizer, prompts, repeat, *, max_new_tokens, greedy, temper
         n_live = len(rows) - int(ended.sum())
         if n_live == 0 or length == max_new_tokens:
             break
+        check_deadline(deadline, length, max_new_tokens)
         if n_live <= (1 - PRUNE_SHARE) * len(rows):  # drop the rows that have ended
             keep = (~ended).nonzero().squeeze(1)
             cache.batch_select_indices(keep)
@@ -221,7 +236,7 @@ def _static_cache(model, prefill, repeat: int, max_len: int):
 
 
 def _decode_static(
-    model, tokenizer, prompts, repeat, *, max_new_tokens, greedy, temperature, top_p, end_ids, compiled: bool
+    model, tokenizer, prompts, repeat, *, max_new_tokens, greedy, temperature, top_p, end_ids, deadline, compiled: bool
 ) -> torch.Tensor:
     """generate's loop with the same shapes at every step, so that one decode step can be captured once and
     replayed: a StaticCache of N rows and P + max_new_tokens positions, an attention mask of that full width
@@ -248,6 +263,7 @@ def _decode_static(
         ended = ended | torch.isin(token, ends)
         if length == max_new_tokens or bool(ended.all()):
             break
+        check_deadline(deadline, length, max_new_tokens)
         mask[:, P + t] = 1  # the token fed now sits at cache position P + t
         logits = step(
             input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos, use_cache=True, **{CACHE: cache}

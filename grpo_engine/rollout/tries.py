@@ -22,12 +22,15 @@ from grpo_engine.rollout.tokenization import completion_mask, end_token_ids, run
 
 
 @torch.no_grad()
-def try_outputs(policy, tokenizer, spec, question: str, reference: str, *, g: int, max_new_tokens: int, seed: int):
+def try_outputs(
+    policy, tokenizer, spec, question: str, reference: str, *, g: int, max_new_tokens: int, seed: int, deadline=None
+):
     """``g`` outputs of ``policy`` to ``question`` under the run spec ``spec``, sampled from a random stream seeded
     with ``seed`` (the caller's stream untouched), each a dict: ``completion``, ``tokens`` (each token's text in
     context, the end token last where it ended), ``token_ids`` (theirs), ``logprobs`` (log pi of each token at the run's temperature, the
     end token's included), ``ended`` (False: cut at ``max_new_tokens``), ``answer`` and ``answer_rule`` (the
-    verifier's reading), ``reward`` and ``components`` (with ``reference`` "": ``correct`` is None, not judged)."""
+    verifier's reading), ``reward`` and ``components`` (with ``reference`` "": ``correct`` is None, not judged).
+    ``deadline``: a ``time.monotonic()`` reading; sampling past it stops with TimeoutError."""
     policy.eval()
     device = next(policy.parameters()).device
     prompts = encode_prompts(tokenizer, [question], device, run_prompt(tokenizer, spec))
@@ -36,6 +39,7 @@ def try_outputs(policy, tokenizer, spec, question: str, reference: str, *, g: in
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         how = {"greedy": False, "temperature": spec.temperature, "top_p": spec.top_p, "end_ids": ends}
+        how["deadline"] = deadline
         completions = generate(policy, tokenizer, prompts, repeat=g, max_new_tokens=max_new_tokens, **how)  # (G, T)
     mask, ended = completion_mask(completions, ends)  # (G, T), (G,)
     ids, attn = (prompts[k].repeat_interleave(g, dim=0) for k in ("input_ids", "attention_mask"))  # (G, P)

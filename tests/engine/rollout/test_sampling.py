@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,19 @@ def test_the_static_decode_gives_the_dynamic_decodes_greedy_outputs(policy, repe
     )
     assert torch.equal(static, dynamic)
     assert completion_mask(dynamic, tokenizer.eos_token_id)[1].any() == (max_new_tokens == 40)
+
+
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_a_passed_deadline_stops_sampling_between_two_tokens(policy, decode):
+    """A deadline already passed: the first token is drawn from the prefill, the second decode step is not started.
+    A deadline far ahead changes nothing."""
+    model, tokenizer = policy
+    prompts = _encode_prompts(tokenizer, ["5-2+7*3-1"], "cpu")
+    how = {"repeat": 2, "max_new_tokens": 30, "greedy": True, "decode": decode}
+    with pytest.raises(TimeoutError, match="after 1 of 30 new tokens"):
+        generate(model, tokenizer, prompts, deadline=time.monotonic(), **how)
+    later = generate(model, tokenizer, prompts, deadline=time.monotonic() + 600, **how)
+    assert torch.equal(later, generate(model, tokenizer, prompts, **how))
 
 
 def test_sampled_groups_end_at_eos_and_pad_after_it(policy):

@@ -4,6 +4,7 @@ the run's rewards, and the seed's own stream."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,13 @@ def test_a_seed_gives_the_same_outputs_and_leaves_the_callers_stream(policy):
     assert torch.equal(torch.rand(1), before)  # the caller's stream as it was
     assert tried(policy, {"temperature": 1.5}, seed=7, g=6) == first
     assert tried(policy, {"temperature": 1.5}, seed=8, g=6) != first
+
+
+def test_a_try_past_its_deadline_stops_inside_sampling(policy):
+    model, tokenizer = policy
+    with pytest.raises(TimeoutError, match="new tokens"):
+        try_outputs(model, tokenizer, validate_spec({}), QUESTION, REFERENCE, g=4, max_new_tokens=40, seed=0,
+                    deadline=time.monotonic())  # fmt: skip
 
 
 @pytest.mark.gpu
