@@ -15,7 +15,7 @@ from app import store
 from app.core.run_status import RunStatus
 from app.core.settings import get_settings
 from app.store.db import session_scope
-from grpo_engine.report.run_files import is_sharded, policy_at_steps, step_dirs
+from grpo_engine.report.run_files import policy_at_steps, step_dirs
 from grpo_engine.spec.config import SpecError
 from grpo_engine.spec.words import run_model
 
@@ -43,19 +43,11 @@ def trained_runs() -> list[dict]:
 
 
 def kept_steps(run_id: int) -> list[int]:
-    """The steps of ``run_id`` a new run can start from, in order: its complete, unsharded checkpoints, and those a
-    run already made a model directory of (kept after the checkpoint is pruned)."""
+    """The steps of ``run_id`` a new run can start from, in order: its complete checkpoints (a sharded run's too: the
+    worker makes its shards one policy), and those a run already made a model directory of (kept after the
+    checkpoint is pruned)."""
     run_dir = get_settings().run_dir(run_id)
-    return sorted({step for step, path in step_dirs(run_dir) if _unsharded(path)} | policy_at_steps(run_dir))
-
-
-def _unsharded(checkpoint) -> bool:
-    """Whether a checkpoint is still there and holds its policy in one file (a run in training prunes its older
-    checkpoints at any moment)."""
-    try:
-        return not is_sharded(checkpoint)
-    except (OSError, ValueError):
-        return False
+    return sorted({step for step, _ in step_dirs(run_dir)} | policy_at_steps(run_dir))
 
 
 def check_run_model(config: dict) -> None:

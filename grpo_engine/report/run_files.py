@@ -14,7 +14,6 @@ until the run's files are deleted.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -58,11 +57,6 @@ def checkpoint_at(run_dir: Path, step: int) -> Path | None:
     pruned: an attempt keeps its newest ``keep``, a completed run none)."""
     found = [path for s, path in step_dirs(run_dir) if s == step]
     return found[-1] if found else None
-
-
-def is_sharded(checkpoint: Path) -> bool:
-    """Whether a complete checkpoint was saved by a sharded run (its policy in one shard per process)."""
-    return bool(json.loads((checkpoint / STATE_FILE).read_text()).get("sharded"))
 
 
 def policy_at_steps(run_dir: Path) -> set[int]:

@@ -46,7 +46,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from grpo_engine.model.model import load_policy, source_dtype
 from grpo_engine.report.run_files import FINAL_INFO, STATE_FILE, attempts, complete, step_dirs
 from grpo_engine.train.loading import wrap_lora
-from grpo_engine.train.sharding import SHARDED_DIR, load_sharded
+from grpo_engine.train.sharding import SHARDED_DIR, load_sharded, read_policy_alone
 
 FORMAT = 1
 
@@ -296,16 +296,17 @@ def save_policy_at(spec, checkpoint: Path, out_dir: Path, cache_dir: Path, log=p
     """The policy of ``checkpoint``, saved by a run of ``spec`` (its model already a path or a name this machine
     loads), as :func:`save_final` writes a trained policy, into ``out_dir`` (grpo_engine.report.run_files
     .policy_at_dir's parent): the run's starting model built again on the CPU, wrapped in LoRA as it trained,
-    the checkpoint's weights read into it, merged. What ``model: run:<id>@<step>`` loads. A sharded checkpoint
-    (sharding 'fsdp') is refused: its policy is in one shard per process."""
+    the checkpoint's weights read into it, merged. What ``model: run:<id>@<step>`` loads. A sharded checkpoint's
+    (sharding 'fsdp') policy is made whole from its processes' shards."""
     state = read_state(checkpoint)
-    if state.get("sharded"):
-        raise ValueError(f"checkpoint {checkpoint} is sharded (sharding 'fsdp'): its policy cannot be read alone")
     log(f"reading the policy of checkpoint {checkpoint.name} (step {state['step']}) into a model directory")
     policy, tokenizer = load_policy(spec.model, cache_dir, torch.device("cpu"), log=log)
     if spec.lora_rank > 0:
         policy = wrap_lora(policy, spec.lora_rank)
-    load_policy_weights(checkpoint, state, policy)
+    if state.get("sharded"):
+        read_policy_alone(checkpoint / SHARDED_DIR, policy)
+    else:
+        load_policy_weights(checkpoint, state, policy)
     save_final(out_dir, policy, tokenizer, spec.lora_rank > 0, source_dtype(spec.model, cache_dir))
 
 

@@ -16,11 +16,13 @@ on the CPU, which samples in fp32 (faster there, see placement.Precision).
 
 Checkpoints: the sharded policy, optimizer and reference through torch's distributed checkpoint API (each process
 writes its shards, :func:`save_sharded` / :func:`load_sharded`); the final policy is gathered onto the main process
-and saved as one ordinary Hugging Face directory (:func:`full_state_dict`).
+and saved as one ordinary Hugging Face directory (:func:`full_state_dict`). A checkpoint's policy is read back whole
+in one process by :func:`read_policy_alone`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -163,3 +165,17 @@ def load_sharded(directory: Path, policy, optimizer, reference) -> None:
     set_optimizer_state_dict(policy, optimizer, state["optimizer"])
     if reference is not None:
         set_model_state_dict(reference, state["reference"])
+
+
+def read_policy_alone(directory: Path, policy) -> None:
+    """In one process, with no process group: the policy of :func:`save_sharded`'s shards read into ``policy``, an
+    unsharded model built as the run built it (LoRA-wrapped for a LoRA run), each tensor made whole from every
+    process's shard. What a checkpoint of a sharded run needs to become a model (``model: run:<id>@<step>``)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    state = {"policy": get_model_state_dict(policy)}  # the names save_sharded wrote
+    with warnings.catch_warnings():  # "torch.distributed is ... uninitialized": one process is meant here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(directory), no_dist=True)
+    set_model_state_dict(policy, state["policy"])

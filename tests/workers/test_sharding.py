@@ -20,16 +20,21 @@ far more.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from app import store
+from app.core.settings import get_settings
+from app.service.run_models import kept_steps
 from app.store.db import session_scope
 from grpo_engine.spec.config import validate_spec
 from grpo_engine.spec.words import SpecError
 from tests.support.distributed import COMPARED, create_run, pause_after_step, stored_metrics
 from tests.support.tiny_models import write_tiny_model
+from workers.run_models import run_model_to_load
 from workers.runner import execute_run
 
 SPEC = {
@@ -90,10 +95,27 @@ def test_a_sharded_run_trains_what_data_parallelism_trains_and_resumes_exactly(s
     assert pause_after_step(store_url, paused, 4) == "paused"
     with session_scope(store_url) as s:
         assert store.get_run(s, paused)["checkpoint_step"] >= 4  # in iteration 2: the reference is in it
+    _a_sharded_checkpoint_is_the_model_a_plain_one_is(store_url, paused)
     assert execute_run(paused) == "completed"
     with session_scope(store_url) as s:
         assert any("resuming from the checkpoint" in line for line in store.get_logs(s, paused, 200))
     assert stored_metrics(store_url, paused) == expected
+
+
+def _a_sharded_checkpoint_is_the_model_a_plain_one_is(store_url, sharded: int) -> None:
+    """``model: run:<id>@<step>`` of a sharded run's checkpoint: offered, and made one model directory from the
+    processes' shards, whose weights are those the data-parallel run held at the same step."""
+    plain = create_run(store_url, SPEC)
+    assert pause_after_step(store_url, plain, 4) == "paused"
+    step = max(set(kept_steps(sharded)) & set(kept_steps(plain)))
+    assert step >= 4
+    made = {}
+    for run_id in (sharded, plain):
+        spec = run_model_to_load(validate_spec({**SPEC, "model": f"run:{run_id}@{step}"}), get_settings(), log=print)
+        made[run_id] = load_file(Path(spec.model) / "model.safetensors")
+    assert made[sharded].keys() == made[plain].keys()
+    for name in made[plain]:
+        torch.testing.assert_close(made[sharded][name], made[plain][name], rtol=0, atol=WEIGHTS, msg=name)
 
 
 def test_sharding_is_refused_where_it_cannot_run():
