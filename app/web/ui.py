@@ -63,6 +63,9 @@ HEAD_JS = """<script>(() => {
 })();</script>"""
 # Run on opening the page:
 # - a fold's head (app.web.tabs.shared.fold) opens and closes it; grpoOpenFold(element) opens the fold around one.
+# - a running run's clocks (.clock, app.web.views.run.clock_html: its elapsed time in the Run tab and the Runs table)
+#   count on every second from the seconds the server drew, while they are shown: the server draws the view again
+#   only when the store changes, not to move a clock.
 # - the Run tab's log (#run-log) stays scrolled to its newest line unless the reader scrolled up; scrolled back to
 #   the bottom, or shown another run's log, it follows again. Checked every 250 ms, which also catches the log
 #   growing while its tab was hidden.
@@ -85,6 +88,21 @@ DASHBOARD_JS = """() => {
       t.dataset.follow = atBottom(t) ? '1' : '0';
     }
   }, true);
+  const durationText = (seconds) => {
+    const s = Math.max(0, Math.round(seconds)), d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600);
+    const m = Math.floor(s % 3600 / 60), two = (n) => String(n).padStart(2, '0');
+    return d ? `${d}d ${two(h)}h` : h ? `${h}h ${two(m)}m` : m ? `${m}m ${two(s % 60)}s` : `${s % 60}s`;
+  };
+  setInterval(() => {
+    const now = performance.now();
+    for (const clock of document.querySelectorAll('.clock[data-elapsed]')) {
+      if (!clock.dataset.seen) clock.dataset.seen = String(now);
+      if (!clock.offsetParent) continue;
+      const seconds = Number(clock.dataset.elapsed) + (now - Number(clock.dataset.seen)) / 1000;
+      const text = clock.dataset.prefix + durationText(seconds);
+      if (clock.textContent !== text) clock.textContent = text;
+    }
+  }, 1000);
   setInterval(() => {
     const t = document.querySelector('#run-log textarea');
     if (!t || !t.clientHeight) return;

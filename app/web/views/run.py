@@ -52,6 +52,16 @@ def duration_text(seconds: float) -> str:
     return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
+def clock_html(seconds: float, prefix: str = "") -> str:
+    """A running duration: ``prefix`` and :func:`duration_text` of ``seconds``, counted on by the page itself
+    every second (app.web.ui's DASHBOARD_JS reads ``data-elapsed``), so that a running run's elapsed time moves
+    without the server drawing the view again."""
+    return (
+        f'<span class="clock" data-elapsed="{max(seconds, 0):.0f}" data-prefix="{html.escape(prefix)}">'
+        f"{html.escape(prefix)}{duration_text(seconds)}</span>"
+    )
+
+
 KEY_NUMBERS = ("reward_mean", "correct_frac", "eval/accuracy", "kl")  # the run header's line of latest values
 
 
@@ -119,7 +129,7 @@ def _progress_parts(run: dict, now: datetime, metrics: list[dict]) -> list[str]:
         parts.append(f"checkpoint at step {checkpoint}")
     if started and status == RunStatus.RUNNING:
         elapsed = (now - started).total_seconds()
-        parts.append(f"elapsed {duration_text(elapsed)}")
+        parts.append(clock_html(elapsed, "elapsed "))
         # before the first step is done there is nothing to average, and while the run still prepares (its
         # phase) no ETA is promised
         if step:

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from app.core.run_status import ACTIVE_STATUSES, RunStatus
 from app.service.datasets import uploaded_name
-from app.web.views.run import duration_text, parse_time
+from app.web.views.run import clock_html, duration_text, parse_time
 
 STATUS_FILTERS = (
     ("All runs", "all"),
@@ -38,13 +38,14 @@ NUMERIC = {"#", "step", "reward", "correct", "eval acc", "duration"}  # right-al
 
 
 def run_duration(run: dict, now: datetime | None = None) -> str:
-    """How long a run has run: started to finished, or to ``now`` while it runs; '' before it started."""
+    """How long a run has run, as HTML: started to finished, or to ``now`` while it runs (a clock the page counts
+    on); '' before it started."""
     started = parse_time(run.get("started_at"))
     if started is None:
         return ""
     end = parse_time(run.get("finished_at"))
     if end is None and run["status"] == RunStatus.RUNNING:
-        end = now or datetime.now(timezone.utc)
+        return clock_html(((now or datetime.now(timezone.utc)) - started).total_seconds())
     return duration_text((end - started).total_seconds()) if end else ""
 
 
