@@ -8,6 +8,7 @@ k = 1, 2, 4, ... up to K. The paper's reading is Maj@K rising with RL while Pass
 from __future__ import annotations
 
 import statistics
+import textwrap
 from pathlib import Path
 
 
@@ -30,10 +31,13 @@ def mean_metrics(runs: list[dict]) -> dict:
     return {"step": runs[0]["step"], **{n: statistics.fmean(r[n] for r in runs) for n in names}}
 
 
-def plot_pass_maj(ends: dict[str, list[tuple[dict, dict]]], samples: int, path: Path, title: str) -> None:
+def plot_pass_maj(
+    ends: dict[str, list[tuple[dict, dict]]], samples: int, path: Path, title: str, legend: str = "lower right"
+) -> None:
     """Figure 7 for each panel of ``ends`` (label -> [(first, last) evaluation per seed]): Pass@K and Maj@K against
     K (log scale) at the first and the last evaluation, means over the seeds, to ``path`` (PNG; matplotlib,
-    ``pip install 'grpo-dashboard[bench]'``)."""
+    ``pip install 'grpo-dashboard[bench]'``); the title wrapped to the figure's width, the legend where ``legend``
+    says (matplotlib's locations: where the curves leave room)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,7 +58,7 @@ def plot_pass_maj(ends: dict[str, list[tuple[dict, dict]]], samples: int, path: 
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("held-out share")
-    axes[0][0].legend(loc="lower right", fontsize=8)
-    fig.suptitle(title, fontsize=11)
+    axes[0][0].legend(loc=legend, fontsize=8)
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 11)), fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -147,7 +147,8 @@ def report_pass_maj(curves: dict[str, list[dict]], samples: int, out: Path) -> N
         print(f"\n{label}: Pass@k and Maj@k (eval_samples {samples}, eval_temperature as the spec says)")
         print_pass_maj(first, last, samples)
     path = out.with_name(out.name + "_pass_maj.png")
-    plot_pass_maj(ends, samples, path, "Pass@K and Maj@K before and after GRPO: SmolLM2-135M-Instruct, word problems")
+    title = "Pass@K and Maj@K before and after GRPO: SmolLM2-135M-Instruct, word problems (DeepSeekMath Figure 7)"
+    plot_pass_maj(ends, samples, path, title, legend="upper left")
     print(f"Pass@K and Maj@K: {path}")
 
 
