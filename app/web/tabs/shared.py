@@ -19,6 +19,7 @@ import html
 import json
 import secrets
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,11 +146,11 @@ def tick(seen: str | None) -> tuple[str, object]:
 
 def store_state() -> str:
     """What the views draw from, in a few bytes: a digest of every run's row (status, step, phase, name, tags,
-    archived; a deleted or new run changes it too) and of the newest metric, group and log line, marked '@' while a
-    run is queued or running (the timer's pace). While nothing is written it stays the same from tick to tick, a
-    run training or not: nothing is redrawn (a running run's elapsed time is counted on by the page,
-    app.web.views.run.clock_html)."""
+    archived; a deleted or new run changes it too) and of the newest metric, group and log line, and, while a
+    run is queued or running, the time of the tick, so that every tick redraws the views. While nothing is queued
+    or running and nothing is written it stays the same from tick to tick: nothing is redrawn. (A running run's
+    elapsed time also counts on in the page between two ticks, app.web.views.run.clock_html.)"""
     runs, writes = api.store_snapshot()
     active = any(run["status"] in ACTIVE_STATUSES for run in runs)
     rows = json.dumps([runs, writes], sort_keys=True, default=str)
-    return hashlib.sha1(rows.encode()).hexdigest() + ("@" if active else "")
+    return hashlib.sha1(rows.encode()).hexdigest() + (f"@{time.time():.1f}" if active else "")
